@@ -1,0 +1,43 @@
+# The README's two commands. Each does all of its own set-up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint check-java clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+# Runtime install (the package, its console script and the Spark extra the demo uses).
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[spark]'
+	touch $@
+
+# Everything the tests need: pytest, hypothesis, ruff, pyspark.
+$(VENV)/.installed-dev: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+demo: check-java $(VENV)/.installed
+	$(PY) -m tools.demo
+
+test: check-java $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+
+# pyspark 4 needs Java 17 or newer; say so plainly instead of skipping the Spark tests.
+check-java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "error: 'java' not found. Java 17+ is required for the Spark parts (pyspark 4)." >&2; \
+	  echo "       Install it, e.g. 'apt-get install openjdk-17-jre-headless', then run make again." >&2; \
+	  exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	 if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	  echo "error: Java 17+ is required for pyspark 4; found version '$$v'." >&2; exit 1; fi
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,110 @@
+"""The compaction filter API and the built-in TTL filter.
+
+A `CompactionFilterFactory` is configured once (``DbOptions.compaction_filters``); every compaction job
+calls ``factory.create(ctx)`` for a fresh `CompactionFilter`, so a filter may keep state and need not be
+thread-safe. ``filter(entry)`` sees the newest version of each key (never a tombstone, never a version a
+live snapshot can still see) and returns a `Decision`:
+
+* ``Decision.KEEP`` — leave the row as it is;
+* ``Decision.REMOVE`` — replace it by a tombstone that keeps the row's ts and seq and clears expire_ts;
+* ``Decision.change_value(v)`` — keep the row with value `v` (later filters see the new value);
+* ``Decision.DROP`` — remove the row without a tombstone. An older version of the key in a sorted run
+  that is not part of this compaction may then resurface; use REMOVE unless that is what you want.
+
+The built-in TTL filter runs first, then the configured factories in order. A filter that raises aborts
+the job: nothing is committed and the inputs stay as they were. Filters shipped to Spark executors must
+be picklable (define them at module level).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+
+class Entry(NamedTuple):
+    """A row as a filter sees it."""
+
+    key: bytes
+    value: bytes
+    seq: int
+    ts: int | None
+    expire_ts: int | None
+
+
+class DecisionKind(enum.Enum):
+    KEEP = "keep"
+    REMOVE = "remove"
+    CHANGE_VALUE = "change_value"
+    DROP = "drop"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Decision:
+    kind: DecisionKind
+    value: bytes | None = None
+
+
+class Decision:
+    """What a filter decided for one entry (``Decision.KEEP``, ``REMOVE``, ``DROP``, ``change_value``)."""
+
+    KEEP = _Decision(DecisionKind.KEEP)
+    REMOVE = _Decision(DecisionKind.REMOVE)
+    DROP = _Decision(DecisionKind.DROP)
+
+    @staticmethod
+    def change_value(value: bytes) -> _Decision:
+        if type(value) is not bytes:
+            raise TypeError(f"change_value needs bytes, not {type(value).__name__}")
+        return _Decision(DecisionKind.CHANGE_VALUE, value)
+
+
+class Reason(str, enum.Enum):
+    SIZE_TIERED = "size_tiered"
+    PERIODIC = "periodic"
+    MANUAL = "manual"
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterContext:
+    """What a factory knows about the job it creates a filter for."""
+
+    tick: int  # the compaction clock, ms
+    is_last_run: bool  # the output is the oldest sorted run
+    reason: Reason
+    inputs: Sequence[Any]  # SsTableInfo of every input SST
+
+
+class CompactionFilter:
+    """Subclass and override `filter`. `name` labels the filter's counts in CompactionStats."""
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def filter(self, entry: Entry) -> _Decision:
+        return Decision.KEEP
+
+
+class CompactionFilterFactory:
+    """Subclass and override `create`."""
+
+    def create(self, ctx: FilterContext) -> CompactionFilter:
+        raise NotImplementedError("CompactionFilterFactory.create must be overridden")
+
+
+class TtlFilter(CompactionFilter):
+    """The RFC's rule: an entry with tick > expire_ts becomes a tombstone (ts kept, expire_ts cleared)."""
+
+    name = "ttl"
+
+    def __init__(self, tick: int) -> None:
+        self.tick = tick
+
+    def filter(self, entry: Entry) -> _Decision:
+        e = entry.expire_ts
+        if e is not None and self.tick > e:
+            return Decision.REMOVE
+        return Decision.KEEP

@@ -1,0 +1,409 @@
+"""THE merge: input sorted sources -> resolved, filtered rows -> output SSTs.
+
+Every writer of SSTs from other SSTs or memtables goes through here: the memtable flush, the local
+executor and every Spark task. There is one version-resolution rule, one filter pipeline and one SST
+writer.
+
+Input
+    Sorted sources, newest first: a memtable, an L0 SST, or a sorted run (its SSTs concatenated). Each
+    yields rows ``(key, seq, ts, expire_ts, value)`` by key ascending, seq descending. `merge_sources`
+    interleaves them into one stream in the same order; it does no duplicate suppression.
+
+Per key, with the versions newest first ``v0, v1, ...`` and live snapshots ``s1 < s2 < ... < sn``:
+
+1. Snapshot stripes (Pebble's term). The stripe of a version is the index of the smallest snapshot at or
+   above its seq (``n`` — "the latest state" — when none). A version is visible to exactly one stripe;
+   ``v0`` is always kept, and ``vi`` (i > 0) is kept when its stripe differs from ``v(i-1)``'s: some
+   snapshot sits between them and reads ``vi``. Versions sharing a stripe with a newer version are
+   shadowed everywhere and dropped.
+2. History retention. With a cutoff time ``c = tick - history_retention``, ``vi`` is also kept when its
+   successor ``v(i-1)`` has ``ts > c``: ``vi`` was still the current value at some time after ``c``, so
+   as-of reads back to ``c`` need it.
+3. Filters. When no snapshot can see ``v0`` (its stripe is ``n``) and it is not a tombstone, the
+   built-in TTL filter and then the user filters decide on it (see `compaction.filter`): KEEP,
+   REMOVE (tombstone with the same seq and ts, no expire_ts), CHANGE_VALUE, DROP (no row).
+4. Oldest run. When the output is the oldest sorted run nothing lies beneath it, so the oldest kept
+   versions that are tombstones, or rows expired at the tick (``tick > expire_ts``), are removed —
+   repeatedly, from the bottom up. A tombstone anywhere else is kept: it shadows older versions
+   in runs that this job does not read.
+
+Worked examples (seq:value, T = tombstone, E = expired at the tick; snapshots in brackets)::
+
+    versions       snapshots  oldest run?  output          why
+    9:b 5:a        []         no           9:b             5:a shares stripe "latest" with 9:b
+    9:b 5:a        [7]        no           9:b 5:a         snapshot 7 reads 5:a
+    9:T 5:a        []         no           9:T             the tombstone must hide 5:a's older copies
+    9:T 5:a        []         yes          (nothing)       5:a shadowed; 9:T is the oldest -> dropped
+    9:T 5:a        [7]        yes          9:T 5:a         snapshot 7 still reads 5:a
+    9:E            []         no           9:T             TTL filter: tombstone, ts kept
+    9:E            []         yes          (nothing)       TTL tombstone is the oldest -> dropped
+    9:b 5:E        [7]        yes          9:b             5:E expired: invisible to snapshot 7 too
+    9:E            [10]       no           9:E             snapshot 10 sees 9:E: filters skip it
+
+Output
+    `SstOutput` writes the stream into SSTs of about ``target_bytes`` each, never splitting one key's
+    versions across files (so a sorted run's SSTs never overlap), each with creation_timestamp = tick.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import heapq
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from compaction.filter import (
+    CompactionFilter,
+    DecisionKind,
+    Entry,
+    FilterContext,
+    Reason,
+    TtlFilter,
+)
+from formats.sst import SsTableInfo, SstReader, SstWriter
+
+
+@dataclasses.dataclass
+class FilterCounts:
+    changed: int = 0
+    removed: int = 0
+    dropped: int = 0
+
+
+@dataclasses.dataclass
+class CompactionStats:
+    """What compactions did; `DB.compaction_stats` accumulates them."""
+
+    jobs: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    versions_dropped: int = 0  # shadowed versions no snapshot needed
+    tombstones_dropped: int = 0
+    expired_dropped: int = 0
+    filters: dict[str, FilterCounts] = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+
+    def add(self, other: CompactionStats) -> CompactionStats:
+        for f in dataclasses.fields(self):
+            if f.name == "filters":
+                for name, c in other.filters.items():
+                    mine = self.filters.setdefault(name, FilterCounts())
+                    mine.changed += c.changed
+                    mine.removed += c.removed
+                    mine.dropped += c.dropped
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    """Where and how output SSTs are written. Names: ``<prefix>-<n:04d>.sst`` in `directory`."""
+
+    directory: str
+    prefix: str
+    format_version: int = 1
+    block_bytes: int = 4096
+    bloom_bits_per_key: int = 10
+    compression: str | None = None
+    target_bytes: int | None = 8 << 20  # None: one output file
+    sync: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionJob:
+    """Everything a merge needs, and nothing of the DB: picklable, so Spark tasks can run it."""
+
+    sources: tuple[tuple[str, ...], ...]  # SST paths; one inner tuple per sorted source, newest first
+    inputs: tuple[SsTableInfo, ...]
+    is_last_run: bool
+    tick: int
+    reason: Reason
+    output: OutputSpec
+    filters: tuple[Any, ...] = ()  # CompactionFilterFactory objects
+    snapshots: tuple[int, ...] = ()  # live snapshot seqs, ascending
+    retention_cutoff: int | None = None  # keep versions whose successor has ts > cutoff
+    start: bytes | None = None  # key range of this job (Spark tasks); None = unbounded
+    end: bytes | None = None
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(i.file_size for i in self.inputs)
+
+
+@dataclasses.dataclass
+class MergeResult:
+    outputs: list[tuple[str, SsTableInfo]]
+    stats: CompactionStats
+
+
+def merge_sources(sources: Sequence[Iterable[tuple]], reverse: bool = False) -> Iterator[tuple]:
+    """One stream by key (ascending, or descending if reverse), newest version first within a key."""
+    if len(sources) == 1:
+        return iter(sources[0])
+    if reverse:
+        return heapq.merge(*sources, key=_rev_key, reverse=True)
+    return heapq.merge(*sources, key=_fwd_key)
+
+
+def _fwd_key(row: tuple) -> tuple:
+    return (row[0], -row[1])
+
+
+def _rev_key(row: tuple) -> tuple:
+    return (row[0], row[1])
+
+
+def group_versions(rows: Iterable[tuple]) -> Iterator[list[tuple]]:
+    """Group a merged stream into each key's versions, newest first (duplicate seqs collapse)."""
+    it = iter(rows)
+    try:
+        first = next(it)
+    except StopIteration:
+        return
+    group = [first]
+    key = first[0]
+    for row in it:
+        if row[0] == key:
+            if row[1] != group[-1][1]:
+                group.append(row)
+        else:
+            yield group
+            group = [row]
+            key = row[0]
+    yield group
+
+
+class Resolver:
+    """Applies steps 1-4 of the module docstring to one key's versions at a time."""
+
+    def __init__(
+        self,
+        *,
+        tick: int,
+        is_last_run: bool,
+        snapshots: Sequence[int] = (),
+        retention_cutoff: int | None = None,
+        filters: Sequence[CompactionFilter] = (),
+        stats: CompactionStats | None = None,
+    ) -> None:
+        self.tick = tick
+        self.is_last_run = is_last_run
+        self.snapshots = sorted(snapshots)
+        self.top_snapshot = self.snapshots[-1] if self.snapshots else -1
+        self.cutoff = retention_cutoff
+        self.filters = list(filters)
+        self.stats = stats if stats is not None else CompactionStats()
+        for f in self.filters:
+            self.stats.filters.setdefault(f.name, FilterCounts())
+
+    def resolve(self, versions: list[tuple]) -> list[tuple]:
+        stats = self.stats
+        if len(versions) == 1:
+            kept = versions
+        else:
+            kept = self._retain(versions)
+        newest = kept[0]
+        if self.filters and newest[4] is not None and newest[1] > self.top_snapshot:
+            filtered = self._filter(newest)
+            if filtered is None:
+                kept = kept[1:]
+            elif filtered is not newest:
+                kept = [filtered] + kept[1:]
+        if self.is_last_run:
+            tick = self.tick
+            while kept:
+                bottom = kept[-1]
+                if bottom[4] is None:
+                    stats.tombstones_dropped += 1
+                elif bottom[3] is not None and tick > bottom[3]:
+                    stats.expired_dropped += 1
+                else:
+                    break
+                kept = kept[:-1]
+        return kept
+
+    def _retain(self, versions: list[tuple]) -> list[tuple]:
+        snaps = self.snapshots
+        cutoff = self.cutoff
+        kept = [versions[0]]
+        prev = versions[0]
+        prev_stripe = bisect.bisect_left(snaps, prev[1]) if snaps else 0
+        for v in versions[1:]:
+            stripe = bisect.bisect_left(snaps, v[1]) if snaps else 0
+            if stripe != prev_stripe or (cutoff is not None and prev[2] is not None and prev[2] > cutoff):
+                kept.append(v)
+            else:
+                self.stats.versions_dropped += 1
+            prev = v
+            prev_stripe = stripe
+        return kept
+
+    def _filter(self, row: tuple) -> tuple | None:
+        key, seq, ts, exp, value = row
+        out = row
+        for f in self.filters:
+            d = f.filter(Entry(key, value, seq, ts, exp))
+            kind = d.kind
+            if kind is DecisionKind.KEEP:
+                continue
+            counts = self.stats.filters[f.name]
+            if kind is DecisionKind.REMOVE:
+                counts.removed += 1
+                return (key, seq, ts, None, None)
+            if kind is DecisionKind.DROP:
+                counts.dropped += 1
+                return None
+            counts.changed += 1
+            value = d.value
+            out = (key, seq, ts, exp, value)
+        return out
+
+    def run(self, rows: Iterable[tuple]) -> Iterator[tuple]:
+        resolve = self.resolve
+        for versions in group_versions(rows):
+            yield from resolve(versions)
+
+
+class SstOutput:
+    """Writes a row stream into SSTs of about `spec.target_bytes`, splitting only between keys."""
+
+    def __init__(self, spec: OutputSpec, creation_timestamp: int) -> None:
+        self.spec = spec
+        self.tick = creation_timestamp
+        self.outputs: list[tuple[str, SsTableInfo]] = []
+        self._counter = itertools.count()
+
+    def _new_writer(self) -> tuple[str, SstWriter]:
+        s = self.spec
+        name = f"{s.prefix}-{next(self._counter):04d}.sst"
+        w = SstWriter(
+            os.path.join(s.directory, name),
+            format_version=s.format_version,
+            creation_timestamp=self.tick,
+            block_bytes=s.block_bytes,
+            bloom_bits_per_key=s.bloom_bits_per_key,
+            compression=s.compression,
+            sync=s.sync,
+        )
+        return name, w
+
+    def write(self, rows: Iterable[tuple]) -> list[tuple[str, SsTableInfo]]:
+        target = self.spec.target_bytes
+        name, w = None, None
+        last_key = None
+        try:
+            for row in rows:
+                if w is None:
+                    name, w = self._new_writer()
+                elif target is not None and w.estimated_size >= target and row[0] != last_key:
+                    self.outputs.append((name, w.finish()))
+                    name, w = self._new_writer()
+                w.add(row)
+                last_key = row[0]
+            if w is not None and len(w):
+                self.outputs.append((name, w.finish()))
+        except BaseException:
+            self.remove_outputs()
+            raise
+        return self.outputs
+
+    def remove_outputs(self) -> None:
+        """Delete files this output wrote (after a failure): nothing partial is left behind."""
+        for name, _ in self.outputs:
+            try:
+                os.unlink(os.path.join(self.spec.directory, name))
+            except FileNotFoundError:
+                pass
+        self.outputs = []
+
+
+def open_sources(job: CompactionJob) -> tuple[list[Iterator[tuple]], list[SstReader]]:
+    """Readers for every input, and one row iterator per sorted source, restricted to the job's range."""
+    readers: list[SstReader] = []
+    iters = []
+    for paths in job.sources:
+        rs = [SstReader(p) for p in paths]
+        readers += rs
+        iters.append(itertools.chain.from_iterable(r.iter(job.start, job.end) for r in rs))
+    return iters, readers
+
+
+def make_filters(job: CompactionJob) -> list[CompactionFilter]:
+    ctx = FilterContext(job.tick, job.is_last_run, job.reason, job.inputs)
+    filters: list[CompactionFilter] = [TtlFilter(job.tick)]
+    for factory in job.filters:
+        filters.append(factory.create(ctx))
+    return filters
+
+
+def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) -> MergeResult:
+    """Merge the job's inputs into new SSTs. On any error the outputs written so far are removed."""
+    t0 = time.perf_counter()
+    stats = CompactionStats(jobs=1)
+    iters, readers = open_sources(job)
+    try:
+        rows_in = 0
+
+        def counted(rows: Iterable[tuple]) -> Iterator[tuple]:
+            nonlocal rows_in
+            for row in rows:
+                rows_in += 1
+                yield row
+
+        resolver = Resolver(
+            tick=job.tick,
+            is_last_run=job.is_last_run,
+            snapshots=job.snapshots,
+            retention_cutoff=job.retention_cutoff,
+            filters=make_filters(job),
+            stats=stats,
+        )
+        out = SstOutput(job.output, job.tick)
+        outputs = out.write(resolver.run(counted(merge_sources(iters))))
+    finally:
+        for r in readers:
+            r.close()
+    stats.rows_in = rows_in
+    stats.bytes_in = job.input_bytes
+    stats.rows_out = sum(i.num_rows for _, i in outputs)
+    stats.bytes_out = sum(i.file_size for _, i in outputs)
+    stats.seconds = time.perf_counter() - t0
+    return MergeResult(outputs, stats)
+
+
+def flush_rows(
+    rows: Iterable[tuple],
+    spec: OutputSpec,
+    *,
+    tick: int,
+    snapshots: Sequence[int] = (),
+    retention_cutoff: int | None = None,
+) -> list[tuple[str, SsTableInfo]]:
+    """A memtable flush: the same resolution without filters and keeping tombstones (not the oldest run)."""
+    resolver = Resolver(tick=tick, is_last_run=False, snapshots=snapshots, retention_cutoff=retention_cutoff)
+    return SstOutput(spec, tick).write(resolver.run(rows))
+
+
+__all__ = [
+    "CompactionJob",
+    "CompactionStats",
+    "MergeResult",
+    "OutputSpec",
+    "Reason",
+    "Resolver",
+    "SstOutput",
+    "flush_rows",
+    "group_versions",
+    "merge_sources",
+    "run_job",
+]

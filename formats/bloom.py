@@ -1,0 +1,62 @@
+"""Bloom filter over an SST's keys.
+
+Layout (the filter block payload; the SST adds the block trailer with its checksum)::
+
+    | u8 num_probes | u32 num_bits | bits: ceil(num_bits / 8) bytes |
+
+Probes use double hashing over one 64-bit xxh3 hash of the key: ``h1 = h & 0xFFFFFFFF``,
+``h2 = h >> 32``, probe i tests bit ``(h1 + i * h2) % num_bits``; bit b lives in byte ``b >> 3`` at
+position ``b & 7`` (least significant first). ``num_probes = round(bits_per_key * ln 2)``, at least 1.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable
+
+import xxhash
+
+HEADER = struct.Struct(">BI")
+_hash = xxhash.xxh3_64_intdigest
+
+
+def build(keys: Iterable[bytes], bits_per_key: int = 10) -> bytes:
+    """Build a filter for `keys` (O(n * probes))."""
+    hashes = [_hash(k) for k in keys]
+    k = max(1, min(30, round(bits_per_key * math.log(2))))
+    nbits = max(64, len(hashes) * bits_per_key)
+    bits = bytearray((nbits + 7) // 8)
+    for h in hashes:
+        h1 = h & 0xFFFFFFFF
+        h2 = h >> 32
+        for i in range(k):
+            b = (h1 + i * h2) % nbits
+            bits[b >> 3] |= 1 << (b & 7)
+    return HEADER.pack(k, nbits) + bytes(bits)
+
+
+class BloomFilter:
+    """A decoded filter; `may_contain` is O(probes)."""
+
+    __slots__ = ("k", "nbits", "bits")
+
+    def __init__(self, payload: bytes) -> None:
+        if len(payload) < HEADER.size:
+            raise ValueError("bloom filter payload too short")
+        self.k, self.nbits = HEADER.unpack_from(payload, 0)
+        self.bits = payload[HEADER.size :]
+        if self.k == 0 or self.nbits == 0 or len(self.bits) != (self.nbits + 7) // 8:
+            raise ValueError("bloom filter header does not match its size")
+
+    def may_contain(self, key: bytes) -> bool:
+        h = _hash(key)
+        h1 = h & 0xFFFFFFFF
+        h2 = h >> 32
+        nbits = self.nbits
+        bits = self.bits
+        for i in range(self.k):
+            b = (h1 + i * h2) % nbits
+            if not bits[b >> 3] & (1 << (b & 7)):
+                return False
+        return True

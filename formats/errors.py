@@ -1,0 +1,34 @@
+"""Exceptions raised by the codecs.
+
+They live in the lowest package so that `formats` imports nothing of ours; `lsm.errors` re-exports them
+next to the engine's own errors, and every one is an `LsmError`.
+"""
+
+from __future__ import annotations
+
+
+class LsmError(Exception):
+    """Base class of every error lsm-sim raises on purpose."""
+
+
+class CorruptionError(LsmError):
+    """Stored bytes do not match what was written: a checksum, magic number or structure is wrong.
+
+    `path` names the file (or "<bytes>" for in-memory decoding) and `offset` the byte where the damaged
+    unit starts, so an operator can find it with a hex dump.
+    """
+
+    def __init__(self, path: str, offset: int, detail: str) -> None:
+        self.path = str(path)
+        self.offset = offset
+        self.detail = detail
+        super().__init__(f"{self.path}: corruption at offset {offset}: {detail}")
+
+
+class FormatVersionError(LsmError):
+    """A file was written in a format version (or with a feature) this code does not know."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = str(path)
+        self.detail = detail
+        super().__init__(f"{self.path}: {detail}")

@@ -1,0 +1,123 @@
+"""Manifest codec: the versioned, checksummed record of the LSM shape.
+
+One file per manifest version, ``manifest/%020d.manifest``::
+
+    | magic "LSMM" | u16 format_version | u32 payload_len | payload (msgpack map) | u64 xxh3_64(all before) |
+
+Payload keys (format_version 1)::
+
+    writer_epoch, compactor_epoch   ints; fencing of stale writers and compactors
+    next_sst_id, next_run_id        ints; ids handed out for new files and runs
+    last_seq                        int; last sequence number durable in SSTs (WAL holds the rest)
+    wal_replay_from                 int; first WAL segment id not yet flushed
+    clock_watermark                 int ms; largest ts ever written
+    l0                              [sst entry], newest first
+    runs                            [{"id": int, "ssts": [sst entry]}], newest run first, each run's
+                                    SSTs in key order
+    seq_tracker                     bytes; `lsm.seq_tracker` encoding (RFC seq-tracker)
+    time_seq                        bytes; `lsm.time_seq` encoding
+
+    sst entry = {"name": str, "info": SsTableInfo as a map}; the file is ``sst/<name>``, names unique
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Any
+
+import msgpack
+import xxhash
+
+from formats.errors import CorruptionError, FormatVersionError
+from formats.sst import SsTableInfo
+
+MAGIC = b"LSMM"
+FORMAT_VERSION = 1
+HEADER = struct.Struct(">4sHI")
+CHECK = struct.Struct(">Q")
+
+
+@dataclasses.dataclass(frozen=True)
+class SstEntry:
+    name: str
+    info: SsTableInfo
+
+    @property
+    def size(self) -> int:
+        return self.info.file_size
+
+
+@dataclasses.dataclass(frozen=True)
+class SortedRun:
+    id: int
+    ssts: tuple[SstEntry, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.ssts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    writer_epoch: int = 0
+    compactor_epoch: int = 0
+    next_sst_id: int = 1
+    next_run_id: int = 1
+    last_seq: int = 0
+    wal_replay_from: int = 1
+    clock_watermark: int = 0
+    l0: tuple[SstEntry, ...] = ()
+    runs: tuple[SortedRun, ...] = ()
+    seq_tracker: bytes = b""
+    time_seq: bytes = b""
+
+    def replace(self, **kw: Any) -> Manifest:
+        return dataclasses.replace(self, **kw)
+
+    def all_ssts(self) -> list[SstEntry]:
+        return list(self.l0) + [s for r in self.runs for s in r.ssts]
+
+
+def _entry(e: SstEntry) -> dict:
+    return {"name": e.name, "info": e.info.to_dict()}
+
+
+def encode(m: Manifest) -> bytes:
+    d = dataclasses.asdict(m)
+    d["l0"] = [_entry(e) for e in m.l0]
+    d["runs"] = [{"id": r.id, "ssts": [_entry(e) for e in r.ssts]} for r in m.runs]
+    payload = msgpack.packb(d, use_bin_type=True)
+    head = HEADER.pack(MAGIC, FORMAT_VERSION, len(payload))
+    body = head + payload
+    return body + CHECK.pack(xxhash.xxh3_64_intdigest(body))
+
+
+def decode(buf: bytes, path: str = "<bytes>") -> Manifest:
+    if len(buf) < HEADER.size + CHECK.size:
+        raise CorruptionError(path, 0, f"manifest of {len(buf)} bytes is truncated")
+    magic, version, length = HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise CorruptionError(path, 0, "bad magic number: not an lsm-sim manifest")
+    end = HEADER.size + length
+    if end + CHECK.size != len(buf):
+        raise CorruptionError(path, 0, "manifest length does not match the file")
+    (check,) = CHECK.unpack_from(buf, end)
+    if xxhash.xxh3_64_intdigest(buf[:end]) != check:
+        raise CorruptionError(path, end, "manifest checksum mismatch")
+    if version != FORMAT_VERSION:
+        raise FormatVersionError(
+            path, f"manifest format version {version} was written by a newer lsm-sim (this one reads 1)"
+        )
+    try:
+        d = msgpack.unpackb(buf[HEADER.size : end], raw=False)
+        d["l0"] = tuple(_sst(e) for e in d["l0"])
+        d["runs"] = tuple(SortedRun(r["id"], tuple(_sst(e) for e in r["ssts"])) for r in d["runs"])
+        names = {f.name for f in dataclasses.fields(Manifest)}
+        return Manifest(**{k: v for k, v in d.items() if k in names})
+    except Exception as e:
+        raise CorruptionError(path, HEADER.size, f"undecodable manifest payload: {e}") from None
+
+
+def _sst(e: dict) -> SstEntry:
+    return SstEntry(e["name"], SsTableInfo.from_dict(e["info"]))

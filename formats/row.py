@@ -1,0 +1,268 @@
+"""Row codec: the per-row byte layouts of rfc-timestamps-and-ttl.md ("Data Format").
+
+All integers are big-endian and fixed width.
+
+Format version 0 (legacy)::
+
+    | u16 key_len | key | u32 value_len | value |
+    a tombstone is value_len = 0xFFFFFFFF with no value bytes
+
+Format version 1::
+
+    | u16 key_len | key | attrs | u32 value_len | value |
+
+    attrs = the SST's row_features, in enum order, each present only if the SST has the feature:
+        RowFlags   (0)  u8   bit 0 = tombstone, bit 1 = has expire_ts, other bits reserved (must be 0)
+        Timestamp  (1)  i64  ts, ms
+        TimeToLive (2)  i64  expire_ts, ms; present in every row of an SST that has the feature,
+                             meaningful only when RowFlags bit 1 is set (otherwise written as 0, ignored)
+        Seq        (3)  u64  commit sequence number (this project's extension, for MVCC)
+    a tombstone has value_len 0 and no value bytes; its RowFlags bit 0 says it is one.
+
+In memory a row is the plain tuple ``(key, seq, ts, expire_ts, value)`` — ``value is None`` for a
+tombstone, ``ts``/``expire_ts``/``seq`` ``None`` when the layout does not carry them. Plain tuples,
+not objects, because the merge and the scans handle millions of them (see `Row` for the names).
+
+Deliberate simplifications: v0 rows carry no ts, expire_ts or seq (readers report ``None``; the SST reader
+substitutes the file's max_seq, see `formats.sst`), so v0 cannot hold TTL rows.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from formats.errors import CorruptionError, FormatVersionError
+
+# DO NOT CHANGE: stored on disk.
+FORMAT_V0 = 0
+FORMAT_V1 = 1
+SUPPORTED_FORMAT_VERSIONS = (FORMAT_V0, FORMAT_V1)
+V0_TOMBSTONE_LEN = 0xFFFFFFFF
+MAX_KEY_LEN = 0xFFFF
+MAX_VALUE_LEN = 0xFFFFFFFE  # values must be shorter than 0xFFFFFFFF (the v0 tombstone marker)
+
+KEY_LEN = struct.Struct(">H")
+VALUE_LEN = struct.Struct(">I")
+
+
+class RowFeature(enum.IntEnum):
+    """Per-row attributes an SST may carry. DO NOT CHANGE: the values are stored on disk."""
+
+    RowFlags = 0
+    Timestamp = 1
+    TimeToLive = 2
+    Seq = 3
+
+
+class RowFlags(enum.IntFlag):
+    """Bits of the RowFlags attribute. DO NOT CHANGE: stored on disk."""
+
+    TOMBSTONE = 1
+    HAS_EXPIRE_TS = 2
+
+
+KNOWN_FLAG_BITS = int(RowFlags.TOMBSTONE | RowFlags.HAS_EXPIRE_TS)
+ALL_FEATURES: tuple[RowFeature, ...] = tuple(RowFeature)
+
+
+class Row(NamedTuple):
+    """Names of the fields of the in-memory row tuple (the codec returns plain tuples in this order)."""
+
+    key: bytes
+    seq: int | None
+    ts: int | None
+    expire_ts: int | None
+    value: bytes | None  # None = tombstone
+
+    @property
+    def tombstone(self) -> bool:
+        return self.value is None
+
+
+def check_key(key: object) -> None:
+    """Raise TypeError/ValueError unless `key` is bytes of 1..65535 bytes."""
+    if type(key) is not bytes:
+        raise TypeError(f"key must be bytes, not {type(key).__name__}")
+    if not 0 < len(key) <= MAX_KEY_LEN:
+        raise ValueError(f"key must be 1..{MAX_KEY_LEN} bytes long, got {len(key)}")
+
+
+def check_value(value: object) -> None:
+    """Raise TypeError/ValueError unless `value` is bytes shorter than 0xFFFFFFFF."""
+    if type(value) is not bytes:
+        raise TypeError(f"value must be bytes, not {type(value).__name__}")
+    if len(value) > MAX_VALUE_LEN:
+        raise ValueError(f"value must be shorter than 0xFFFFFFFF bytes, got {len(value)}")
+
+
+def normalize_features(features: Iterable[int]) -> tuple[RowFeature, ...]:
+    """Validate feature codes read from disk or given by a caller; return them in enum order."""
+    out = set()
+    for f in features:
+        try:
+            out.add(RowFeature(f))
+        except ValueError:
+            raise FormatVersionError("<row features>", f"unknown row feature {f!r}") from None
+    return tuple(sorted(out))
+
+
+class RowCodec:
+    """Encoder/decoder for one (format_version, row_features) pair; get one with `codec_for`."""
+
+    def __init__(self, version: int, features: Sequence[int] = ()) -> None:
+        if version not in SUPPORTED_FORMAT_VERSIONS:
+            raise FormatVersionError("<row codec>", f"unknown SST format version {version}")
+        self.version = version
+        self.features = normalize_features(features) if version == FORMAT_V1 else ()
+        fs = set(self.features)
+        self.has_flags = RowFeature.RowFlags in fs
+        self.has_ts = RowFeature.Timestamp in fs
+        self.has_ttl = RowFeature.TimeToLive in fs
+        self.has_seq = RowFeature.Seq in fs
+        fmt = ">"
+        if self.has_flags:
+            fmt += "B"
+        if self.has_ts:
+            fmt += "q"
+        if self.has_ttl:
+            fmt += "q"
+        if self.has_seq:
+            fmt += "Q"
+        self.attrs = struct.Struct(fmt + "I")  # attrs followed by value_len
+        self.attrs_size = self.attrs.size - 4
+
+    # -- encoding ---------------------------------------------------------------------------------
+    def encode_parts(self, row: Sequence, out: list) -> int:
+        """Append the encoded pieces of `row` to `out`; return the encoded length."""
+        key, seq, ts, expire_ts, value = row
+        if self.version == FORMAT_V0:
+            if value is None:
+                out += (KEY_LEN.pack(len(key)), key, VALUE_LEN.pack(V0_TOMBSTONE_LEN))
+                return 6 + len(key)
+            out += (KEY_LEN.pack(len(key)), key, VALUE_LEN.pack(len(value)), value)
+            return 6 + len(key) + len(value)
+        attrs = []
+        if self.has_flags:
+            flags = 0
+            if value is None:
+                flags = 1
+            if expire_ts is not None:
+                flags |= 2
+            attrs.append(flags)
+        elif value is None:
+            raise ValueError("a tombstone needs the RowFlags feature")
+        if self.has_ts:
+            attrs.append(0 if ts is None else ts)
+        if self.has_ttl:
+            attrs.append(0 if expire_ts is None else expire_ts)
+        elif expire_ts is not None:
+            raise ValueError("a row with expire_ts needs the TimeToLive feature")
+        if self.has_seq:
+            attrs.append(0 if seq is None else seq)
+        if value is None:
+            value = b""
+        attrs.append(len(value))
+        out += (KEY_LEN.pack(len(key)), key, self.attrs.pack(*attrs), value)
+        return 2 + len(key) + self.attrs.size + len(value)
+
+    def encode(self, row: Sequence) -> bytes:
+        """Encode one row (validating key and value)."""
+        check_key(row[0])
+        if row[4] is not None:
+            check_value(row[4])
+        parts: list = []
+        self.encode_parts(row, parts)
+        return b"".join(parts)
+
+    # -- decoding ---------------------------------------------------------------------------------
+    def decode_from(self, buf: bytes, pos: int, path: str = "<bytes>", default_seq: int | None = None):
+        """Decode the row at `pos`; return ``(row_tuple, next_pos)``.
+
+        Raises CorruptionError when the row runs past the buffer or has unknown flag bits.
+        """
+        end = len(buf)
+        start = pos
+        if pos + 2 > end:
+            raise CorruptionError(path, start, "row header runs past the end of the block")
+        (klen,) = KEY_LEN.unpack_from(buf, pos)
+        pos += 2
+        key = buf[pos : pos + klen]
+        pos += klen
+        if self.version == FORMAT_V0:
+            if pos + 4 > end:
+                raise CorruptionError(path, start, "row runs past the end of the block")
+            (vlen,) = VALUE_LEN.unpack_from(buf, pos)
+            pos += 4
+            if vlen == V0_TOMBSTONE_LEN:
+                return (key, default_seq, None, None, None), pos
+            if pos + vlen > end:
+                raise CorruptionError(path, start, "value runs past the end of the block")
+            return (key, default_seq, None, None, buf[pos : pos + vlen]), pos + vlen
+        if pos + self.attrs.size > end:
+            raise CorruptionError(path, start, "row attributes run past the end of the block")
+        vals = self.attrs.unpack_from(buf, pos)
+        pos += self.attrs.size
+        vlen = vals[-1]
+        i = 0
+        flags = 0
+        if self.has_flags:
+            flags = vals[0]
+            i = 1
+            if flags & ~KNOWN_FLAG_BITS:
+                raise CorruptionError(path, start, f"unknown row flag bits {flags:#04x}")
+        ts = None
+        if self.has_ts:
+            ts = vals[i]
+            i += 1
+        expire_ts = None
+        if self.has_ttl:
+            if flags & 2:
+                expire_ts = vals[i]
+            i += 1
+        seq = default_seq
+        if self.has_seq:
+            seq = vals[i]
+        if flags & 1:
+            if vlen:
+                raise CorruptionError(path, start, "tombstone with a non-empty value")
+            return (key, seq, ts, expire_ts, None), pos
+        if pos + vlen > end:
+            raise CorruptionError(path, start, "value runs past the end of the block")
+        return (key, seq, ts, expire_ts, buf[pos : pos + vlen]), pos + vlen
+
+    def decode(self, buf: bytes) -> tuple:
+        """Decode a buffer holding exactly one row."""
+        row, pos = self.decode_from(buf, 0)
+        if pos != len(buf):
+            raise CorruptionError("<bytes>", pos, f"{len(buf) - pos} trailing bytes after the row")
+        return row
+
+    def key_at(self, buf: bytes, pos: int) -> bytes:
+        """The key of the row at `pos`, without decoding the rest (used by in-block binary search)."""
+        (klen,) = KEY_LEN.unpack_from(buf, pos)
+        return buf[pos + 2 : pos + 2 + klen]
+
+
+_CODECS: dict[tuple, RowCodec] = {}
+
+
+def codec_for(version: int, features: Sequence[int] = ()) -> RowCodec:
+    """A cached RowCodec for this layout."""
+    k = (version, tuple(features))
+    c = _CODECS.get(k)
+    if c is None:
+        c = _CODECS[k] = RowCodec(version, features)
+    return c
+
+
+def features_for(rows_have_ttl: bool, with_seq: bool = True) -> tuple[RowFeature, ...]:
+    """The v1 feature set this engine writes: flags and ts always, TTL only when some row has one."""
+    f = [RowFeature.RowFlags, RowFeature.Timestamp]
+    if rows_have_ttl:
+        f.append(RowFeature.TimeToLive)
+    if with_seq:
+        f.append(RowFeature.Seq)
+    return tuple(f)

@@ -1,0 +1,52 @@
+"""lsm-sim: a miniature, time-aware LSM storage engine.
+
+>>> import lsm, tempfile
+>>> clock = lsm.ManualClock(1_000)
+>>> with lsm.DB.open(tempfile.mkdtemp(), lsm.DbOptions(clock=clock)) as db:
+...     _ = db.put(b"k", b"v", ttl=500)
+...     clock.advance(501)
+...     db.get(b"k") is None
+True
+"""
+
+from lsm.batch import WriteBatch
+from lsm.clock import Clock, ManualClock, MonotonicClock, SystemClock
+from lsm.db import DB, Entry, ReadOnlyError
+from lsm.errors import (
+    ClockError,
+    ClosedError,
+    CompactionError,
+    CorruptionError,
+    FencedError,
+    FormatVersionError,
+    LsmError,
+    NotADatabaseError,
+    RetentionError,
+)
+from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions
+from lsm.snapshot import Snapshot
+
+__all__ = [
+    "DB",
+    "NO_TTL",
+    "Clock",
+    "ClockError",
+    "ClosedError",
+    "CompactionError",
+    "CorruptionError",
+    "DbOptions",
+    "Entry",
+    "FencedError",
+    "FormatVersionError",
+    "LsmError",
+    "ManualClock",
+    "MonotonicClock",
+    "NotADatabaseError",
+    "ReadOnlyError",
+    "ReadOptions",
+    "RetentionError",
+    "Snapshot",
+    "SystemClock",
+    "WriteBatch",
+    "WriteOptions",
+]

@@ -1,0 +1,36 @@
+"""WriteBatch: several puts and deletes committed atomically under one sequence number."""
+
+from __future__ import annotations
+
+from formats.row import check_key, check_value
+from lsm.options import check_ttl
+
+
+class WriteBatch:
+    """Collects operations; `DB.write` commits them all or none, under one seq and one ts.
+
+    Later operations on the same key win inside a batch (the last one is what the batch leaves).
+
+    >>> b = WriteBatch().put(b"a", b"1").delete(b"b"); len(b)
+    2
+    """
+
+    __slots__ = ("ops",)
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[bytes, object, bytes | None]] = []
+
+    def put(self, key: bytes, value: bytes, ttl: int | None = None) -> WriteBatch:
+        check_key(key)
+        check_value(value)
+        check_ttl(ttl)
+        self.ops.append((key, ttl, value))
+        return self
+
+    def delete(self, key: bytes) -> WriteBatch:
+        check_key(key)
+        self.ops.append((key, None, None))
+        return self
+
+    def __len__(self) -> int:
+        return len(self.ops)

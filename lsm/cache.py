@@ -1,0 +1,53 @@
+"""A bounded LRU cache of decoded SST blocks, shared by every reader of one DB."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+
+class LruCache:
+    """Least-recently-used cache bounded by the sum of the entries' charges (bytes). O(1) get/put."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.hits = 0
+        self.misses = 0
+        self._d: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        e = self._d.get(key)
+        if e is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        try:
+            self._d.move_to_end(key)
+        except KeyError:
+            pass
+        return e[0]
+
+    def put(self, key: Any, value: Any, charge: int) -> None:
+        if charge > self.capacity:
+            return
+        with self._lock:
+            old = self._d.pop(key, None)
+            if old is not None:
+                self.used -= old[1]
+            self._d[key] = (value, charge)
+            self.used += charge
+            while self.used > self.capacity:
+                _, (_, c) = self._d.popitem(last=False)
+                self.used -= c
+
+    def evict_prefix(self, file_id: Any) -> None:
+        """Drop every block of one file (after the file is deleted)."""
+        with self._lock:
+            for k in [k for k in self._d if k[0] == file_id]:
+                self.used -= self._d.pop(k)[1]
+
+    def __len__(self) -> int:
+        return len(self._d)

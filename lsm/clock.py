@@ -1,0 +1,89 @@
+"""Clocks: where the engine gets the time (ms) it stamps on rows and judges expiry by."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol, runtime_checkable
+
+from lsm.errors import ClockError
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Anything with ``now() -> int`` milliseconds. It should not go back; the engine enforces that."""
+
+    def now(self) -> int: ...
+
+
+class SystemClock:
+    """Wall-clock time in ms since the Unix epoch."""
+
+    def now(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class ManualClock:
+    """A clock that moves only when told to; for tests and simulations.
+
+    >>> c = ManualClock(1_000); c.advance(500); c.now()
+    1500
+    """
+
+    def __init__(self, start_ms: int = 0) -> None:
+        self._now = _check_ms(start_ms)
+        self._lock = threading.Lock()
+
+    def now(self) -> int:
+        return self._now
+
+    def advance(self, ms: int) -> int:
+        """Move forward by `ms` (>= 0); returns the new time."""
+        if _check_ms(ms) < 0:
+            raise ValueError("ManualClock.advance needs ms >= 0")
+        with self._lock:
+            self._now += ms
+            return self._now
+
+    def set(self, ms: int) -> None:
+        """Jump to `ms` (backwards too: the engine then refuses to write until time catches up)."""
+        self._now = _check_ms(ms)
+
+    def __repr__(self) -> str:
+        return f"ManualClock({self._now})"
+
+
+def _check_ms(v: object) -> int:
+    if type(v) is not int:
+        raise TypeError(f"clock times are int milliseconds, not {type(v).__name__}")
+    return v
+
+
+class MonotonicClock:
+    """The engine's view of a user clock: never goes back.
+
+    `tick()` (for writes) raises ClockError when the user clock reads below a time already used;
+    `read()` (for reads) returns max(user clock, last used) and never raises.
+    """
+
+    def __init__(self, clock: Clock, floor: int = 0) -> None:
+        self.clock = clock
+        self.last = floor
+
+    def tick(self) -> int:
+        now = self.clock.now()
+        if type(now) is not int:
+            raise ClockError(f"clock {self.clock!r} returned {now!r}, not int milliseconds")
+        if now < self.last:
+            raise ClockError(
+                f"clock went back: {now} ms is below {self.last} ms already used; nothing was written"
+            )
+        self.last = now
+        return now
+
+    def read(self) -> int:
+        now = self.clock.now()
+        return now if now > self.last else self.last

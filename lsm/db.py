@@ -1,0 +1,707 @@
+"""DB: open/close, the write path, the read path, flush and recovery.
+
+Directory layout::
+
+    PATH/manifest/%020d.manifest   versions of the LSM shape (lsm.manifest), newest wins
+    PATH/manifest/WRITER_EPOCH     the current writer epoch, memory-mapped by writers (fencing)
+    PATH/wal/%020d.wal             WAL segments, one per memtable (formats.wal)
+    PATH/sst/<name>.sst            SSTs (formats.sst); only those the manifest names are live
+
+Write path: a commit takes the write lock, reads the clock (never backwards), takes the next seq, appends
+one WAL record (one write(2); fsync when sync=True), then adds its rows to the memtable. A full memtable
+is frozen behind a new WAL segment and flushed to an L0 SST by the flush thread while writes go on; the
+manifest then records the SST and the new WAL replay point, and only after that commit are the
+flushed segments deleted.
+
+Read path: the active memtable, frozen memtables newest first, L0 SSTs newest first, then sorted runs
+newest first; the first version with seq <= the read's seq decides. Structures are searched in that
+order because their seq ranges are ordered the same way.
+
+Recovery: open replays WAL segments from the manifest's replay point (records past the manifest's
+last_seq), dropping a torn final record, flushes what it replayed to L0 and retires the old segments, so
+a fenced older handle appending to them can never make those writes visible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from compaction.merge import OutputSpec, flush_rows, merge_sources
+from formats.manifest import Manifest, SortedRun, SstEntry
+from formats.row import check_key, check_value
+from formats.sst import SstReader
+from formats.wal import encode_record
+from lsm import wal as wal_files
+from lsm.batch import WriteBatch
+from lsm.cache import LruCache
+from lsm.clock import MonotonicClock
+from lsm.errors import (
+    ClosedError,
+    FencedError,
+    LsmError,
+    NotADatabaseError,
+)
+from lsm.fsutil import fsync_dir, unlink_quiet
+from lsm.iterators import run_get, run_iter, visible_rows
+from lsm.manifest import FenceToken, ManifestStore
+from lsm.memtable import Memtable
+from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions, check_ttl
+from lsm.snapshot import Snapshot
+
+SST_SUFFIX = ".sst"
+
+
+class Entry(NamedTuple):
+    """A row as `get_entry` returns it. v0 SST rows report ts None and the file's max_seq as seq."""
+
+    key: bytes
+    value: bytes
+    seq: int
+    ts: int | None
+    expire_ts: int | None
+
+
+class ReadOnlyError(LsmError):
+    """A write on a DB opened with read_only=True."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A sorted run in the read path: its manifest record, open readers and their last keys."""
+
+    record: SortedRun
+    readers: tuple[SstReader, ...]
+    last_keys: tuple[bytes, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """What readers see, swapped atomically as a whole."""
+
+    mem: Memtable
+    imm: tuple[Memtable, ...]  # frozen memtables, newest first
+    l0: tuple[tuple[SstEntry, SstReader], ...]  # newest first
+    runs: tuple[Run, ...]  # newest first
+    gen: int
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with `prefix` (None if there is none)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)
+
+
+class DB:
+    """An embedded, time-aware LSM key-value store on one directory. Use `DB.open`."""
+
+    # -- open ------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], options: DbOptions | None = None, *, read_only: bool = False) -> DB:
+        """Open (creating if needed) the database at `path`.
+
+        A writable open fences every earlier handle on the path. ``read_only=True`` opens without
+        fencing anyone, replays the WAL in memory only, and refuses writes (for tools).
+        """
+        db = cls.__new__(cls)
+        db._init(os.fspath(path), options or DbOptions(), read_only)
+        return db
+
+    def _init(self, path: str, options: DbOptions, read_only: bool) -> None:
+        self._closed = True
+        self.path = path
+        self.options = options
+        self.read_only = read_only
+        self._sst_dir = os.path.join(path, "sst")
+        self._wal_dir = os.path.join(path, "wal")
+        _prepare_dir(path, create=not read_only)
+        self._store = ManifestStore(path)
+        self._cache = LruCache(options.block_cache_bytes)
+        self._readers: dict[str, SstReader] = {}
+        self._write_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self._cv = threading.Condition(threading.Lock())
+        self._bg_error: BaseException | None = None
+        self._stopping = False
+        self._snapshots: Counter[int] = Counter()
+        self._iter_gens: Counter[int] = Counter()
+        self._obsolete: list[tuple[int, list[str]]] = []
+        self._wal: wal_files.WalWriter | None = None
+        self._token: FenceToken | None = None
+        self._flush_thread: threading.Thread | None = None
+        self._on_flush_hooks: list[Callable[[], None]] = []
+        self._on_close_hooks: list[Callable[[], None]] = []
+        self._memtable_bytes = options.memtable_bytes
+        self._default_ttl = options.default_ttl
+        self.user_bytes_written = 0
+        self.flush_bytes_written = 0
+
+        man_id, man = self._open_manifest()
+        self._manifest_id, self._manifest = man_id, man
+        self._writer_epoch = man.writer_epoch
+        self._compactor_epoch = man.compactor_epoch
+        self._next_id = max(man.next_sst_id, _max_sst_number(self._sst_dir) + 1)
+        state_l0 = tuple((e, self._reader(e.name)) for e in man.l0)
+        state_runs = tuple(self._make_run(r) for r in man.runs)
+
+        mem, max_ts, last_seg = self._replay_wal(man)
+        self._seq = max(man.last_seq, mem.max_seq)
+        self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts))
+        self._state = State(mem, (), state_l0, state_runs, 0)
+        self._closed = False
+        if read_only:
+            return
+        try:
+            if not mem.is_empty():
+                self._state = dataclasses.replace(self._state, mem=Memtable(last_seg + 1), imm=(mem,))
+                self._flush_memtable(mem)
+            self._delete_wal_below(self._manifest.wal_replay_from)
+            next_seg = max(last_seg + 1, self._manifest.wal_replay_from)
+            new_mem = Memtable(next_seg)
+            self._wal = wal_files.WalWriter(self._wal_dir, next_seg)
+            self._state = dataclasses.replace(self._state, mem=new_mem)
+            self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
+            self._flush_thread.start()
+        except BaseException:
+            self._release()
+            raise
+
+    def _open_manifest(self) -> tuple[int, Manifest]:
+        store = self._store
+        for _ in range(100):
+            mid, man = store.latest()
+            if man is None:
+                if self.read_only:
+                    raise NotADatabaseError(f"{self.path}: no manifest: not an lsm-sim database")
+                store.try_create(1, Manifest())
+                continue
+            if self.read_only:
+                return mid, man
+            bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1)
+            if store.try_create(mid + 1, bumped):
+                self._token = FenceToken(store.dir)
+                self._token.publish(bumped.writer_epoch)
+                return mid + 1, bumped
+        raise FencedError(f"{self.path}: could not open: the manifest keeps changing under us")
+
+    def _replay_wal(self, man: Manifest) -> tuple[Memtable, int, int]:
+        """Replay unflushed WAL records into a memtable; return it, the newest ts seen, and the last segment."""
+        segments = [(i, p) for i, p in wal_files.list_segments(self._wal_dir) if i >= man.wal_replay_from]
+        last_seg = segments[-1][0] if segments else man.wal_replay_from - 1
+        mem = Memtable(last_seg)
+        max_ts = 0
+        for _sid, path in segments:
+            records, _torn = wal_files.read_segment(path)
+            for rec in records:
+                if rec.ts > max_ts:
+                    max_ts = rec.ts
+                if rec.seq <= man.last_seq:
+                    continue
+                for row in rec.rows:
+                    mem.add(row)
+        return mem, max_ts, last_seg
+
+    # -- SST bookkeeping ---------------------------------------------------------------------------
+    def sst_path(self, name: str) -> str:
+        return os.path.join(self._sst_dir, name)
+
+    def _reader(self, name: str) -> SstReader:
+        r = self._readers.get(name)
+        if r is None:
+            r = SstReader(self.sst_path(name), cache=self._cache if self.options.block_cache_bytes else None)
+            self._readers[name] = r
+        return r
+
+    def _make_run(self, record: SortedRun) -> Run:
+        readers = tuple(self._reader(e.name) for e in record.ssts)
+        return Run(record, readers, tuple(e.info.last_key for e in record.ssts))
+
+    def _alloc_ids(self, n: int = 1) -> int:
+        with self._state_lock:
+            first = self._next_id
+            self._next_id += n
+            return first
+
+    def _output_spec(self, prefix: str, target_bytes: int | None) -> OutputSpec:
+        o = self.options
+        return OutputSpec(
+            directory=self._sst_dir,
+            prefix=prefix,
+            format_version=o.sst_format_version,
+            block_bytes=o.block_bytes,
+            bloom_bits_per_key=o.bloom_bits_per_key,
+            compression=o.compression,
+            target_bytes=target_bytes,
+        )
+
+    def _commit(self, edit: Callable[[Manifest], Manifest]) -> Manifest:
+        """Publish edit(current manifest) as the next version (CAS); FencedError if another handle took over."""
+        with self._commit_lock:
+            for _ in range(100):
+                base = self._manifest
+                new = edit(base)
+                new = new.replace(next_sst_id=max(new.next_sst_id, self._next_id))
+                if self._store.try_create(self._manifest_id + 1, new):
+                    self._manifest_id += 1
+                    self._manifest = new
+                    if self._manifest_id % 16 == 0:
+                        self._store.prune(self.options.manifest_history)
+                    return new
+                lid, latest = self._store.latest()
+                if latest is None or (latest.writer_epoch, latest.compactor_epoch) != (
+                    self._writer_epoch,
+                    self._compactor_epoch,
+                ):
+                    raise FencedError(
+                        f"{self.path}: another handle opened this database (writer epoch "
+                        f"{latest.writer_epoch if latest else '?'} > {self._writer_epoch}); this one is fenced"
+                    )
+                self._manifest_id, self._manifest = lid, latest
+            raise FencedError(f"{self.path}: manifest commit kept conflicting")
+
+    # -- write path --------------------------------------------------------------------------------
+    def put(self, key: bytes, value: bytes, ttl: int | None = None, options: WriteOptions | None = None) -> int:
+        """Write `key` = `value`; ttl (ms) overrides DbOptions.default_ttl, NO_TTL disables it.
+
+        Returns the commit's seq."""
+        check_key(key)
+        check_value(value)
+        check_ttl(ttl)
+        return self._commit_ops(((key, ttl, value),), options)
+
+    def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
+        """Write a tombstone for `key` (it carries a ts and no expire_ts). Returns the commit's seq."""
+        check_key(key)
+        return self._commit_ops(((key, None, None),), options)
+
+    def write(self, batch: WriteBatch, options: WriteOptions | None = None) -> int:
+        """Commit a WriteBatch atomically under one seq and one ts. Returns the seq."""
+        if not isinstance(batch, WriteBatch):
+            raise TypeError(f"write() takes a WriteBatch, not {type(batch).__name__}")
+        if not batch.ops:
+            raise ValueError("write() of an empty WriteBatch")
+        ops = batch.ops
+        if len(ops) > 1:
+            ops = list({op[0]: op for op in ops}.values())  # the last operation on a key wins
+        return self._commit_ops(ops, options)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self.path}: DB is closed")
+        if self.read_only:
+            raise ReadOnlyError(f"{self.path}: opened read-only")
+
+    def _check_fence(self) -> None:
+        if self._token.read() != self._writer_epoch:
+            raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
+
+    def _commit_ops(self, ops, options: WriteOptions | None) -> int:
+        self._check_writable()
+        sync = options is not None and options.sync
+        with self._write_lock:
+            if self._closed:
+                raise ClosedError(f"{self.path}: DB is closed")
+            if self._bg_error is not None:
+                raise self._bg_error
+            self._check_fence()
+            ts = self._clock.tick()
+            seq = self._seq + 1
+            default_ttl = self._default_ttl
+            wal_ops = []
+            rows = []
+            nbytes = 0
+            for key, ttl, value in ops:
+                exp = None
+                if value is not None:
+                    if ttl is None:
+                        ttl = default_ttl
+                    if ttl is not None and ttl is not NO_TTL:
+                        if self.options.sst_format_version == 0:
+                            raise ValueError("sst_format_version 0 cannot store TTLs")
+                        exp = ts + ttl
+                    nbytes += len(key) + len(value)
+                else:
+                    nbytes += len(key)
+                wal_ops.append((key, exp, value))
+                rows.append((key, seq, ts, exp, value))
+            self._wal.append(encode_record(seq, ts, wal_ops), sync)
+            self._check_fence()
+            mem = self._state.mem
+            for r in rows:
+                mem.add(r)
+            self._seq = seq
+            self.user_bytes_written += nbytes
+            if mem.bytes >= self._memtable_bytes:
+                self._rotate_locked()
+            return seq
+
+    def _rotate_locked(self) -> None:
+        """Freeze the memtable behind a new WAL segment and hand it to the flush thread (write lock held)."""
+        old = self._state.mem
+        if old.is_empty():
+            return
+        new = Memtable(old.segment_id + 1)
+        new_wal = wal_files.WalWriter(self._wal_dir, new.segment_id)
+        old_wal, self._wal = self._wal, new_wal
+        old_wal.close()
+        with self._state_lock:
+            st = self._state
+            self._state = dataclasses.replace(st, mem=new, imm=(old,) + st.imm, gen=st.gen + 1)
+        with self._cv:
+            self._cv.notify_all()
+            while len(self._state.imm) > self.options.max_immutable_memtables and self._bg_error is None:
+                self._cv.wait()
+
+    def flush(self) -> None:
+        """Flush the memtable to an L0 SST and wait until every frozen memtable is flushed."""
+        self._check_writable()
+        with self._write_lock:
+            self._rotate_locked()
+        self._wait_flushed()
+
+    def _wait_flushed(self) -> None:
+        with self._cv:
+            while self._state.imm and self._bg_error is None:
+                self._cv.wait()
+        if self._bg_error is not None:
+            raise self._bg_error
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._state.imm and not self._stopping:
+                    self._cv.wait()
+                if not self._state.imm:
+                    return
+            try:
+                self._flush_memtable(self._state.imm[-1])
+            except BaseException as e:  # noqa: BLE001 - surfaced to writers as the background error
+                with self._cv:
+                    self._bg_error = e
+                    self._cv.notify_all()
+                return
+            with self._cv:
+                self._cv.notify_all()
+            for hook in self._on_flush_hooks:
+                hook()
+
+    def _flush_memtable(self, mem: Memtable) -> None:
+        """Write one frozen memtable to L0, commit, swap it into the read path, retire its WAL."""
+        tick = self._clock.read()
+        spec = self._output_spec(f"{self._alloc_ids():020d}", None)
+        outputs = flush_rows(
+            mem.iter(), spec, tick=tick, snapshots=self.snapshot_seqs(), retention_cutoff=self._retention_cutoff(tick)
+        )
+        fsync_dir(self._sst_dir)
+        entries = tuple(SstEntry(name, info) for name, info in outputs)
+        readers = tuple((e, self._reader(e.name)) for e in entries)
+        watermark = max(mem.max_ts, self._clock.last)
+
+        def edit(m: Manifest) -> Manifest:
+            return m.replace(
+                l0=entries + m.l0,
+                last_seq=max(m.last_seq, mem.max_seq),
+                wal_replay_from=max(m.wal_replay_from, mem.segment_id + 1),
+                clock_watermark=max(m.clock_watermark, watermark),
+                **self._manifest_extras(m),
+            )
+
+        try:
+            self._commit(edit)
+        except BaseException:
+            for e in entries:
+                unlink_quiet(self.sst_path(e.name))
+                self._readers.pop(e.name, None)
+            raise
+        self.flush_bytes_written += sum(e.info.file_size for e in entries)
+        with self._state_lock:
+            st = self._state
+            self._state = dataclasses.replace(
+                st, imm=tuple(m for m in st.imm if m is not mem), l0=readers + st.l0, gen=st.gen + 1
+            )
+        self._delete_wal_below(mem.segment_id + 1)
+
+    def _manifest_extras(self, m: Manifest) -> dict[str, Any]:
+        """Fields other components fold into every writer commit (time maps); overridden by mixins."""
+        return {}
+
+    def _retention_cutoff(self, tick: int) -> int | None:
+        r = self.options.history_retention
+        return tick - r if r else None
+
+    def _delete_wal_below(self, segment_id: int) -> None:
+        for sid, p in wal_files.list_segments(self._wal_dir):
+            if sid < segment_id:
+                unlink_quiet(p)
+
+    # -- read path ---------------------------------------------------------------------------------
+    @property
+    def seq(self) -> int:
+        """The last committed sequence number."""
+        return self._seq
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self.path}: DB is closed")
+
+    def _find(self, key: bytes, max_seq: int | None) -> tuple | None:
+        """The newest version of `key` with seq <= max_seq, tombstones included."""
+        st = self._state
+        row = st.mem.get(key, max_seq)
+        if row is not None:
+            return row
+        for m in st.imm:
+            row = m.get(key, max_seq)
+            if row is not None:
+                return row
+        for _e, r in st.l0:
+            row = r.get(key, max_seq)
+            if row is not None:
+                return row
+        for run in st.runs:
+            row = run_get(run.readers, run.last_keys, key, max_seq)
+            if row is not None:
+                return row
+        return None
+
+    def _get_entry(self, key: bytes, max_seq: int | None, include_expired: bool, now: int | None) -> Entry | None:
+        self._check_open()
+        check_key(key)
+        row = self._find(key, max_seq)
+        if row is None or row[4] is None:
+            return None
+        exp = row[3]
+        if exp is not None and not include_expired:
+            if now is None:
+                now = self._clock.read()
+            if now > exp:
+                return None
+        return Entry(row[0], row[4], row[1], row[2], exp)
+
+    def get(self, key: bytes, options: ReadOptions | None = None) -> bytes | None:
+        """The value of `key`, or None if it is absent, deleted or expired."""
+        e = self._get_entry(key, None, options is not None and options.include_expired, None)
+        return None if e is None else e.value
+
+    def get_entry(self, key: bytes, options: ReadOptions | None = None) -> Entry | None:
+        """The visible row of `key` with its metadata (seq, ts, expire_ts), or None."""
+        return self._get_entry(key, None, options is not None and options.include_expired, None)
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        reverse: bool = False,
+        *,
+        prefix: bytes | None = None,
+        options: ReadOptions | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs with start <= key < end (and key starting with prefix), in key order."""
+        self._check_open()
+        include = options is not None and options.include_expired
+        return self._scan(start, end, reverse, prefix, self._seq, include, None, False)
+
+    def scan_entries(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        reverse: bool = False,
+        *,
+        prefix: bytes | None = None,
+        options: ReadOptions | None = None,
+    ) -> Iterator[Entry]:
+        """Like `scan`, yielding `Entry` rows with their metadata."""
+        self._check_open()
+        include = options is not None and options.include_expired
+        return self._scan(start, end, reverse, prefix, self._seq, include, None, True)
+
+    def _scan(
+        self,
+        start: bytes | None,
+        end: bytes | None,
+        reverse: bool,
+        prefix: bytes | None,
+        max_seq: int | None,
+        include_expired: bool,
+        now: int | None,
+        entries: bool,
+    ) -> Iterator:
+        for k in (start, end, prefix):
+            if k is not None and type(k) is not bytes:
+                raise TypeError(f"scan bounds must be bytes, not {type(k).__name__}")
+        if prefix is not None:
+            pend = prefix_end(prefix)
+            start = prefix if start is None or start < prefix else start
+            if pend is not None and (end is None or end > pend):
+                end = pend
+        if now is None:
+            now = self._clock.read()
+        with self._state_lock:
+            st = self._state
+            self._iter_gens[st.gen] += 1
+        return self._scan_gen(st, start, end, reverse, max_seq, include_expired, now, entries)
+
+    def _scan_gen(self, st: State, start, end, reverse, max_seq, include_expired, now, entries) -> Iterator:
+        try:
+            if start is not None and end is not None and start >= end:
+                return
+            sources = [st.mem.iter(start, end, reverse)]
+            sources += [m.iter(start, end, reverse) for m in st.imm]
+            sources += [r.iter(start, end, reverse) for _e, r in st.l0]
+            sources += [run_iter(run.readers, run.last_keys, start, end, reverse) for run in st.runs]
+            rows = visible_rows(merge_sources(sources, reverse), max_seq, now, include_expired)
+            if entries:
+                for r in rows:
+                    yield Entry(r[0], r[4], r[1], r[2], r[3])
+            else:
+                for r in rows:
+                    yield (r[0], r[4])
+        finally:
+            self._release_gen(st.gen)
+
+    def _release_gen(self, gen: int) -> None:
+        with self._state_lock:
+            self._iter_gens[gen] -= 1
+            if self._iter_gens[gen] <= 0:
+                del self._iter_gens[gen]
+        self._delete_obsolete()
+
+    def _retire_files(self, names: list[str]) -> None:
+        """Files no longer in the manifest: deleted once no iterator started before now is open."""
+        with self._state_lock:
+            self._obsolete.append((self._state.gen, names))
+        self._delete_obsolete()
+
+    def _delete_obsolete(self) -> None:
+        with self._state_lock:
+            oldest = min(self._iter_gens) if self._iter_gens else None
+            ready = [x for x in self._obsolete if oldest is None or oldest > x[0]]
+            self._obsolete = [x for x in self._obsolete if not (oldest is None or oldest > x[0])]
+        for _gen, names in ready:
+            for name in names:
+                self._readers.pop(name, None)
+                unlink_quiet(self.sst_path(name))
+
+    # -- snapshots ---------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """Pin the current seq: reads through the snapshot see exactly this state until released."""
+        self._check_open()
+        with self._state_lock:
+            seq = self._seq
+            self._snapshots[seq] += 1
+        return Snapshot(self, seq)
+
+    def _release_snapshot(self, seq: int) -> None:
+        with self._state_lock:
+            self._snapshots[seq] -= 1
+            if self._snapshots[seq] <= 0:
+                del self._snapshots[seq]
+
+    def snapshot_seqs(self) -> tuple[int, ...]:
+        """Seqs of live snapshots, ascending (what compaction must keep readable)."""
+        with self._state_lock:
+            return tuple(sorted(self._snapshots))
+
+    # -- close -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush the memtable, record the clock watermark, stop threads, release files. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if not self.read_only and self._bg_error is None:
+                for hook in self._on_close_hooks:
+                    hook()
+                with self._write_lock:
+                    self._rotate_locked()
+                self._wait_flushed()
+                watermark = self._clock.last
+                self._commit(
+                    lambda m: m.replace(
+                        clock_watermark=max(m.clock_watermark, watermark), **self._manifest_extras(m)
+                    )
+                )
+        except FencedError:
+            pass
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._flush_thread is not None and self._flush_thread is not threading.current_thread():
+            self._flush_thread.join()
+        if self._wal is not None:
+            try:
+                self._wal.sync()
+            finally:
+                self._wal.close()
+            self._wal = None
+        if self._token is not None:
+            self._token.close()
+            self._token = None
+        self._closed = True
+
+    def __enter__(self) -> DB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DB({self.path!r}, seq={self._seq})"
+
+    # -- introspection -----------------------------------------------------------------------------
+    @property
+    def manifest(self) -> Manifest:
+        """The current manifest (the LSM shape)."""
+        return self._manifest
+
+    def lsm_shape(self) -> dict[str, Any]:
+        st = self._state
+        return {
+            "memtable_rows": len(st.mem),
+            "immutable_memtables": len(st.imm),
+            "l0": [e.name for e, _ in st.l0],
+            "runs": [[e.name for e in run.record.ssts] for run in st.runs],
+        }
+
+
+def _prepare_dir(path: str, create: bool) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADatabaseError(f"{path}: is a file, not a database directory")
+    if os.path.isdir(path):
+        entries = set(os.listdir(path))
+        if entries and "manifest" not in entries:
+            raise NotADatabaseError(f"{path}: directory is not empty and holds no lsm-sim database")
+    elif not create:
+        raise NotADatabaseError(f"{path}: no such database")
+    if create:
+        for sub in ("", "manifest", "wal", "sst"):
+            os.makedirs(os.path.join(path, sub), exist_ok=True)
+
+
+def _max_sst_number(sst_dir: str) -> int:
+    best = 0
+    try:
+        names = os.listdir(sst_dir)
+    except FileNotFoundError:
+        return 0
+    for n in names:
+        head = n.split("-", 1)[0].split(".", 1)[0]
+        if head.isdigit():
+            best = max(best, int(head))
+    return best
+
+
+__all__ = ["DB", "Entry", "ReadOnlyError", "State", "Run", "prefix_end"]

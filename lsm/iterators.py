@@ -1,0 +1,63 @@
+"""The read path's iterators.
+
+Sources (memtables, L0 SSTs, sorted runs) each yield every version in their range, keys in scan order and
+each key's versions newest first; `compaction.merge.merge_sources` interleaves them without suppressing
+duplicates; `visible_rows` sits on top (LevelDB's DBIter) and resolves versions, deletes, snapshots and
+expiry: for each key the newest version with seq <= the read's seq decides, and a tombstone or an expired
+row hides the key (it does not fall through to older versions).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+
+from formats.sst import SstReader
+
+
+def run_iter(
+    readers: Sequence[SstReader],
+    last_keys: Sequence[bytes],
+    start: bytes | None,
+    end: bytes | None,
+    reverse: bool,
+) -> Iterator[tuple]:
+    """A sorted run: its SSTs (non-overlapping, in key order) concatenated over [start, end)."""
+    lo = 0 if start is None else bisect.bisect_left(last_keys, start)
+    hi = len(readers)
+    if end is not None:
+        hi = lo
+        while hi < len(readers) and readers[hi].info.first_key < end:
+            hi += 1
+    chosen = readers[lo:hi]
+    if reverse:
+        chosen = chosen[::-1]
+    return itertools.chain.from_iterable(r.iter(start, end, reverse) for r in chosen)
+
+
+def run_get(readers: Sequence[SstReader], last_keys: Sequence[bytes], key: bytes, max_seq: int | None):
+    """Point lookup in a sorted run: one SST by binary search, then that SST's bloom, index and block."""
+    i = bisect.bisect_left(last_keys, key)
+    if i == len(readers):
+        return None
+    return readers[i].get(key, max_seq)
+
+
+def visible_rows(
+    rows: Iterable[tuple], max_seq: int | None, now: int | None, include_expired: bool = False
+) -> Iterator[tuple]:
+    """The row each key shows a reader at `max_seq` (None = latest) and time `now`."""
+    last_key = None
+    for row in rows:
+        key = row[0]
+        if key == last_key:
+            continue
+        if max_seq is not None and row[1] > max_seq:
+            continue
+        last_key = key
+        if row[4] is None:
+            continue
+        if not include_expired and now is not None and row[3] is not None and now > row[3]:
+            continue
+        yield row

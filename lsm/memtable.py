@@ -1,0 +1,90 @@
+"""The memtable: recent writes in memory, every version kept, until a flush turns it into an L0 SST.
+
+Point reads hit a dict (O(1)); ordered reads need sorted keys, kept in a SortedList that new keys join
+lazily at the next ordered read (so a write costs a dict insert, not a sorted insert). Rows are the
+`formats.row` tuples ``(key, seq, ts, expire_ts, value)``; each key's versions are appended in commit
+order (oldest first).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from sortedcontainers import SortedList
+
+ROW_OVERHEAD = 32  # bytes charged per row beyond key and value (roughly what an encoded row adds)
+
+
+class Memtable:
+    def __init__(self, segment_id: int) -> None:
+        self.segment_id = segment_id  # the WAL segment holding exactly this memtable's commits
+        self.data: dict[bytes, list[tuple]] = {}
+        self._sorted = SortedList()
+        self._pending: list[bytes] = []
+        self._lock = threading.Lock()
+        self.bytes = 0
+        self.rows = 0
+        self.min_seq: int | None = None
+        self.max_seq = 0
+        self.max_ts = 0
+
+    def add(self, row: tuple) -> None:
+        """Add one version (O(1) amortized). The caller serializes writers."""
+        key = row[0]
+        versions = self.data.get(key)
+        if versions is None:
+            with self._lock:  # keys() swaps _pending under the same lock
+                self.data[key] = [row]
+                self._pending.append(key)
+        else:
+            versions.append(row)
+        value = row[4]
+        self.bytes += len(key) + ROW_OVERHEAD + (len(value) if value is not None else 0)
+        self.rows += 1
+        seq = row[1]
+        if self.min_seq is None:
+            self.min_seq = seq
+        self.max_seq = seq
+        if row[2] > self.max_ts:
+            self.max_ts = row[2]
+
+    def get(self, key: bytes, max_seq: int | None = None) -> tuple | None:
+        """Newest version of `key` with seq <= max_seq. O(1) for the newest, O(versions) otherwise."""
+        versions = self.data.get(key)
+        if versions is None:
+            return None
+        if max_seq is None:
+            return versions[-1]
+        for row in reversed(versions):
+            if row[1] <= max_seq:
+                return row
+        return None
+
+    def keys(self, start: bytes | None = None, end: bytes | None = None) -> list[bytes]:
+        """Sorted keys with start <= key < end, as a list (a stable copy while writes go on)."""
+        with self._lock:
+            if self._pending:
+                pending = self._pending
+                self._pending = []
+                self._sorted.update(pending)
+            return list(self._sorted.irange(start, end, inclusive=(True, False)))
+
+    def iter(self, start: bytes | None = None, end: bytes | None = None, reverse: bool = False) -> Iterator[tuple]:
+        """Every version in the range: keys ascending (descending if reverse), each key newest first."""
+        keys = self.keys(start, end)
+        if reverse:
+            keys.reverse()
+        data = self.data
+        for k in keys:
+            versions = data[k]
+            if len(versions) == 1:
+                yield versions[0]
+            else:
+                yield from versions[::-1]
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def is_empty(self) -> bool:
+        return self.rows == 0

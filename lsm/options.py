@@ -1,0 +1,116 @@
+"""Options of a DB, of a write and of a read. Validated when built, so bad values fail early."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from lsm.clock import Clock, SystemClock
+
+
+class _NoTtl:
+    """Sentinel: write without an expiry even when DbOptions.default_ttl is set."""
+
+    def __repr__(self) -> str:
+        return "NO_TTL"
+
+
+NO_TTL: Any = _NoTtl()
+
+
+def check_ttl(ttl: object) -> None:
+    """ttl is None (use the default), NO_TTL, or an int >= 0 (ms)."""
+    if ttl is None or ttl is NO_TTL:
+        return
+    if type(ttl) is not int:
+        raise TypeError(f"ttl must be int milliseconds, not {type(ttl).__name__}")
+    if ttl < 0:
+        raise ValueError(f"ttl must be >= 0 ms, got {ttl}")
+
+
+def _positive(name: str, v: object, allow_none: bool = False, minimum: int = 1) -> None:
+    if v is None and allow_none:
+        return
+    if type(v) is not int or v < minimum:
+        raise ValueError(f"DbOptions.{name} must be an int >= {minimum}, got {v!r}")
+
+
+@dataclasses.dataclass
+class DbOptions:
+    """How a DB behaves. Sizes in bytes, times in ms.
+
+    The first block of fields is pinned by the design; the rest tune compaction and caching.
+    """
+
+    clock: Clock = dataclasses.field(default_factory=SystemClock)
+    default_ttl: int | None = None
+    memtable_bytes: int = 4 << 20
+    block_bytes: int = 4096
+    bloom_bits_per_key: int = 10
+    sst_format_version: int = 1
+    l0_compaction_threshold: int = 4
+    periodic_compaction_interval: int | None = None
+    compaction_filters: Sequence[Any] = ()
+    background_compaction: bool = True
+    spark_offload_min_bytes: int | None = None
+    history_retention: int = 0
+    compression: str | None = None
+    # -- tuning beyond the pinned names --
+    block_cache_bytes: int = 64 << 20
+    target_sst_bytes: int = 8 << 20
+    max_immutable_memtables: int = 2
+    size_ratio: float = 2.0  # adjacent runs merge when the newer ones add up to >= older / size_ratio
+    max_merge_inputs: int = 8  # cap on sorted runs per size-tiered job
+    periodic_compaction_jitter: float = 0.0  # fraction of the interval, deterministic per SST
+    periodic_compaction_max_bytes: int | None = None  # cap on input bytes of one periodic job
+    spark_session: Any = None
+    spark_master: str = "local[*]"
+    spark_tasks: int | None = None
+    gc_grace_ms: int = 60_000
+    manifest_history: int = 100  # manifest versions kept on disk
+
+    def __post_init__(self) -> None:
+        if not callable(getattr(self.clock, "now", None)):
+            raise TypeError("DbOptions.clock must have a now() -> int method")
+        if self.default_ttl is not None:
+            check_ttl(self.default_ttl)
+        _positive("memtable_bytes", self.memtable_bytes, minimum=1024)
+        _positive("block_bytes", self.block_bytes, minimum=64)
+        _positive("bloom_bits_per_key", self.bloom_bits_per_key)
+        if self.sst_format_version not in (0, 1):
+            raise ValueError(f"DbOptions.sst_format_version must be 0 or 1, got {self.sst_format_version!r}")
+        if self.sst_format_version == 0 and self.default_ttl is not None:
+            raise ValueError("format version 0 has no TimeToLive attribute: it cannot be used with default_ttl")
+        _positive("l0_compaction_threshold", self.l0_compaction_threshold, minimum=2)
+        _positive("periodic_compaction_interval", self.periodic_compaction_interval, allow_none=True)
+        _positive("spark_offload_min_bytes", self.spark_offload_min_bytes, allow_none=True, minimum=0)
+        _positive("history_retention", self.history_retention, minimum=0)
+        if self.compression not in (None, "none", "zlib"):
+            raise ValueError(f"DbOptions.compression must be None or 'zlib', got {self.compression!r}")
+        _positive("block_cache_bytes", self.block_cache_bytes, minimum=0)
+        _positive("target_sst_bytes", self.target_sst_bytes, minimum=1024)
+        _positive("max_immutable_memtables", self.max_immutable_memtables)
+        _positive("max_merge_inputs", self.max_merge_inputs, minimum=2)
+        if not self.size_ratio >= 1:
+            raise ValueError("DbOptions.size_ratio must be >= 1")
+        if not 0 <= self.periodic_compaction_jitter < 1:
+            raise ValueError("DbOptions.periodic_compaction_jitter must be in [0, 1)")
+        for f in self.compaction_filters:
+            if not callable(getattr(f, "create", None)):
+                raise TypeError(f"compaction filter factory {f!r} has no create(ctx) method")
+        self.compaction_filters = tuple(self.compaction_filters)
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteOptions:
+    """sync=False hands the WAL bytes to the OS (they survive a killed process); sync=True fsyncs."""
+
+    sync: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """include_expired=True shows rows whose TTL has passed but that compaction has not removed yet."""
+
+    include_expired: bool = False

@@ -61,7 +61,7 @@ class Decision:
         return _Decision(DecisionKind.CHANGE_VALUE, value)
 
 
-class Reason(str, enum.Enum):
+class Reason(enum.StrEnum):
     SIZE_TIERED = "size_tiered"
     PERIODIC = "periodic"
     MANUAL = "manual"

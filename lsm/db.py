@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from compaction.merge import OutputSpec, flush_rows, merge_sources
+from compaction.merge import CompactionStats, OutputSpec, flush_rows, merge_sources
 from formats.manifest import Manifest, SortedRun, SstEntry
 from formats.row import check_key, check_value
 from formats.sst import SstReader
@@ -40,6 +40,7 @@ from lsm import wal as wal_files
 from lsm.batch import WriteBatch
 from lsm.cache import LruCache
 from lsm.clock import MonotonicClock
+from lsm.compactor import DbCompactor
 from lsm.errors import (
     ClosedError,
     FencedError,
@@ -141,6 +142,7 @@ class DB:
         self._flush_thread: threading.Thread | None = None
         self._on_flush_hooks: list[Callable[[], None]] = []
         self._on_close_hooks: list[Callable[[], None]] = []
+        self._compactor: DbCompactor | None = None
         self._memtable_bytes = options.memtable_bytes
         self._default_ttl = options.default_ttl
         self.user_bytes_written = 0
@@ -172,6 +174,10 @@ class DB:
             self._state = dataclasses.replace(self._state, mem=new_mem)
             self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
             self._flush_thread.start()
+            self._compactor = DbCompactor(self)
+            if self._compactor.background is not None:
+                self._on_flush_hooks.append(self._compactor.background.wake)
+                self._compactor.background.wake()
         except BaseException:
             self._release()
             raise
@@ -244,8 +250,13 @@ class DB:
             target_bytes=target_bytes,
         )
 
-    def _commit(self, edit: Callable[[Manifest], Manifest]) -> Manifest:
-        """Publish edit(current manifest) as the next version (CAS); FencedError if another handle took over."""
+    def _commit(
+        self, edit: Callable[[Manifest], Manifest], on_commit: Callable[[Manifest], None] | None = None
+    ) -> Manifest:
+        """Publish edit(current manifest) as the next version (CAS); FencedError if another handle took over.
+
+        `on_commit(new)` runs under the commit lock right after the commit, so read-path state swaps
+        happen in commit order."""
         with self._commit_lock:
             for _ in range(100):
                 base = self._manifest
@@ -256,6 +267,8 @@ class DB:
                     self._manifest = new
                     if self._manifest_id % 16 == 0:
                         self._store.prune(self.options.manifest_history)
+                    if on_commit is not None:
+                        on_commit(new)
                     return new
                 lid, latest = self._store.latest()
                 if latest is None or (latest.writer_epoch, latest.compactor_epoch) != (
@@ -404,7 +417,6 @@ class DB:
         )
         fsync_dir(self._sst_dir)
         entries = tuple(SstEntry(name, info) for name, info in outputs)
-        readers = tuple((e, self._reader(e.name)) for e in entries)
         watermark = max(mem.max_ts, self._clock.last)
 
         def edit(m: Manifest) -> Manifest:
@@ -417,19 +429,23 @@ class DB:
             )
 
         try:
-            self._commit(edit)
+            self._commit(edit, lambda m: self._install(m, drop_imm=mem))
         except BaseException:
             for e in entries:
                 unlink_quiet(self.sst_path(e.name))
                 self._readers.pop(e.name, None)
             raise
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
+        self._delete_wal_below(mem.segment_id + 1)
+
+    def _install(self, m: Manifest, drop_imm: Memtable | None = None) -> None:
+        """Point the read path at manifest `m` (called under the commit lock, in commit order)."""
+        l0 = tuple((e, self._reader(e.name)) for e in m.l0)
+        runs = tuple(self._make_run(r) for r in m.runs)
         with self._state_lock:
             st = self._state
-            self._state = dataclasses.replace(
-                st, imm=tuple(m for m in st.imm if m is not mem), l0=readers + st.l0, gen=st.gen + 1
-            )
-        self._delete_wal_below(mem.segment_id + 1)
+            imm = st.imm if drop_imm is None else tuple(x for x in st.imm if x is not drop_imm)
+            self._state = dataclasses.replace(st, imm=imm, l0=l0, runs=runs, gen=st.gen + 1)
 
     def _manifest_extras(self, m: Manifest) -> dict[str, Any]:
         """Fields other components fold into every writer commit (time maps); overridden by mixins."""
@@ -618,6 +634,8 @@ class DB:
         if self._closed:
             return
         try:
+            if self._compactor is not None:
+                self._compactor.stop()
             if not self.read_only and self._bg_error is None:
                 for hook in self._on_close_hooks:
                     hook()
@@ -636,6 +654,8 @@ class DB:
             self._release()
 
     def _release(self) -> None:
+        if self._compactor is not None:
+            self._compactor.stop()
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
@@ -660,6 +680,40 @@ class DB:
 
     def __repr__(self) -> str:
         return f"DB({self.path!r}, seq={self._seq})"
+
+    # -- compaction --------------------------------------------------------------------------------
+    def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
+        """Run what the scheduler picks until nothing is due; full=True merges everything into one run.
+
+        executor: None (local, or Spark for jobs of at least DbOptions.spark_offload_min_bytes),
+        "local" or "spark". Returns the jobs' CompactionStats (also accumulated in compaction_stats).
+        A failing job (e.g. a filter that raises) leaves the database as it was and raises here."""
+        self._check_writable()
+        return self._compactor.compact(full=full, executor=executor)
+
+    @property
+    def compaction_stats(self) -> CompactionStats:
+        """CompactionStats accumulated over every job this handle ran (background ones included)."""
+        return self._compactor.stats if self._compactor is not None else CompactionStats()
+
+    @property
+    def compaction_error(self) -> BaseException | None:
+        """The error that stopped background compaction, if any (db.compact() raises it afresh)."""
+        bg = self._compactor.background if self._compactor is not None else None
+        return bg.error if bg is not None else None
+
+    def write_amplification(self) -> float:
+        """Bytes written to SSTs (flushes and compactions) per byte of user keys and values written."""
+        if not self.user_bytes_written:
+            return 0.0
+        written = self.flush_bytes_written + self.compaction_stats.bytes_out
+        return written / self.user_bytes_written
+
+    def gc(self, grace_ms: int | None = None) -> list[str]:
+        """Delete SST files the manifest does not reference and older than the grace period
+        (DbOptions.gc_grace_ms, wall time): leftovers of failed jobs or crashes. Returns their names."""
+        self._check_writable()
+        return self._compactor.gc(grace_ms)
 
     # -- introspection -----------------------------------------------------------------------------
     @property

@@ -1,0 +1,61 @@
+"""The in-process executor and the background compactor thread.
+
+`run_local` runs a job with the one merge (`compaction.merge.run_job`) in the calling thread.
+`BackgroundCompactor` is a daemon thread that calls a `step()` callback — given by the DB, which owns the
+manifest and commits — whenever it is woken (after a flush) or a poll interval passes (periodic
+compaction is due by time alone), until `step()` reports there is nothing left to do.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from compaction.merge import CompactionJob, MergeResult, run_job
+
+
+def run_local(job: CompactionJob) -> MergeResult:
+    return run_job(job)
+
+
+class BackgroundCompactor:
+    def __init__(self, step: Callable[[], bool], poll_seconds: float | None = None, name: str = "lsm-compact"):
+        """`step()` runs one job and returns True if it did something (then it is called again)."""
+        self._step = step
+        self._poll = poll_seconds
+        self._cv = threading.Condition()
+        self._wake = False
+        self._stop = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        with self._cv:
+            self._wake = True
+            self._cv.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._wake and not self._stop:
+                    if not self._cv.wait(self._poll):
+                        break  # poll interval passed
+                if self._stop:
+                    return
+                self._wake = False
+            try:
+                while not self._stop and self._step():
+                    pass
+            except BaseException as e:  # noqa: BLE001 - kept for the owner to report; the thread idles
+                self.error = e
+                with self._cv:
+                    while not self._wake and not self._stop:
+                        self._cv.wait()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()

@@ -1,0 +1,167 @@
+"""What to compact next: size-tiered and periodic picking.
+
+The LSM has L0 (overlapping SSTs, newest first) and sorted runs (non-overlapping SSTs each, newest run
+first), as in SlateDB. A job always takes the oldest part of L0 and/or adjacent runs, so the seq ranges of
+the structures stay ordered (newer above older) and the read path may stop at the first version it finds.
+
+Size-tiered (checked first):
+  1. L0 holds ``l0_compaction_threshold`` SSTs or more: all of L0 becomes one new run at the top. The
+     newest runs join the job while each is no bigger than ``size_ratio`` x what the job holds so far
+     (up to ``max_merge_inputs`` runs), so a small run does not linger above a tiny new one.
+  2. Otherwise, two or more adjacent runs of similar size merge: starting from the newest run, a window
+     grows while the next older run is at most ``size_ratio`` x the window's bytes; the first window of
+     two or more runs wins (at most ``max_merge_inputs``). Run sizes thus grow geometrically and the
+     number of runs stays logarithmic in the data size.
+
+Periodic (the RFC's best effort): an SST holding TTL rows or tombstones whose creation_timestamp is older
+than ``periodic_compaction_interval`` (stretched by a per-SST jitter of up to
+``periodic_compaction_jitter`` x the interval, derived from its name so it is stable) is due. The job
+reaches from the newest structure holding a due SST down to the oldest run, so the output is the oldest
+run and expired rows and tombstones are physically removed. With ``periodic_compaction_max_bytes`` set
+and a reach-down job bigger than that, and when due SSTs sit in the oldest run, the job instead rewrites
+in place a window of adjacent SSTs of the oldest run, starting at its first due SST, up to the cap (at
+least one SST).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import xxhash
+
+from compaction.filter import Reason
+from formats.manifest import SortedRun, SstEntry
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerOptions:
+    l0_compaction_threshold: int = 4
+    size_ratio: float = 2.0
+    max_merge_inputs: int = 8
+    periodic_compaction_interval: int | None = None
+    periodic_compaction_jitter: float = 0.0
+    periodic_compaction_max_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """One compaction: which inputs, and where the output goes.
+
+    ``l0`` names the L0 SSTs taken (always the oldest ones); ``runs`` the ids of the adjacent runs
+    merged; ``partial`` = (run id, SST names) for an in-place rewrite of part of one run.
+    """
+
+    reason: Reason
+    l0: tuple[str, ...] = ()
+    runs: tuple[int, ...] = ()
+    partial: tuple[int, tuple[str, ...]] | None = None
+    is_last_run: bool = False
+
+    def input_entries(self, l0: Sequence[SstEntry], runs: Sequence[SortedRun]) -> list[list[SstEntry]]:
+        """The inputs as sorted sources, newest first: each L0 SST alone, then each run."""
+        names = set(self.l0)
+        sources = [[e] for e in l0 if e.name in names]
+        for r in runs:
+            if r.id in self.runs:
+                sources.append(list(r.ssts))
+            elif self.partial is not None and r.id == self.partial[0]:
+                wanted = set(self.partial[1])
+                sources.append([e for e in r.ssts if e.name in wanted])
+        return sources
+
+
+def _size(entries: Sequence[SstEntry]) -> int:
+    return sum(e.info.file_size for e in entries)
+
+
+def pick_full(l0: Sequence[SstEntry], runs: Sequence[SortedRun]) -> Plan | None:
+    """Everything into one run (a manual full compaction)."""
+    if not l0 and not runs:
+        return None
+    return Plan(Reason.MANUAL, tuple(e.name for e in l0), tuple(r.id for r in runs), None, True)
+
+
+def pick_size_tiered(l0: Sequence[SstEntry], runs: Sequence[SortedRun], o: SchedulerOptions) -> Plan | None:
+    if len(l0) >= o.l0_compaction_threshold:
+        acc = _size(l0)
+        take: list[int] = []
+        for r in runs:
+            if len(take) >= o.max_merge_inputs or r.size > o.size_ratio * acc:
+                break
+            take.append(r.id)
+            acc += r.size
+        return Plan(
+            Reason.SIZE_TIERED,
+            tuple(e.name for e in l0),
+            tuple(take),
+            None,
+            is_last_run=len(take) == len(runs),
+        )
+    for i in range(len(runs) - 1):
+        acc = runs[i].size
+        j = i + 1
+        while j < len(runs) and j - i < o.max_merge_inputs and runs[j].size <= o.size_ratio * acc:
+            acc += runs[j].size
+            j += 1
+        if j - i >= 2:
+            return Plan(
+                Reason.SIZE_TIERED, (), tuple(r.id for r in runs[i:j]), None, is_last_run=j == len(runs)
+            )
+    return None
+
+
+def is_due(e: SstEntry, tick: int, o: SchedulerOptions) -> bool:
+    """Does this SST hold TTL rows or tombstones and is it older than the (jittered) interval?"""
+    interval = o.periodic_compaction_interval
+    if interval is None:
+        return False
+    i = e.info
+    if not (i.num_tombstones or i.num_expiring):
+        return False
+    jitter = 0
+    if o.periodic_compaction_jitter:
+        frac = xxhash.xxh3_64_intdigest(e.name.encode()) / 2**64
+        jitter = int(interval * o.periodic_compaction_jitter * frac)
+    return tick - i.creation_timestamp >= interval + jitter
+
+
+def pick_periodic(
+    l0: Sequence[SstEntry], runs: Sequence[SortedRun], tick: int, o: SchedulerOptions
+) -> Plan | None:
+    if o.periodic_compaction_interval is None:
+        return None
+    due_l0 = [k for k, e in enumerate(l0) if is_due(e, tick, o)]
+    due_runs = [k for k, r in enumerate(runs) if any(is_due(e, tick, o) for e in r.ssts)]
+    if not due_l0 and not due_runs:
+        return None
+    if due_l0:
+        take_l0 = tuple(e.name for e in l0[due_l0[0] :])
+        take_runs = tuple(r.id for r in runs)
+    else:
+        take_l0 = ()
+        take_runs = tuple(r.id for r in runs[due_runs[0] :])
+    cap = o.periodic_compaction_max_bytes
+    if cap is not None and runs and due_runs and due_runs[-1] == len(runs) - 1:
+        total = _size([e for e in l0 if e.name in set(take_l0)]) + sum(
+            r.size for r in runs if r.id in set(take_runs)
+        )
+        if total > cap:
+            last = runs[-1]
+            first = next(k for k, e in enumerate(last.ssts) if is_due(e, tick, o))
+            window = [last.ssts[first]]
+            acc = window[0].size
+            for e in last.ssts[first + 1 :]:
+                if acc + e.size > cap:
+                    break
+                window.append(e)
+                acc += e.size
+            return Plan(Reason.PERIODIC, (), (), (last.id, tuple(e.name for e in window)), True)
+    return Plan(Reason.PERIODIC, take_l0, take_runs, None, is_last_run=True)
+
+
+def pick(
+    l0: Sequence[SstEntry], runs: Sequence[SortedRun], tick: int, o: SchedulerOptions
+) -> Plan | None:
+    """The next job the scheduler wants, or None when nothing is due."""
+    return pick_size_tiered(l0, runs, o) or pick_periodic(l0, runs, tick, o)

@@ -1,0 +1,202 @@
+"""The DB's side of compaction: turn scheduler plans into jobs, run them, commit the result.
+
+`compaction` knows nothing of the DB: it takes a `CompactionJob` and returns output SSTs. This module owns
+what only the DB can do — reading the manifest, choosing the executor, committing one manifest edit under
+the DB's epochs (compare-and-swap), pointing the read path at the new shape, and deleting the inputs once
+no iterator still reads them. A job that fails (a filter raising, an executor error, a fenced commit)
+removes its outputs and leaves the manifest as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from compaction import scheduler
+from compaction.filter import Reason
+from compaction.local import BackgroundCompactor, run_local
+from compaction.merge import CompactionJob, CompactionStats, MergeResult
+from formats.manifest import Manifest, SortedRun, SstEntry
+from lsm.errors import CompactionError
+from lsm.fsutil import fsync_dir, unlink_quiet
+
+if TYPE_CHECKING:
+    from lsm.db import DB
+
+Executor = Callable[[CompactionJob], MergeResult]
+
+
+class DbCompactor:
+    def __init__(self, db: DB) -> None:
+        self.db = db
+        o = db.options
+        self.sched = scheduler.SchedulerOptions(
+            l0_compaction_threshold=o.l0_compaction_threshold,
+            size_ratio=o.size_ratio,
+            max_merge_inputs=o.max_merge_inputs,
+            periodic_compaction_interval=o.periodic_compaction_interval,
+            periodic_compaction_jitter=o.periodic_compaction_jitter,
+            periodic_compaction_max_bytes=o.periodic_compaction_max_bytes,
+        )
+        self.stats = CompactionStats()
+        self._lock = threading.Lock()
+        self.background: BackgroundCompactor | None = None
+        if o.background_compaction:
+            poll = None
+            if o.periodic_compaction_interval is not None:
+                poll = min(60.0, max(0.05, o.periodic_compaction_interval / 4000))
+            self.background = BackgroundCompactor(self.step, poll)
+
+    # -- executors ---------------------------------------------------------------------------------
+    def _executor(self, job: CompactionJob, requested: str | None) -> Executor:
+        o = self.db.options
+        if requested is None:
+            offload = o.spark_offload_min_bytes
+            requested = "spark" if offload is not None and job.input_bytes >= offload else "local"
+        if requested == "local":
+            return run_local
+        if requested == "spark":
+            from compaction.spark import SparkExecutor
+
+            return SparkExecutor(o.spark_session, master=o.spark_master, tasks=o.spark_tasks)
+        raise ValueError(f"unknown executor {requested!r}: use 'local' or 'spark'")
+
+    # -- picking -----------------------------------------------------------------------------------
+    def step(self) -> bool:
+        """Run one scheduled job if one is due; True if a job ran (for the background thread)."""
+        db = self.db
+        if db._closed or db._bg_error is not None:
+            return False
+        with self._lock:
+            m = db.manifest
+            plan = scheduler.pick(m.l0, m.runs, db._clock.read(), self.sched)
+            if plan is None:
+                return False
+            self._run(plan, None)
+            return True
+
+    def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
+        """Run what the scheduler picks until nothing is due (or, with full=True, merge everything)."""
+        if executor not in (None, "local", "spark"):
+            raise ValueError(f"unknown executor {executor!r}: use 'local' or 'spark'")
+        total = CompactionStats()
+        with self._lock:
+            if full:
+                m = self.db.manifest
+                plan = scheduler.pick_full(m.l0, m.runs)
+                if plan is not None:
+                    total.add(self._run(plan, executor))
+                return total
+            for _ in range(10_000):
+                m = self.db.manifest
+                plan = scheduler.pick(m.l0, m.runs, self.db._clock.read(), self.sched)
+                if plan is None:
+                    break
+                total.add(self._run(plan, executor))
+        return total
+
+    # -- running -----------------------------------------------------------------------------------
+    def make_job(self, plan: scheduler.Plan, m: Manifest, tick: int) -> CompactionJob:
+        db = self.db
+        src = plan.input_entries(m.l0, m.runs)
+        return CompactionJob(
+            sources=tuple(tuple(db.sst_path(e.name) for e in s) for s in src),
+            inputs=tuple(e.info for s in src for e in s),
+            is_last_run=plan.is_last_run,
+            tick=tick,
+            reason=plan.reason,
+            output=db._output_spec(f"{db._alloc_ids():020d}", db.options.target_sst_bytes),
+            filters=tuple(db.options.compaction_filters),
+            snapshots=db.snapshot_seqs(),
+            retention_cutoff=db._retention_cutoff(tick),
+        )
+
+    def _run(self, plan: scheduler.Plan, executor: str | None) -> CompactionStats:
+        db = self.db
+        db._check_writable()
+        t0 = time.perf_counter()
+        tick = db._clock.read()
+        m = db.manifest
+        job = self.make_job(plan, m, tick)
+        result = self._executor(job, executor)(job)
+        outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
+        input_names = [e.name for s in plan.input_entries(m.l0, m.runs) for e in s]
+        try:
+            fsync_dir(db._sst_dir)
+            db._commit(lambda cur: apply_plan(cur, plan, outputs, tick), db._install)
+        except BaseException:
+            for e in outputs:
+                unlink_quiet(db.sst_path(e.name))
+            raise
+        db._retire_files(input_names)
+        stats = result.stats
+        stats.seconds = time.perf_counter() - t0
+        self.stats.add(stats)
+        return stats
+
+    def stop(self) -> None:
+        if self.background is not None:
+            self.background.stop()
+            self.background = None
+
+    # -- garbage ---------------------------------------------------------------------------------
+    def gc(self, grace_ms: int | None = None) -> list[str]:
+        """Delete SSTs the manifest does not reference, older than the grace period (wall time)."""
+        db = self.db
+        grace = db.options.gc_grace_ms if grace_ms is None else grace_ms
+        return collect_garbage(db._sst_dir, db.manifest, grace, keep=set(db._readers))
+
+
+def apply_plan(m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...], tick: int) -> Manifest:
+    """The manifest after `plan` produced `outputs` (raises CompactionError if its inputs are gone)."""
+    l0_names = {e.name for e in m.l0}
+    if not set(plan.l0) <= l0_names or not set(plan.runs) <= {r.id for r in m.runs}:
+        raise CompactionError("the compaction's inputs changed before it could commit")
+    gone = set(plan.l0)
+    new_l0 = tuple(e for e in m.l0 if e.name not in gone)
+    runs = list(m.runs)
+    next_run_id = m.next_run_id
+    if plan.partial is not None:
+        rid, names = plan.partial
+        idx = next(k for k, r in enumerate(runs) if r.id == rid)
+        kept = [e for e in runs[idx].ssts if e.name not in set(names)]
+        ssts = tuple(sorted(kept + list(outputs), key=lambda e: e.info.first_key))
+        if ssts:
+            runs[idx] = SortedRun(rid, ssts)
+        else:
+            del runs[idx]
+    else:
+        positions = [k for k, r in enumerate(runs) if r.id in plan.runs]
+        at = positions[0] if positions else 0
+        runs = [r for r in runs if r.id not in plan.runs]
+        if outputs:
+            runs.insert(at, SortedRun(next_run_id, outputs))
+            next_run_id += 1
+    return m.replace(l0=new_l0, runs=tuple(runs), next_run_id=next_run_id)
+
+
+def collect_garbage(sst_dir: str, m: Manifest, grace_ms: int, keep: set[str] = frozenset()) -> list[str]:
+    """Remove unreferenced ``*.sst`` files whose mtime is older than `grace_ms`; return their names."""
+    live = {e.name for e in m.all_ssts()} | set(keep)
+    cutoff = time.time() - grace_ms / 1000
+    removed = []
+    for name in sorted(os.listdir(sst_dir)):
+        if not name.endswith(".sst") or name in live:
+            continue
+        p = os.path.join(sst_dir, name)
+        try:
+            if os.stat(p).st_mtime > cutoff:
+                continue
+        except FileNotFoundError:
+            continue
+        unlink_quiet(p)
+        removed.append(name)
+    if removed:
+        fsync_dir(sst_dir)
+    return removed
+
+
+__all__ = ["DbCompactor", "apply_plan", "collect_garbage", "Reason"]

@@ -1,0 +1,212 @@
+"""The Spark executor: one compaction job as a Spark batch, with no row data through the driver.
+
+Driver:
+  1. `plan_ranges` reads only the block indexes of the input SSTs (metadata) and cuts the key space into
+     K contiguous ranges ``[None, b1), [b1, b2), ..., [bK-1, None)`` balanced by block bytes. A block
+     boundary is always a key boundary (all versions of a key sit in one block), so every version of a
+     key falls in exactly one range.
+  2. ``sc.parallelize(range(K), K).map(task)`` runs one task per range. The job (with its filter
+     factories) travels in the task closure, pickled by cloudpickle; user filters must be picklable
+     (define them at module level), checked up front with a clear error.
+  3. Each task opens the input SSTs by path, reads only its range, runs the same
+     `compaction.merge.run_job` with the same filters, writes its outputs into the database's ``sst/``
+     directory under names unique to the attempt (``<job prefix>-t<task>-<random>-<n>.sst``), and
+     returns their SsTableInfo (metadata only).
+  4. The driver checks every output lies in its task's range and that together they are sorted and
+     non-overlapping, and returns them; the DB then commits one manifest edit under its epochs.
+
+Failures: a failed attempt removes what it wrote; if it could not (a killed executor), its files carry
+a name nobody references and `gc` removes them later. A retried attempt writes new names, so a
+zombie attempt can never overwrite a committed file. A job that fails raises before any commit.
+
+The task count defaults to the session's default parallelism, at most one task per input block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+import uuid
+from typing import Any
+
+from compaction.merge import CompactionJob, CompactionStats, MergeResult, run_job
+from formats.errors import LsmError
+from formats.sst import SsTableInfo, SstReader
+
+_session_lock = threading.Lock()
+_sessions: dict[str, Any] = {}
+
+
+class SparkJobError(LsmError):
+    """The Spark job failed; nothing was committed."""
+
+
+def session_builder(master: str = "local[*]", app: str = "lsm-compact") -> Any:
+    """A SparkSession builder for lsm-sim jobs: UI off, few shuffle partitions, fast-starting JVM, and
+    executors running this interpreter (so they import the same lsm-sim and its dependencies)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+    )
+
+
+def get_session(master: str = "local[*]") -> Any:
+    """A SparkSession for `master`, created on first use."""
+    with _session_lock:
+        s = _sessions.get(master)
+        if s is None or s.sparkContext._jsc is None:
+            s = session_builder(master).getOrCreate()
+            s.sparkContext.setLogLevel("ERROR")
+            _sessions[master] = s
+        return s
+
+
+def plan_ranges(job: CompactionJob, k: int) -> list[tuple[bytes | None, bytes | None]]:
+    """Split the job's key space into at most `k` ranges of about equal block bytes (driver side).
+
+    Reads the footers, metadata and indexes of the inputs, never a data block."""
+    blocks: list[tuple[bytes, int]] = []
+    for paths in job.sources:
+        for p in paths:
+            with SstReader(p) as r:
+                blocks += [(b.first_key, b.size) for b in r.blocks]
+    if k <= 1 or len(blocks) <= 1:
+        return [(None, None)]
+    blocks.sort()
+    total = sum(size for _, size in blocks)
+    cuts: list[bytes] = []
+    acc = 0
+    step = total / k
+    for first_key, size in blocks:
+        if acc >= step * (len(cuts) + 1) and (not cuts or first_key > cuts[-1]) and first_key > blocks[0][0]:
+            cuts.append(first_key)
+            if len(cuts) == k - 1:
+                break
+        acc += size
+    bounds: list[bytes | None] = [None, *cuts, None]
+    return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+
+
+def _run_task(job: CompactionJob, index: int, start: bytes | None, end: bytes | None) -> dict:
+    """Executor side: merge one key range into uniquely named SSTs; return metadata only."""
+    prefix = f"{job.output.prefix}-t{index:04d}-{uuid.uuid4().hex[:8]}"
+    task_job = dataclasses.replace(job, start=start, end=end, output=dataclasses.replace(job.output, prefix=prefix))
+    result = run_job(task_job)
+    return {
+        "index": index,
+        "outputs": [(name, info.to_dict()) for name, info in result.outputs],
+        "stats": result.stats.to_dict(),
+    }
+
+
+def check_outputs(
+    ranges: list[tuple[bytes | None, bytes | None]], results: list[dict]
+) -> list[tuple[str, SsTableInfo]]:
+    """Every output inside its task's range; all outputs sorted and non-overlapping."""
+    outputs: list[tuple[str, SsTableInfo]] = []
+    for res in sorted(results, key=lambda r: r["index"]):
+        start, end = ranges[res["index"]]
+        for name, d in res["outputs"]:
+            info = SsTableInfo.from_dict(d)
+            if (start is not None and info.first_key < start) or (end is not None and info.last_key >= end):
+                raise SparkJobError(f"task {res['index']} wrote {name} outside its key range")
+            outputs.append((name, info))
+    for (a, ia), (b, ib) in zip(outputs, outputs[1:], strict=False):
+        if ia.last_key >= ib.first_key:
+            raise SparkJobError(f"outputs {a} and {b} overlap")
+    return outputs
+
+
+def _stats_from(d: dict) -> CompactionStats:
+    from compaction.merge import FilterCounts
+
+    d = dict(d)
+    d["filters"] = {k: FilterCounts(**v) for k, v in d["filters"].items()}
+    return CompactionStats(**d)
+
+
+def ensure_picklable(job: CompactionJob) -> None:
+    from pyspark import cloudpickle
+
+    for f in job.filters:
+        try:
+            cloudpickle.dumps(f)
+        except Exception as e:
+            raise SparkJobError(
+                f"compaction filter factory {f!r} cannot be shipped to Spark executors: it must be "
+                f"picklable (define it at module level, without locks, files or sockets): {e}"
+            ) from None
+
+
+class SparkExecutor:
+    """Runs a CompactionJob on Spark; `SparkExecutor(session)(job) -> MergeResult`."""
+
+    def __init__(self, session: Any = None, *, master: str = "local[*]", tasks: int | None = None) -> None:
+        self.session = session
+        self.master = master
+        self.tasks = tasks
+        self.last_ranges: list[tuple[bytes | None, bytes | None]] = []
+
+    def __call__(self, job: CompactionJob) -> MergeResult:
+        import time
+
+        t0 = time.perf_counter()
+        ensure_picklable(job)
+        session = self.session if self.session is not None else get_session(self.master)
+        sc = session.sparkContext
+        k = self.tasks or sc.defaultParallelism
+        ranges = plan_ranges(job, k)
+        self.last_ranges = ranges
+        os.makedirs(job.output.directory, exist_ok=True)
+
+        def task(i: int) -> dict:
+            start, end = ranges[i]
+            return _run_task(job, i, start, end)
+
+        sc.setJobDescription(f"lsm compaction: {len(job.inputs)} SSTs, {len(ranges)} ranges")
+        try:
+            results = sc.parallelize(range(len(ranges)), len(ranges)).map(task).collect()
+        except Exception as e:
+            raise SparkJobError(f"Spark compaction job failed: {_short(e)}") from e
+        try:
+            outputs = check_outputs(ranges, results)
+        except SparkJobError:
+            for res in results:
+                for name, _ in res["outputs"]:
+                    _unlink(os.path.join(job.output.directory, name))
+            raise
+        stats = CompactionStats()
+        for res in results:
+            stats.add(_stats_from(res["stats"]))
+        stats.jobs = 1
+        stats.bytes_in = job.input_bytes
+        stats.seconds = time.perf_counter() - t0
+        return MergeResult(outputs, stats)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    for line in text:
+        if "Error" in line and not line.startswith("\tat"):
+            return line.strip()[:300]
+    return (text[0] if text else type(e).__name__)[:300]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+__all__ = ["SparkExecutor", "SparkJobError", "check_outputs", "get_session", "plan_ranges"]

@@ -27,6 +27,9 @@ Per key, with the versions newest first ``v0, v1, ...`` and live snapshots ``s1 
    repeatedly, from the bottom up. A tombstone anywhere else is kept: it shadows older versions
    in runs that this job does not read.
 
+With a history window, "expired" in steps 3 and 4 means expired before the cutoff ``c`` rather than the
+tick: a row that expired inside the window is still visible to an as-of read from before its expiry.
+
 Worked examples (seq:value, T = tombstone, E = expired at the tick; snapshots in brackets)::
 
     versions       snapshots  oldest run?  output          why
@@ -199,6 +202,7 @@ class Resolver:
         stats: CompactionStats | None = None,
     ) -> None:
         self.tick = tick
+        self.expired_before = tick if retention_cutoff is None else min(tick, retention_cutoff)
         self.is_last_run = is_last_run
         self.snapshots = sorted(snapshots)
         self.top_snapshot = self.snapshots[-1] if self.snapshots else -1
@@ -222,7 +226,7 @@ class Resolver:
             elif filtered is not newest:
                 kept = [filtered] + kept[1:]
         if self.is_last_run:
-            tick = self.tick
+            tick = self.expired_before
             while kept:
                 bottom = kept[-1]
                 if bottom[4] is None:
@@ -371,7 +375,8 @@ def open_sources(
 
 def make_filters(job: CompactionJob) -> list[CompactionFilter]:
     ctx = FilterContext(job.tick, job.is_last_run, job.reason, job.inputs)
-    filters: list[CompactionFilter] = [TtlFilter(job.tick)]
+    expired_before = job.tick if job.retention_cutoff is None else min(job.tick, job.retention_cutoff)
+    filters: list[CompactionFilter] = [TtlFilter(expired_before)]
     for factory in job.filters:
         filters.append(factory.create(ctx))
     return filters

@@ -46,13 +46,16 @@ from lsm.errors import (
     FencedError,
     LsmError,
     NotADatabaseError,
+    RetentionError,
 )
 from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.iterators import run_get, run_iter, visible_rows
 from lsm.manifest import FenceToken, ManifestStore
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions, check_ttl
+from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
+from lsm.timeline import Timeline, parse_time
 
 SST_SUFFIX = ".sst"
 
@@ -156,8 +159,10 @@ class DB:
         state_l0 = tuple((e, self._reader(e.name)) for e in man.l0)
         state_runs = tuple(self._make_run(r) for r in man.runs)
 
+        self._timeline = Timeline(man.seq_tracker, man.time_seq, options.time_seq_min_time)
         mem, max_ts, last_seg = self._replay_wal(man)
         self._seq = max(man.last_seq, mem.max_seq)
+        self._last_commit_ts = max(man.clock_watermark, max_ts)
         self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts))
         self._state = State(mem, (), state_l0, state_runs, 0)
         self._closed = False
@@ -167,8 +172,10 @@ class DB:
             if not mem.is_empty():
                 self._state = dataclasses.replace(self._state, mem=Memtable(last_seg + 1), imm=(mem,))
                 self._flush_memtable(mem)
-            self._delete_wal_below(self._manifest.wal_replay_from)
             next_seg = max(last_seg + 1, self._manifest.wal_replay_from)
+            # every older segment is flushed or empty: retire them all, so that a fenced handle still
+            # appending to one can never have those writes replayed
+            self._delete_wal_below(next_seg)
             new_mem = Memtable(next_seg)
             self._wal = wal_files.WalWriter(self._wal_dir, next_seg)
             self._state = dataclasses.replace(self._state, mem=new_mem)
@@ -215,6 +222,8 @@ class DB:
                     continue
                 for row in rec.rows:
                     mem.add(row)
+                if rec.ts >= self._timeline.next_ms:
+                    self._timeline.on_commit(rec.seq, rec.ts)
         return mem, max_ts, last_seg
 
     # -- SST bookkeeping ---------------------------------------------------------------------------
@@ -242,7 +251,7 @@ class DB:
         o = self.options
         return OutputSpec(
             directory=self._sst_dir,
-            prefix=prefix,
+            prefix=f"{prefix}-e{self._writer_epoch}",  # unique per open: a fenced handle never clobbers a name
             format_version=o.sst_format_version,
             block_bytes=o.block_bytes,
             bloom_bits_per_key=o.bloom_bits_per_key,
@@ -353,6 +362,9 @@ class DB:
             for r in rows:
                 mem.add(r)
             self._seq = seq
+            self._last_commit_ts = ts
+            if ts >= self._timeline.next_ms:
+                self._timeline.on_commit(seq, ts)
             self.user_bytes_written += nbytes
             if mem.bytes >= self._memtable_bytes:
                 self._rotate_locked()
@@ -379,6 +391,7 @@ class DB:
         """Flush the memtable to an L0 SST and wait until every frozen memtable is flushed."""
         self._check_writable()
         with self._write_lock:
+            self._check_fence()  # a fenced handle must not rotate into (or name files like) the new owner's
             self._rotate_locked()
         self._wait_flushed()
 
@@ -448,8 +461,8 @@ class DB:
             self._state = dataclasses.replace(st, imm=imm, l0=l0, runs=runs, gen=st.gen + 1)
 
     def _manifest_extras(self, m: Manifest) -> dict[str, Any]:
-        """Fields other components fold into every writer commit (time maps); overridden by mixins."""
-        return {}
+        """Fields folded into every writer commit: the seq<->time maps (see lsm.timeline)."""
+        return self._timeline.to_manifest()
 
     def _retention_cutoff(self, tick: int) -> int | None:
         r = self.options.history_retention
@@ -470,9 +483,10 @@ class DB:
         if self._closed:
             raise ClosedError(f"{self.path}: DB is closed")
 
-    def _find(self, key: bytes, max_seq: int | None) -> tuple | None:
+    def _find(self, key: bytes, max_seq: int | None, st: State | None = None) -> tuple | None:
         """The newest version of `key` with seq <= max_seq, tombstones included."""
-        st = self._state
+        if st is None:
+            st = self._state
         row = st.mem.get(key, max_seq)
         if row is not None:
             return row
@@ -493,7 +507,13 @@ class DB:
     def _get_entry(self, key: bytes, max_seq: int | None, include_expired: bool, now: int | None) -> Entry | None:
         self._check_open()
         check_key(key)
-        row = self._find(key, max_seq)
+        st = None
+        if max_seq is None:
+            # the state and the seq of one instant: a batch is seen whole or not at all (rows of a commit
+            # in progress are in the memtable before its seq is published)
+            with self._state_lock:
+                st, max_seq = self._state, self._seq
+        row = self._find(key, max_seq, st)
         if row is None or row[4] is None:
             return None
         exp = row[3]
@@ -521,11 +541,17 @@ class DB:
         *,
         prefix: bytes | None = None,
         options: ReadOptions | None = None,
+        as_of: int | str | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) pairs with start <= key < end (and key starting with prefix), in key order."""
+        """(key, value) pairs with start <= key < end (and key starting with prefix), in key order.
+
+        as_of (ms or RFC 3339) reads the state as of that time (see `snapshot_at`)."""
         self._check_open()
         include = options is not None and options.include_expired
-        return self._scan(start, end, reverse, prefix, self._seq, include, None, False)
+        if as_of is not None:
+            t = parse_time(as_of)
+            return self._scan(start, end, reverse, prefix, self._as_of_seq(t), include, t, False)
+        return self._scan(start, end, reverse, prefix, None, include, None, False)
 
     def scan_entries(
         self,
@@ -539,7 +565,7 @@ class DB:
         """Like `scan`, yielding `Entry` rows with their metadata."""
         self._check_open()
         include = options is not None and options.include_expired
-        return self._scan(start, end, reverse, prefix, self._seq, include, None, True)
+        return self._scan(start, end, reverse, prefix, None, include, None, True)
 
     def _scan(
         self,
@@ -564,6 +590,8 @@ class DB:
             now = self._clock.read()
         with self._state_lock:
             st = self._state
+            if max_seq is None:
+                max_seq = self._seq  # read with the state, see _get_entry
             self._iter_gens[st.gen] += 1
         return self._scan_gen(st, start, end, reverse, max_seq, include_expired, now, entries)
 
@@ -680,6 +708,104 @@ class DB:
 
     def __repr__(self) -> str:
         return f"DB({self.path!r}, seq={self._seq})"
+
+    # -- time --------------------------------------------------------------------------------------
+    def timestamp_for_seq(self, seq: int, round: Round = Round.UP) -> int | None:
+        """Approximate commit time (ms, whole seconds) of `seq` from the seq tracker.
+
+        Without an exact entry, Round.UP takes the next tracked seq's time, Round.DOWN the previous
+        one's; None when there is none in that direction."""
+        self._check_open()
+        return self._timeline.timestamp_for_seq(seq, round)
+
+    def seq_for_timestamp(self, ts_ms: int | str, round: Round = Round.DOWN) -> int | None:
+        """The seq tracked at time `ts_ms` (ms or RFC 3339); otherwise the previous (DOWN) or next (UP)."""
+        self._check_open()
+        return self._timeline.seq_for_timestamp(parse_time(ts_ms), round)
+
+    def _as_of_seq(self, ts_ms: int) -> int:
+        """The seq whose state as-of reads at `ts_ms` see; RetentionError if history does not reach it."""
+        if ts_ms >= self._last_commit_ts:
+            return self._seq
+        now = self._clock.read()
+        keep = self.options.history_retention
+        pair = self._timeline.floor_pair(ts_ms)
+        tracked_at = pair[1] if pair is not None else None
+        if tracked_at is None or tracked_at <= now - keep:
+            raise RetentionError(
+                f"{self.path}: cannot read as of {ts_ms} ms: the database keeps history back to "
+                f"{now - keep} ms only (history_retention={keep} ms, seq tracked at or before that time: "
+                f"{tracked_at})"
+            )
+        return pair[0]
+
+    def snapshot_at(self, ts_ms: int | str) -> Snapshot:
+        """A snapshot of the state as of `ts_ms` (ms or RFC 3339), through seq_for_timestamp(ts, DOWN).
+
+        The seq tracker records a pair at most every 30 s, so the state is that of the last tracked
+        commit at or before the time. Expiry is judged at `ts_ms`. The time must lie within
+        DbOptions.history_retention of now (else RetentionError)."""
+        self._check_open()
+        t = parse_time(ts_ms)
+        with self._state_lock:
+            seq = self._as_of_seq(t)
+            self._snapshots[seq] += 1
+        return Snapshot(self, seq, read_ts=t)
+
+    def changes(
+        self, since: int | str | None = None, *, seq: int | None = None
+    ) -> Iterator[tuple[int, bytes, bytes | None, int | None]]:
+        """(seq, key, value or None, ts) for keys whose latest version is newer than a point, oldest
+        change first, one per key (its newest version; None for a delete or an expired row).
+
+        The point is `since` (ms or RFC 3339, mapped through the decaying time bins: it errs towards
+        too many changes, never too few) or `seq=` directly. SSTs whose max_seq is not newer are skipped.
+        """
+        self._check_open()
+        if (since is None) == (seq is None):
+            raise ValueError("changes() needs exactly one of since= or seq=")
+        if seq is None:
+            seq = self._timeline.since_seq(parse_time(since))
+            if seq is None:
+                return iter(())
+        now = self._clock.read()
+        with self._state_lock:
+            st = self._state
+            top = self._seq
+            self._iter_gens[st.gen] += 1
+        try:
+            sources = [st.mem.iter()] + [m.iter() for m in st.imm]
+            sources += [r.iter() for _e, r in st.l0 if r.info.max_seq > seq]
+            for run in st.runs:
+                readers = [r for r in run.readers if r.info.max_seq > seq]
+                sources += [r.iter() for r in readers]
+            out = []
+            last = None
+            for row in merge_sources(sources):
+                if row[0] == last or row[1] > top:
+                    continue
+                last = row[0]
+                if row[1] <= seq:
+                    continue
+                value = row[4]
+                if value is not None and row[3] is not None and now > row[3]:
+                    value = None
+                out.append((row[1], row[0], value, row[2]))
+        finally:
+            self._release_gen(st.gen)
+        out.sort(key=lambda c: (c[0], c[1]))
+        return iter(out)
+
+    def time_seq_histogram(self) -> list[tuple[str, int]]:
+        """(RFC 3339 bin start, number of updates) oldest first, from the decaying time bins."""
+        self._check_open()
+        return self._timeline.histogram(self._seq)
+
+    def reset_time_seq(self) -> None:
+        """Forget the time bins (after a clock mishap); committed to the manifest at once."""
+        self._check_writable()
+        self._timeline.reset_bins()
+        self._commit(lambda m: m.replace(**self._manifest_extras(m)))
 
     # -- compaction --------------------------------------------------------------------------------
     def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:

@@ -68,6 +68,7 @@ class DbOptions:
     spark_master: str = "local[*]"
     spark_tasks: int | None = None
     gc_grace_ms: int = 60_000
+    time_seq_min_time: int = 1754006400  # seconds; time bins ignore earlier clock readings (2025-08-01)
     manifest_history: int = 100  # manifest versions kept on disk
 
     def __post_init__(self) -> None:

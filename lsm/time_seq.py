@@ -57,6 +57,7 @@ stored.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left, bisect_right
 from typing import Final, Literal
 
 __all__ = [
@@ -95,8 +96,6 @@ _U64_MAX = (1 << 64) - 1
 _I64_MAX = (1 << 63) - 1
 _VARINT_MAX_BYTES = 10
 
-# (interval, next interval) pairs tried in order by the roll-up; the last interval is the fallback's.
-_ROLLUP_STEPS: Final = tuple(zip(INTERVALS, INTERVALS[1:], strict=False))
 
 
 class TimeSeqFormatError(ValueError):
@@ -121,55 +120,58 @@ def format_rfc3339(time_s: int) -> str:
     return f"{year:04d}-{month:02d}-{day:02d}T{hh:02d}:{mm:02d}:{ss:02d}Z"
 
 
-def _merge(bins: list[tuple[int, int, int]], interval: int) -> list[tuple[int, int, int]]:
-    """Merge adjacent pairs of (time, width, seq) bins, oldest first, that are both <= interval wide.
+def _width_class(width: int) -> int:
+    """Index of the shortest interval at least `width` long (len(INTERVALS) when none is).
 
-    The merged bin keeps the older bin's time and seq. A merged bin is not merged again in this pass.
-    O(len(bins)).
+    `width <= INTERVALS[j]` exactly when `_width_class(width) <= j`, so one byte per bin answers the
+    roll-up's "both at most I wide" for every I.
     """
-    out: list[tuple[int, int, int]] = []
-    i, n = 0, len(bins)
-    while i < n:
-        if i + 1 < n:
-            t1, d1, s1 = bins[i]
-            d2 = bins[i + 1][1]
-            if d1 <= interval and d2 <= interval:
-                out.append((t1, d1 + d2, s1))
-                i += 2
-                continue
-        out.append(bins[i])
-        i += 1
-    return out
+    return bisect_left(INTERVALS, width)
 
 
-def _rollup(now: int, bins: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Roll up `bins` (newest first) to make room for a bin starting at `now`. O(MAX_BINS * len(INTERVALS))."""
-    chron: list[tuple[int, int, int]] = []
-    prev_t = now
-    for t, s in bins:
-        chron.append((t, prev_t - t, s))
-        prev_t = t
-    chron.reverse()  # oldest first, as (time, width, seq)
+# _AT_MOST[j] maps a width class to 1 when that width is <= INTERVALS[j], else to 0 (bytes.translate).
+_AT_MOST: Final = tuple(bytes(1 if c <= j else 0 for c in range(256)) for j in range(len(INTERVALS)))
+_PAIR: Final = b"\x01\x01"
 
-    rolled: list[tuple[int, int, int]] | None = None
-    for interval, next_interval in _ROLLUP_STEPS:
+
+def _rollup(times: list[int], seqs: list[int], classes: bytearray, now: int) -> None:
+    """Roll up the bins to make room for a new bin starting at `now`; changes the lists in place.
+
+    `times` and `seqs` are oldest first; `classes[i]` is the width class of bin i, for every bin but the
+    newest, whose width (up to `now`) is computed here. Merging two adjacent bins keeps the older one's
+    start and seq and sums their widths, which is exactly what deleting the newer bin does, as widths are
+    distances between starts. The reference's greedy walk runs on the widths before any merge: pair
+    (i, i+1) merges when both are at most the interval wide, and the walk resumes at i + 2.
+    O(MAX_BINS) with small constants: each interval is tried with a slice, a translate and a find.
+    """
+    n = len(times)
+    flags_all = classes + bytes((_width_class(now - times[-1]),))
+    drop: list[int] = []
+    for j, next_interval in enumerate(INTERVALS[1:]):
         # Keep more precision near the present: only bins starting at or before now - next interval.
-        thresh = now - next_interval
-        k = 0
-        while k < len(chron) and chron[k][0] <= thresh:
-            k += 1
-        merged = _merge(chron[:k], interval)
-        if len(merged) != k:
-            rolled = merged + chron[k:]
+        k = bisect_right(times, now - next_interval)
+        if k < 2:
+            continue
+        flags = flags_all[:k].translate(_AT_MOST[j])
+        i = flags.find(_PAIR)
+        while i >= 0:
+            drop.append(i + 1)
+            i = flags.find(_PAIR, i + 2)
+        if drop:
             break
-    if rolled is None:
-        # Fallback: merge the oldest half using its widest bin as the interval; this always merges.
-        half = len(chron) // 2
-        before = chron[:half]
-        widest = max(d for _, d, _ in before)
-        rolled = _merge(before, widest) + chron[half:]
-    rolled.reverse()
-    return [(t, s) for t, _, s in rolled]
+    else:
+        # Fallback: merge the oldest half using its widest bin as the interval. Every width in that half
+        # is at most its widest, so the walk merges every pair: (0, 1), (2, 3), ...
+        half = n // 2
+        drop = list(range(1, half, 2))
+    for d in reversed(drop):
+        del times[d]
+        del seqs[d]
+        if d == len(times):  # the newest bin went; bin d - 1 is the newest now and has no class
+            del classes[d - 1]
+        else:
+            del classes[d]
+            classes[d - 1] = _width_class(times[d] - times[d - 1])
 
 
 class TimeSeq:
@@ -186,21 +188,40 @@ class TimeSeq:
     [('1970-01-01T00:00:00Z', 42), ('1970-01-01T03:00:00Z', 8), ('1970-01-01T06:00:00Z', 5)]
     """
 
-    __slots__ = ("min_time", "bins")
+    __slots__ = ("min_time", "_times", "_seqs", "_classes")
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __init__(self, min_time: int = DEFAULT_MIN_TIME) -> None:
         if min_time < 0:
             raise ValueError(f"min_time must be >= 0, got {min_time}")
         self.min_time = min_time
-        self.bins: list[tuple[int, int]] = []
+        # Oldest first, parallel: appends (the common update) and the roll-up's deletions stay cheap.
+        self._times: list[int] = []
+        self._seqs: list[int] = []
+        # Width class (see _width_class) of every bin but the newest, kept in step for the roll-up.
+        self._classes = bytearray()
+
+    @property
+    def bins(self) -> list[tuple[int, int]]:
+        """The bins as (time_s, seq) pairs, newest first. A fresh list: mutating it changes nothing. O(n)."""
+        return list(zip(reversed(self._times), reversed(self._seqs), strict=True))
+
+    @bins.setter
+    def bins(self, bins: list[tuple[int, int]]) -> None:
+        self._set_state([t for t, _ in reversed(bins)], [s for _, s in reversed(bins)])
+
+    def _set_state(self, times: list[int], seqs: list[int]) -> None:
+        """Adopt oldest-first lists and derive the width classes. O(n)."""
+        self._times = times
+        self._seqs = seqs
+        self._classes = bytearray(_width_class(b - a) for a, b in zip(times, times[1:], strict=False))
 
     def update(self, time_s: int, seq: int) -> bool:
         """Record that the database had reached `seq` at `time_s`; return whether a new bin was made.
 
         Ignored (returns False): `time_s` below `min_time`, and any update whose rounded time or seq is
         not greater than the newest bin's. A seq outside u64 or a time beyond i64 raises ValueError.
-        O(1), plus O(MAX_BINS * len(INTERVALS)) when a roll-up is needed.
+        O(1), plus O(MAX_BINS) when a roll-up is needed.
         """
         if not 0 <= seq <= _U64_MAX:
             raise ValueError(f"seq must be a u64, got {seq}")
@@ -209,33 +230,29 @@ class TimeSeq:
         if time_s < self.min_time:
             return False
         t = time_s - time_s % RESOLUTION_S
-        bins = self.bins
-        if not bins:
-            bins.append((t, seq))
-            return True
-        top_t, top_s = bins[0]
-        if t > top_t and seq > top_s:
-            if len(bins) >= MAX_BINS:
-                bins = _rollup(t, bins)
-            bins.insert(0, (t, seq))
-            self.bins = bins
-            return True
-        return False
+        times = self._times
+        if times:
+            if t <= times[-1] or seq <= self._seqs[-1]:
+                return False
+            if len(times) >= MAX_BINS:
+                _rollup(times, self._seqs, self._classes, t)
+            self._classes.append(_width_class(t - times[-1]))
+        times.append(t)
+        self._seqs.append(seq)
+        return True
 
     def since(self, time_s: int) -> int | Literal["now"]:
         """Seq to read changes from to see everything since `time_s` (errs toward too many).
 
         The seq of the newest bin starting at or before `time_s`; 0 when `time_s` is before every bin
         (or there are none); `NOW` when `time_s` is more than 3 hours after the newest bin's start.
-        Non-decreasing in `time_s` when `NOW` is taken as infinity. O(len(bins)).
+        Non-decreasing in `time_s` when `NOW` is taken as infinity. O(log n).
         """
-        bins = self.bins
-        if bins and time_s > bins[0][0] + RESOLUTION_S:
+        times = self._times
+        if times and time_s > times[-1] + RESOLUTION_S:
             return NOW
-        for t, s in bins:
-            if t <= time_s:
-                return s
-        return 0
+        i = bisect_right(times, time_s)
+        return self._seqs[i - 1] if i else 0
 
     def histogram(self, update_seq: int) -> list[tuple[str, int]]:
         """(RFC 3339 bin start, number of updates in the bin) pairs, oldest first.
@@ -243,33 +260,31 @@ class TimeSeq:
         A bin's count is the next newer bin's seq minus its own, and `update_seq` minus its own for the
         newest bin (never below 0). When the oldest bin's seq is above 0, a first
         ``1970-01-01T00:00:00Z`` entry counts the updates made before tracking began. Empty when there
-        are no bins. O(len(bins)).
+        are no bins. O(n).
         """
-        bins = list(self.bins)
-        if not bins:
+        times, seqs = self._times, self._seqs
+        if not times:
             return []
-        if bins[-1][1] > 0:
-            bins.append((0, 0))
         out: list[tuple[str, int]] = []
-        prev = update_seq
-        for t, s in bins:
-            out.append((format_rfc3339(t), max(0, prev - s)))
-            prev = s
-        out.reverse()
+        if seqs[0] > 0:
+            out.append((format_rfc3339(0), seqs[0]))
+        nexts = seqs[1:] + [update_seq]
+        for t, s, nxt in zip(times, seqs, nexts, strict=True):
+            out.append((format_rfc3339(t), max(0, nxt - s)))
         return out
 
     def reset(self) -> None:
         """Forget every bin (an escape hatch after a clock mishap). O(1)."""
-        self.bins = []
+        self._set_state([], [])
 
     def __len__(self) -> int:
-        return len(self.bins)
+        return len(self._times)
 
     def __eq__(self, other: object) -> bool:
         """Equal when the bins are equal; `min_time` is configuration, not state."""
         if not isinstance(other, TimeSeq):
             return NotImplemented
-        return self.bins == other.bins
+        return self._times == other._times and self._seqs == other._seqs
 
     def __repr__(self) -> str:
         return f"TimeSeq(min_time={self.min_time}, bins={self.bins!r})"
@@ -281,6 +296,11 @@ class TimeSeq:
         descending (stronger than the reference's non-increasing, and it implies that only the oldest
         bin may hold seq 0).
         """
+        assert len(self._times) == len(self._seqs)
+        times = self._times
+        assert self._classes == bytearray(
+            _width_class(b - a) for a, b in zip(times, times[1:], strict=False)
+        ), "width classes out of step"
         bins = self.bins
         assert len(bins) <= MAX_BINS, len(bins)
         for t, s in bins:
@@ -295,12 +315,13 @@ class TimeSeq:
 
     def to_bytes(self) -> bytes:
         """Serialize (see the module docstring). O(len(bins))."""
-        out = bytearray(_HEADER.pack(FORMAT_VERSION, len(self.bins)))
-        prev_t, prev_s = 0, 0
-        for t, s in reversed(self.bins):
-            _put_varint(out, t // RESOLUTION_S - prev_t)
-            _put_varint(out, s - prev_s)
-            prev_t, prev_s = t // RESOLUTION_S, s
+        out = bytearray(_HEADER.pack(FORMAT_VERSION, len(self._times)))
+        prev_units, prev_seq = 0, 0
+        for t, s in zip(self._times, self._seqs, strict=True):
+            units = t // RESOLUTION_S
+            _put_varint(out, units - prev_units)
+            _put_varint(out, s - prev_seq)
+            prev_units, prev_seq = units, s
         return bytes(out)
 
     @classmethod
@@ -315,7 +336,8 @@ class TimeSeq:
         if count > MAX_BINS:
             raise TimeSeqFormatError(f"time-seq holds {count} bins, at most {MAX_BINS} are allowed")
         pos = _HEADER.size
-        chron: list[tuple[int, int]] = []
+        times: list[int] = []
+        seqs: list[int] = []
         units = seq = 0
         for i in range(count):
             dt, pos = _get_varint(view, pos)
@@ -329,12 +351,12 @@ class TimeSeq:
             seq += ds
             if units * RESOLUTION_S > _I64_MAX or seq > _U64_MAX:
                 raise TimeSeqFormatError(f"time-seq bin {i} is out of range")
-            chron.append((units * RESOLUTION_S, seq))
+            times.append(units * RESOLUTION_S)
+            seqs.append(seq)
         if pos != len(view):
             raise TimeSeqFormatError(f"time-seq has {len(view) - pos} trailing bytes")
         ts = cls(min_time=min_time)
-        chron.reverse()
-        ts.bins = chron
+        ts._set_state(times, seqs)
         return ts
 
 

@@ -1,0 +1,113 @@
+"""The DB's two maps between sequence numbers and wall-clock time.
+
+Both are what the reclocking documents call a remap: sidecar metadata that translates one gauge of
+progress (seq) into another (time), durable with the data (in every manifest the writer commits),
+monotonic (neither map ever goes back), and compactable (each stays within a fixed size by decimating
+old history).
+
+- `SeqTracker` (rfc-seq-tracker.md): a (seq, second) pair at most every 30 s, halved when full. Answers
+  `seq_for_timestamp` / `timestamp_for_seq` in both directions with explicit rounding.
+- `TimeSeq` (time-seq-decaying-bins.md): 60 exponentially decaying 3-hour-rounded bins. Answers
+  "changes since <time>" and the histogram of updates over time.
+
+The write path calls `on_commit` only when the commit's time passes `next_ms`, the earliest time at
+which either map could change, so a commit normally pays one integer comparison.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+
+from lsm.seq_tracker import Round, SeqTracker
+from lsm.time_seq import NOW, RESOLUTION_S, TimeSeq
+
+
+class Timeline:
+    def __init__(self, tracker_bytes: bytes, bins_bytes: bytes, min_time_s: int) -> None:
+        self.tracker = SeqTracker.from_bytes(tracker_bytes) if tracker_bytes else SeqTracker()
+        self.bins = TimeSeq.from_bytes(bins_bytes, min_time=min_time_s) if bins_bytes else TimeSeq(min_time_s)
+        self.next_ms = 0  # on_commit is due at or after this time (ms)
+        self.dirty = False
+        self._lock = threading.Lock()  # commits mutate the maps while flushes serialize them
+
+    def on_commit(self, seq: int, ts_ms: int) -> None:
+        """A commit of `seq` at `ts_ms`: record it in the tracker; the bins get the previous seq (the
+        database's update seq before this commit, as the reference does)."""
+        with self._lock:
+            self._on_commit(seq, ts_ms)
+
+    def _on_commit(self, seq: int, ts_ms: int) -> None:
+        ts_s = ts_ms // 1000
+        t = self.tracker
+        if t.seqs and (seq < t.seqs[-1] or ts_s < t.timestamps[-1]):
+            return  # cannot happen with a monotonic clock; never let the maps go back
+        if t.insert(seq, ts_s):
+            self.dirty = True
+        if self.bins.update(ts_s, seq - 1):
+            self.dirty = True
+        next_track = (t.timestamps[-1] + t.interval_s) * 1000 if t.timestamps else 0
+        next_bin = (ts_s - ts_s % RESOLUTION_S + RESOLUTION_S) * 1000
+        if ts_s < self.bins.min_time:
+            next_bin = self.bins.min_time * 1000
+        self.next_ms = min(next_track, next_bin)
+
+    def to_manifest(self) -> dict[str, bytes]:
+        with self._lock:
+            return {"seq_tracker": self.tracker.to_bytes(), "time_seq": self.bins.to_bytes()}
+
+    def reset_bins(self) -> None:
+        with self._lock:
+            self.bins.reset()
+            self.next_ms = 0
+
+    def histogram(self, update_seq: int) -> list[tuple[str, int]]:
+        with self._lock:
+            return self.bins.histogram(update_seq)
+
+    # -- lookups -----------------------------------------------------------------------------------
+    def timestamp_for_seq(self, seq: int, round: Round = Round.UP) -> int | None:
+        with self._lock:
+            ts = self.tracker.find_ts(seq, round)
+        return None if ts is None else ts * 1000
+
+    def seq_for_timestamp(self, ts_ms: int, round: Round = Round.DOWN) -> int | None:
+        # the tracker holds whole seconds: DOWN rounds the time down, UP rounds it up
+        ts_s = ts_ms // 1000 if round is Round.DOWN else -(-ts_ms // 1000)
+        with self._lock:
+            return self.tracker.find_seq(ts_s, round)
+
+    def floor_pair(self, ts_ms: int) -> tuple[int, int] | None:
+        """The recorded (seq, ts_ms) pair at or before `ts_ms`, or None."""
+        with self._lock:
+            seq = self.tracker.find_seq(ts_ms // 1000, Round.DOWN)
+            if seq is None:
+                return None
+            return seq, self.tracker.find_ts(seq, Round.DOWN) * 1000
+
+    def since_seq(self, ts_ms: int) -> int | None:
+        """The seq to read changes from for everything since `ts_ms`; None when nothing happened since."""
+        with self._lock:
+            s = self.bins.since(ts_ms // 1000)
+        return None if s == NOW else s
+
+
+def parse_time(value: int | str) -> int:
+    """A time given as epoch milliseconds (int) or an RFC 3339 string, as epoch milliseconds."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            dt = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"not an RFC 3339 time or epoch milliseconds: {value!r}") from None
+        if dt.tzinfo is None:
+            raise ValueError(f"RFC 3339 time needs a zone (e.g. Z): {value!r}")
+        return int(dt.timestamp() * 1000)
+    raise TypeError(f"a time is int milliseconds or an RFC 3339 string, not {type(value).__name__}")
+
+
+__all__ = ["Timeline", "Round", "parse_time"]

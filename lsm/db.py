@@ -27,15 +27,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from compaction.merge import CompactionStats, OutputSpec, flush_rows, merge_sources
 from formats.manifest import Manifest, SortedRun, SstEntry
-from formats.row import check_key, check_value
+from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_key, check_value
 from formats.sst import SstReader
-from formats.wal import encode_record
+from formats.wal import encode_put, encode_record
 from lsm import wal as wal_files
 from lsm.batch import WriteBatch
 from lsm.cache import LruCache
@@ -138,6 +139,7 @@ class DB:
         self._bg_error: BaseException | None = None
         self._stopping = False
         self._snapshots: Counter[int] = Counter()
+        self._as_of_snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()  # open snapshot_at() results
         self._iter_gens: Counter[int] = Counter()
         self._obsolete: list[tuple[int, list[str]]] = []
         self._wal: wal_files.WalWriter | None = None
@@ -204,6 +206,8 @@ class DB:
             if store.try_create(mid + 1, bumped):
                 self._token = FenceToken(store.dir)
                 self._token.publish(bumped.writer_epoch)
+                self._token_bytes = self._token.view
+                self._epoch_bytes = self._token.encode(bumped.writer_epoch)
                 return mid + 1, bumped
         raise FencedError(f"{self.path}: could not open: the manifest keeps changing under us")
 
@@ -296,10 +300,44 @@ class DB:
         """Write `key` = `value`; ttl (ms) overrides DbOptions.default_ttl, NO_TTL disables it.
 
         Returns the commit's seq."""
-        check_key(key)
-        check_value(value)
-        check_ttl(ttl)
-        return self._commit_ops(((key, ttl, value),), options)
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
+            check_key(key)
+        if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
+            check_value(value)
+        if ttl is not None:
+            check_ttl(ttl)
+        if self._closed or self.read_only:
+            self._check_writable()
+        sync = options is not None and options.sync
+        # the generic _commit_ops, specialised for one put: this is the write path's hot loop
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._raise_not_writable()
+            token, epoch = self._token_bytes, self._epoch_bytes
+            if token[0:8] != epoch:
+                self._check_fence()
+            ts = self._clock.tick()
+            if ttl is None:
+                ttl = self._default_ttl
+            exp = None
+            if ttl is not None and ttl is not NO_TTL:
+                if self.options.sst_format_version == 0:
+                    raise ValueError("sst_format_version 0 cannot store TTLs")
+                exp = ts + ttl
+            seq = self._seq + 1
+            self._wal.append(encode_put(seq, ts, key, exp, value), sync)
+            if token[0:8] != epoch:
+                self._check_fence()
+            mem = self._state.mem
+            mem.add((key, seq, ts, exp, value))
+            self._seq = seq
+            self._last_commit_ts = ts
+            if ts >= self._timeline.next_ms:
+                self._timeline.on_commit(seq, ts)
+            self.user_bytes_written += len(key) + len(value)
+            if mem.bytes >= self._memtable_bytes:
+                self._rotate_locked()
+            return seq
 
     def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
         """Write a tombstone for `key` (it carries a ts and no expire_ts). Returns the commit's seq."""
@@ -323,6 +361,11 @@ class DB:
         if self.read_only:
             raise ReadOnlyError(f"{self.path}: opened read-only")
 
+    def _raise_not_writable(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self.path}: DB is closed")
+        raise self._bg_error
+
     def _check_fence(self) -> None:
         if self._token.read() != self._writer_epoch:
             raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
@@ -331,10 +374,8 @@ class DB:
         self._check_writable()
         sync = options is not None and options.sync
         with self._write_lock:
-            if self._closed:
-                raise ClosedError(f"{self.path}: DB is closed")
-            if self._bg_error is not None:
-                raise self._bg_error
+            if self._closed or self._bg_error is not None:
+                self._raise_not_writable()
             self._check_fence()
             ts = self._clock.tick()
             seq = self._seq + 1
@@ -466,7 +507,14 @@ class DB:
 
     def _retention_cutoff(self, tick: int) -> int | None:
         r = self.options.history_retention
-        return tick - r if r else None
+        cutoff = tick - r if r else None
+        # an open as-of snapshot judges expiry at its own time: keep what had not expired by then
+        with self._state_lock:
+            snaps = list(self._as_of_snapshots)  # dropped outside the lock: a last reference runs close()
+        held = [s.read_ts for s in snaps if not s._closed]
+        if held:
+            cutoff = min(held) if cutoff is None else min(cutoff, *held)
+        return cutoff
 
     def _delete_wal_below(self, segment_id: int) -> None:
         for sid, p in wal_files.list_segments(self._wal_dir):
@@ -725,10 +773,12 @@ class DB:
 
     def _as_of_seq(self, ts_ms: int) -> int:
         """The seq whose state as-of reads at `ts_ms` see; RetentionError if history does not reach it."""
-        if ts_ms >= self._last_commit_ts:
-            return self._seq
         now = self._clock.read()
         keep = self.options.history_retention
+        if ts_ms >= self._last_commit_ts and ts_ms >= now - keep:
+            # nothing committed since: the latest state, but only inside the window (compaction may
+            # already have removed rows that expired between an older time and the window's start)
+            return self._seq
         pair = self._timeline.floor_pair(ts_ms)
         tracked_at = pair[1] if pair is not None else None
         if tracked_at is None or tracked_at <= now - keep:
@@ -750,7 +800,9 @@ class DB:
         with self._state_lock:
             seq = self._as_of_seq(t)
             self._snapshots[seq] += 1
-        return Snapshot(self, seq, read_ts=t)
+            snap = Snapshot(self, seq, read_ts=t)
+            self._as_of_snapshots.add(snap)
+        return snap
 
     def changes(
         self, since: int | str | None = None, *, seq: int | None = None

@@ -25,7 +25,6 @@ class Memtable:
         self._lock = threading.Lock()
         self.bytes = 0
         self.rows = 0
-        self.min_seq: int | None = None
         self.max_seq = 0
         self.max_ts = 0
 
@@ -42,12 +41,9 @@ class Memtable:
         value = row[4]
         self.bytes += len(key) + ROW_OVERHEAD + (len(value) if value is not None else 0)
         self.rows += 1
-        seq = row[1]
-        if self.min_seq is None:
-            self.min_seq = seq
-        self.max_seq = seq
-        if row[2] > self.max_ts:
-            self.max_ts = row[2]
+        # commits arrive in seq order with non-decreasing ts (the clock never goes back)
+        self.max_seq = row[1]
+        self.max_ts = row[2]
 
     def get(self, key: bytes, max_seq: int | None = None) -> tuple | None:
         """Newest version of `key` with seq <= max_seq. O(1) for the newest, O(versions) otherwise."""

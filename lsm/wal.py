@@ -34,11 +34,11 @@ class WalWriter:
         self.path = segment_path(wal_dir, segment_id)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         fsync_dir(wal_dir)
-        self.bytes = 0
 
     def append(self, record: bytes, sync: bool = False) -> None:
-        write_all(self.fd, record)
-        self.bytes += len(record)
+        n = os.write(self.fd, record)
+        if n != len(record):  # a short write is rare: hand over the rest
+            write_all(self.fd, record[n:])
         if sync:
             os.fdatasync(self.fd)
 

@@ -1,78 +1,159 @@
-"""`make demo`: the whole system on a throw-away database, step by step, with what each step shows."""
+"""`make demo`: the whole system on a throw-away database, step by step, with what each step shows.
+
+Every inspection step runs the real `lsm` command (in-process, through `tools.commands.run`) and prints
+the command line first, so a reader can repeat it by hand on the database the demo leaves behind.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
+import sys
 import tempfile
+import time
 
 import lsm
-from formats.sst import SstReader, write_sst
+from formats.sst import write_sst
+from lsm.seq_tracker import Round
+from tools.commands import run as lsm_command
+
+START = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+MINUTE = 60_000
 
 
 def heading(text: str) -> None:
-    print(f"\n== {text}")
+    print(f"\n== {text}", flush=True)
 
 
-def show_sst(path: str) -> None:
-    with SstReader(path) as r:
-        i = r.info
-        print(
-            f"  {os.path.basename(path)}: format_version={i.format_version} row_features={list(i.row_features)} "
-            f"rows={i.num_rows} tombstones={i.num_tombstones} with_expire_ts={i.num_expiring} "
-            f"seq=[{i.min_seq}, {i.max_seq}] ts=[{i.min_ts}, {i.max_ts}] size={i.file_size}B"
-        )
-        for key, seq, ts, exp, value in r:
-            print(f"    {key!r:12} seq={seq} ts={ts} expire_ts={exp} value={value!r}")
+def say(text: str) -> None:
+    print(f"   {text}", flush=True)
 
 
-def main() -> None:
-    root = tempfile.mkdtemp(prefix="lsm-demo-")
-    heading("1. The row formats: the same rows as an SST in format version 0 and version 1")
+def cli(*argv: str) -> None:
+    print(f"   $ lsm {shlex.join(argv)}", flush=True)
+    status = lsm_command(list(argv))
+    sys.stdout.flush()
+    if status != 0:
+        raise SystemExit(f"demo: 'lsm {shlex.join(argv)}' exited with {status}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__)
+    ap.add_argument("--no-spark", action="store_true", help="skip the Spark compaction step")
+    ap.add_argument("--dir", help="where to create the demo files (default: a new temp directory)")
+    args = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    root = args.dir or tempfile.mkdtemp(prefix="lsm-demo-")
+    os.makedirs(root, exist_ok=True)
+
+    heading("1. Row formats: the same rows as an SST in format version 0 and in version 1")
     rows = [
-        (b"apple", 3, 1_000, None, b"red"),
-        (b"banana", 2, 1_000, 61_000, b"yellow"),
-        (b"cherry", 1, 1_000, None, None),
+        (b"apple", 3, START, None, b"red"),
+        (b"banana", 2, START, START + 60_000, b"yellow"),
+        (b"cherry", 1, START, None, None),
     ]
-    for version in (0, 1):
-        path = os.path.join(root, f"v{version}.sst")
-        write_sst(path, [r if version else (*r[:3], None, r[4]) for r in rows], format_version=version)
-        show_sst(path)
-    print("  (v0 rows carry no ts, expire_ts or seq: they report the file's max_seq and ts None)")
+    v0 = os.path.join(root, "v0.sst")
+    v1 = os.path.join(root, "v1.sst")
+    write_sst(v0, [(k, s, t, None, v) for k, s, t, _e, v in rows], format_version=0, creation_timestamp=START)
+    write_sst(v1, rows, format_version=1, creation_timestamp=START)
+    cli("sst", "scan", v0, "--all-versions")
+    cli("sst", "scan", v1, "--all-versions")
+    say("v0 rows carry no ts, TTL or seq (they report the file's max_seq); v1 rows carry all four.")
 
-    heading("2. An embedded store on a manual clock: TTL rows vanish from reads when time passes")
-    clock = lsm.ManualClock(1_700_000_000_000)
+    heading("2. An embedded store on a manual clock: rows with and without TTL")
+    clock = lsm.ManualClock(START)
     path = os.path.join(root, "db")
-    db = lsm.DB.open(path, lsm.DbOptions(clock=clock))
-    db.put(b"session:1", b"alice", ttl=60_000)
-    db.put(b"user:1", b"alice")
-    db.write(lsm.WriteBatch().put(b"session:2", b"bob", ttl=120_000).put(b"user:2", b"bob"))
-    print(f"  wrote 4 rows at t={clock.now()}, db.seq={db.seq}")
-    print(f"  get(session:1) -> {db.get(b'session:1')!r}   entry: {db.get_entry(b'session:1')}")
-    snap = db.snapshot()
-    clock.advance(60_001)
-    print(f"  advanced the clock 60.001 s: get(session:1) -> {db.get(b'session:1')!r} (expired)")
-    db.delete(b"user:1")
-    print(f"  deleted user:1; scan -> {list(db.scan())}")
-    print(f"  the snapshot taken before the delete still reads user:1 -> {snap.get(b'user:1')!r}")
-    print(
-        "  with include_expired the tools still see the expired row -> "
-        f"{db.get(b'session:1', lsm.ReadOptions(include_expired=True))!r}"
+    opts = lsm.DbOptions(
+        clock=clock,
+        memtable_bytes=64 << 10,
+        background_compaction=False,
+        periodic_compaction_interval=60 * MINUTE,
+        history_retention=60 * MINUTE,
+        time_seq_min_time=0,
+        spark_master="local[2]",
     )
-    snap.close()
+    db = lsm.DB.open(path, opts)
+    for i in range(2_000):
+        db.put(b"user:%05d" % i, b"profile-%d" % i)
+        db.put(b"session:%05d" % i, b"token-%d" % i, ttl=30 * MINUTE)
+        if i % 100 == 99:
+            clock.advance(MINUTE)
+    db.write(lsm.WriteBatch().put(b"config", b"v1").delete(b"user:00000"))
+    say(f"wrote 4,001 rows in 20 simulated minutes; db.seq = {db.seq}")
+    say(f"get(session:00000) -> {db.get(b'session:00000')!r}; its entry: {db.get_entry(b'session:00000')}")
 
-    heading("3. Flush: the memtable becomes an L0 SST, recorded in the manifest")
+    heading("3. Time passes: expired rows vanish from reads before compaction removes them")
+    clock.advance(15 * MINUTE)
+    live = sum(1 for _ in db.scan(prefix=b"session:"))
+    say(f"+15 min: {live} of 2,000 sessions are still visible (they expire 30 min after their write)")
+    clock.advance(20 * MINUTE)
+    live = sum(1 for _ in db.scan(prefix=b"session:"))
+    hidden = sum(1 for _ in db.scan(prefix=b"session:", options=lsm.ReadOptions(include_expired=True)))
+    say(f"+35 min: {live} visible; ReadOptions(include_expired=True) still finds {hidden} on disk")
+
+    heading("4. Flush, then look at the LSM and the files")
     db.flush()
-    print(f"  LSM shape: {db.lsm_shape()}")
-    for name in db.lsm_shape()["l0"]:
-        show_sst(db.sst_path(name))
-    db.close()
+    say(f"write amplification of this handle so far: {db.write_amplification():.2f} (SST bytes per user byte)")
+    cli("manifest", "show", path)
+    cli("du", path, "--at", str(clock.now()))
 
-    heading("4. Reopen: the clock watermark and the data survive")
-    db = lsm.DB.open(path, lsm.DbOptions(clock=clock))
-    print(f"  seq={db.seq} clock watermark={db.manifest.clock_watermark} scan={list(db.scan())}")
+    heading("5. Sequence numbers and time: the seq tracker, the decaying time bins, as-of reads")
+    t = START + 10 * MINUTE
+    seq = db.seq_for_timestamp(t, Round.DOWN)
+    say(f"db.seq_for_timestamp(2026-01-01T00:10:00Z, DOWN) -> {seq}")
+    say(f"db.timestamp_for_seq({seq}, UP) -> {db.timestamp_for_seq(seq, Round.UP)} ms")
+    with db.snapshot_at(t) as snap:
+        n = sum(1 for _ in snap.scan(prefix=b"user:"))
+    say(f"as of 00:10 the database held {n} users (history_retention = 1 h keeps that state readable)")
+    db.put(b"user:99999", b"late arrival")
     db.close()
-    print(f"\nThe database is in {path}")
+    cli("seq-to-ts", path, str(seq))
+    cli("ts-to-seq", path, "2026-01-01T00:10:00Z")
+    cli("time-seq", path)
+    cli("changes", path, "--seq", str(seq + 1995))
+
+    heading("6. Compaction (local): expired rows become tombstones, and the oldest run drops them")
+    clock.advance(60 * MINUTE)
+    say("an hour later every session expired before the history window (1 h) began")
+    db = lsm.DB.open(path, opts)
+    stats = db.compact(full=True, executor="local")
+    ttl = stats.filters["ttl"].removed if "ttl" in stats.filters else 0
+    say(
+        f"local full compaction: {stats.rows_in} rows in -> {stats.rows_out} rows out; the TTL filter "
+        f"expired {ttl}, the oldest run dropped {stats.tombstones_dropped} tombstones, {stats.seconds:.2f} s"
+    )
+    db.close()
+    cli("du", path, "--at", str(clock.now()))
+
+    if not args.no_spark:
+        heading("7. The same compaction as an Apache Spark batch (local[2]): one task per key range")
+        db = lsm.DB.open(path, opts)
+        for i in range(2_000):
+            db.put(b"user:%05d" % i, b"profile-v2-%d" % i, ttl=5 * MINUTE)
+        db.flush()
+        say("rewrote all 2,000 profiles with a 5-minute TTL, then let 70 minutes pass")
+        clock.advance(70 * MINUTE)
+        t0 = time.perf_counter()
+        from compaction.spark import get_session
+
+        get_session("local[2]")
+        say(f"Spark session started in {time.perf_counter() - t0:.1f} s")
+        stats = db.compact(full=True, executor="spark")
+        say(
+            f"spark full compaction: {stats.rows_in} rows in -> {stats.rows_out} out; "
+            f"{stats.tombstones_dropped} tombstones dropped in the oldest run, {stats.seconds:.2f} s "
+            f"(reading {stats.read_seconds:.2f} s, writing {stats.write_seconds:.2f} s)"
+        )
+        db.close()
+        cli("manifest", "show", path)
+
+    heading("8. Check every file of the database")
+    cli("check", path)
+    cli("sst", "verify", path)
+    say(f"demo finished in {time.perf_counter() - t_start:.1f} s; the database is in {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

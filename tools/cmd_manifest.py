@@ -1,0 +1,286 @@
+"""``lsm manifest show|list``: the LSM shape recorded in a manifest version, and the versions kept on disk.
+
+The `lsm` engine package is imported inside the functions that need it, here and in the other inspection
+modules: importing it costs more than everything else the CLI loads (about 0.2 s per run), and the
+file-level commands (``lsm sst ...``) never need it. Command modules should do the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from formats import manifest as codec
+from formats.errors import CorruptionError, FormatVersionError
+from formats.manifest import Manifest, SstEntry
+from tools import render
+from tools.cmd_sst import info_json
+
+if TYPE_CHECKING:
+    from lsm.manifest import ManifestStore
+
+BYTES_FIELDS = ("seq_tracker", "time_seq")  # shown by size; their decoders have commands of their own
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("manifest", help="inspect manifest versions: show, list")
+    s = p.add_subparsers(dest="manifest_command", metavar="COMMAND", required=True)
+
+    show = s.add_parser(
+        "show",
+        help="the LSM shape in a manifest version (the newest by default)",
+        description="Print one manifest version: epochs, last seq, WAL replay point, clock watermark, and "
+        "the LSM shape (L0 newest first, sorted runs newest first, each SST with its size, rows, key range "
+        "and seq range). PATH is a database directory or one .manifest file.",
+    )
+    show.add_argument("path", metavar="PATH")
+    show.add_argument("--id", type=int, metavar="N", help="show version N instead of the newest")
+    render.add_output_args(show)
+    show.set_defaults(func=cmd_show)
+
+    ls = s.add_parser(
+        "list",
+        help="the manifest versions kept on disk",
+        description="One line per manifest version kept in PATH/manifest/, oldest first. A version that "
+        "cannot be decoded is listed with its error, and the command then exits 1.",
+    )
+    ls.add_argument("path", metavar="PATH")
+    render.add_output_args(ls, bytes_args=False)
+    ls.set_defaults(func=cmd_list)
+
+
+# -- helpers shared with the other commands ------------------------------------------------------------
+def db_dir(path: str) -> str:
+    """Check that `path` is an lsm-sim database directory; return it."""
+    from lsm.errors import NotADatabaseError
+
+    if not os.path.exists(path):
+        raise NotADatabaseError(f"{path}: no such file or directory")
+    if not os.path.isdir(path):
+        raise NotADatabaseError(f"{path}: is a file, not a database directory")
+    if not os.path.isdir(os.path.join(path, "manifest")):
+        raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest/ directory)")
+    return path
+
+
+def latest_manifest(path: str) -> tuple[int, Manifest]:
+    """(id, manifest) of the newest version of the database at `path`."""
+    from lsm.errors import NotADatabaseError
+    from lsm.manifest import ManifestStore
+
+    store = ManifestStore(db_dir(path))
+    mid, m = store.latest()
+    if m is None:
+        raise NotADatabaseError(f"{path}: no manifest version in {store.dir}: not an lsm-sim database")
+    return mid, m
+
+
+def entry_json(e: SstEntry, mode: str) -> dict[str, Any]:
+    return {"name": e.name, "info": info_json(e.info, mode)}
+
+
+def manifest_json(mid: int | None, path: str, m: Manifest, mode: str) -> dict[str, Any]:
+    d: dict[str, Any] = {"id": mid, "path": path}
+    for f in dataclasses.fields(m):
+        v = getattr(m, f.name)
+        if f.name == "l0":
+            d["l0"] = [entry_json(e, mode) for e in m.l0]
+        elif f.name == "runs":
+            d["runs"] = [{"id": r.id, "ssts": [entry_json(e, mode) for e in r.ssts]} for r in m.runs]
+        elif f.name in BYTES_FIELDS:
+            d[f.name + "_size"] = len(v)
+        else:
+            d[f.name] = v
+            if f.name == "clock_watermark":
+                d["clock_watermark_rfc3339"] = render.rfc3339(v)
+    return d
+
+
+def levels(m: Manifest) -> list[tuple[str, tuple[SstEntry, ...]]]:
+    """("L0", ssts) then ("run <id>", ssts) for each sorted run, newest first (the read order)."""
+    return [("L0", m.l0)] + [(f"run {r.id}", r.ssts) for r in m.runs]
+
+
+def _seq_range(ssts: tuple[SstEntry, ...]) -> str:
+    if not ssts:
+        return "-"
+    return f"{min(e.info.min_seq for e in ssts)}-{max(e.info.max_seq for e in ssts)}"
+
+
+# -- show ---------------------------------------------------------------------------------------------
+def read_version(path: str, mid: int | None) -> tuple[int | None, str, Manifest]:
+    from lsm.manifest import ManifestStore
+
+    if os.path.isfile(path):
+        if mid is not None:
+            raise ValueError("--id needs a database directory, not a manifest file")
+        with open(path, "rb") as f:
+            m = codec.decode(f.read(), path)
+        stem = os.path.basename(path).split(".", 1)[0]
+        return (int(stem) if stem.isdigit() else None), path, m
+    store = ManifestStore(db_dir(path))
+    if mid is None:
+        mid, m = latest_manifest(path)
+        return mid, store.path(mid), m
+    p = store.path(mid)
+    if not os.path.exists(p):
+        kept = store.ids()
+        span = f"{kept[0]}..{kept[-1]}" if kept else "none"
+        raise ValueError(f"{path}: no manifest version {mid} (versions kept: {span})")
+    return mid, p, store.read(mid)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    mode = args.bytes_mode
+    mid, mpath, m = read_version(args.path, args.id)
+    if args.json:
+        render.print_json(manifest_json(mid, mpath, m, mode))
+        return 0
+    key = lambda b: render.bytes_for_table(b, mode)  # noqa: E731
+    render.print_text(
+        render.properties(
+            [
+                ("manifest", f"{mpath} (id {mid})" if mid is not None else mpath),
+                ("writer_epoch", m.writer_epoch),
+                ("compactor_epoch", m.compactor_epoch),
+                ("last_seq", m.last_seq),
+                ("wal_replay_from", f"segment {m.wal_replay_from}"),
+                ("clock_watermark", render.time_detail(m.clock_watermark)),
+                ("next_sst_id", m.next_sst_id),
+                ("next_run_id", m.next_run_id),
+                ("seq_tracker", f"{len(m.seq_tracker)} B"),
+                ("time_seq", f"{len(m.time_seq)} B"),
+            ]
+        )
+    )
+    summary = []
+    for name, ssts in levels(m):
+        summary.append(
+            (
+                name,
+                len(ssts),
+                render.human_bytes(sum(e.size for e in ssts)),
+                sum(e.info.num_rows for e in ssts),
+                key(min(e.info.first_key for e in ssts)) if ssts else "-",
+                key(max(e.info.last_key for e in ssts)) if ssts else "-",
+                _seq_range(ssts),
+            )
+        )
+    total = m.all_ssts()
+    summary.append(
+        (
+            "total",
+            len(total),
+            render.human_bytes(sum(e.size for e in total)),
+            sum(e.info.num_rows for e in total),
+            "",
+            "",
+            "",
+        )
+    )
+    render.print_text(
+        "\n" + render.table(("level", "ssts", "size", "rows", "first_key", "last_key", "seq"), summary)
+    )
+    cells = [
+        (
+            name,
+            e.name,
+            e.size,
+            e.info.num_rows,
+            key(e.info.first_key),
+            key(e.info.last_key),
+            f"{e.info.min_seq}-{e.info.max_seq}",
+            render.time_cell(e.info.max_ts),
+        )
+        for name, ssts in levels(m)
+        for e in ssts
+    ]
+    if cells:
+        render.print_text(
+            "\n"
+            + render.table(("level", "sst", "size", "rows", "first_key", "last_key", "seq", "max_ts"), cells)
+        )
+    return 0
+
+
+# -- list ---------------------------------------------------------------------------------------------
+def version_summary(store: ManifestStore, mid: int) -> dict[str, Any] | None:
+    """One line of the history; None when the version vanished (pruned) while we listed."""
+    p = store.path(mid)
+    try:
+        st = os.stat(p)
+        m = store.read(mid)
+    except FileNotFoundError:
+        return None
+    except (CorruptionError, FormatVersionError) as e:
+        return {"id": mid, "path": p, "error": str(e)}
+    ssts = m.all_ssts()
+    return {
+        "id": mid,
+        "path": p,
+        "file_size": st.st_size,
+        "mtime": st.st_mtime_ns // 1_000_000,
+        "writer_epoch": m.writer_epoch,
+        "compactor_epoch": m.compactor_epoch,
+        "last_seq": m.last_seq,
+        "clock_watermark": m.clock_watermark,
+        "wal_replay_from": m.wal_replay_from,
+        "l0": len(m.l0),
+        "runs": len(m.runs),
+        "ssts": len(ssts),
+        "sst_bytes": sum(e.size for e in ssts),
+    }
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from lsm.errors import NotADatabaseError
+    from lsm.manifest import ManifestStore
+
+    store = ManifestStore(db_dir(args.path))
+    versions = [v for v in (version_summary(store, i) for i in store.ids()) if v is not None]
+    if not versions:
+        raise NotADatabaseError(f"{args.path}: no manifest version in {store.dir}: not an lsm-sim database")
+    if args.json:
+        render.print_json_array(versions)
+    else:
+        cells = []
+        for v in versions:
+            if "error" in v:
+                cells.append((v["id"], "CORRUPT", v["error"], "", "", "", "", "", ""))
+                continue
+            cells.append(
+                (
+                    v["id"],
+                    render.time_cell(v["mtime"]),
+                    v["writer_epoch"],
+                    v["last_seq"],
+                    render.time_cell(v["clock_watermark"]),
+                    v["wal_replay_from"],
+                    v["l0"],
+                    v["runs"],
+                    render.human_bytes(v["sst_bytes"]),
+                )
+            )
+        render.print_text(
+            render.table(
+                (
+                    "id",
+                    "written",
+                    "writer_epoch",
+                    "last_seq",
+                    "clock_watermark",
+                    "wal_from",
+                    "l0",
+                    "runs",
+                    "sst_bytes",
+                ),
+                cells,
+            )
+        )
+    bad = [v for v in versions if "error" in v]
+    if bad:
+        render.error(bad[0]["error"])
+        return 1
+    return 0

@@ -1,0 +1,418 @@
+"""``lsm sst show|scan|verify|layout``: one SST file (or every SST of a database, for verify).
+
+Modelled on Pebble's ``sstable properties|scan|check|layout`` and RocksDB's ``sst_dump``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from formats.errors import CorruptionError
+from formats.row import RowFeature, RowFlags
+from formats.sst import COMPRESSION_NAMES, FOOTER, TRAILER, SsTableInfo, SstReader
+from tools import render
+
+TIME_FIELDS = ("creation_timestamp", "min_ts", "max_ts", "min_expire_ts", "max_expire_ts")
+KEY_FIELDS = ("first_key", "last_key")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sst", help="inspect SST files: show, scan, verify, layout", description=__doc__)
+    s = p.add_subparsers(dest="sst_command", metavar="COMMAND", required=True)
+
+    show = s.add_parser(
+        "show",
+        help="SsTableInfo and derived properties of an SST",
+        description="Print the SST's metadata (SsTableInfo) and properties derived from it: format version, "
+        "row features, creation time, ts and seq ranges, counts, and the sizes of the data, index, filter "
+        "and metadata blocks. Reads the footer, metadata, index and filter only.",
+    )
+    show.add_argument("file", metavar="FILE")
+    render.add_output_args(show)
+    show.set_defaults(func=cmd_show)
+
+    scan = s.add_parser(
+        "scan",
+        help="the rows of an SST, with flags, ts, expire_ts and seq",
+        description="Print the rows of FILE in key order. Without --all-versions only the newest version "
+        "of each key (which may be a tombstone). Expiry is not applied: this shows what is stored.",
+    )
+    scan.add_argument("file", metavar="FILE")
+    scan.add_argument("--from", dest="start", metavar="KEY", help="first key (inclusive)")
+    scan.add_argument("--to", dest="end", metavar="KEY", help="last key (exclusive)")
+    scan.add_argument(
+        "--all-versions", action="store_true", help="every stored version, newest first per key"
+    )
+    scan.add_argument("--limit", type=int, metavar="N", help="stop after N rows")
+    render.add_output_args(scan)
+    scan.set_defaults(func=cmd_scan)
+
+    verify = s.add_parser(
+        "verify",
+        help="check every checksum, the key order and the metadata (exit 1 on the first problem)",
+        description="Verify each FILE, or every SST in PATH/sst/ when PATH is a database directory: every block "
+        "checksum, key order, the index against the blocks, the bloom filter against the keys, and the "
+        "metadata (counts, key, seq, ts and expire_ts ranges, byte totals) against the rows. Exits 1 naming "
+        "the file and offset of the first problem.",
+    )
+    verify.add_argument("paths", nargs="+", metavar="FILE|PATH")
+    render.add_output_args(verify, bytes_args=False)
+    verify.set_defaults(func=cmd_verify)
+
+    layout = s.add_parser(
+        "layout",
+        help="block-by-block offsets and sizes",
+        description="Print every region of FILE in file order: each data block (offset, stored size, rows, "
+        "first and last key, compression), the index, filter and metadata blocks, and the footer.",
+    )
+    layout.add_argument("file", metavar="FILE")
+    render.add_output_args(layout)
+    layout.set_defaults(func=cmd_layout)
+
+
+# -- helpers shared with the other commands ------------------------------------------------------------
+def open_sst(path: str) -> SstReader:
+    """Open an SST named on the command line, with clear errors for the usual mistakes."""
+    if os.path.isdir(path):
+        raise ValueError(f"{path}: is a directory, not an SST file")
+    return SstReader(path)
+
+
+def feature_names(features: tuple[int, ...]) -> list[str]:
+    out = []
+    for f in features:
+        try:
+            out.append(RowFeature(f).name)
+        except ValueError:
+            out.append(str(f))
+    return out
+
+
+def info_json(info: SsTableInfo, mode: str = "auto") -> dict[str, Any]:
+    """SsTableInfo as a JSON object: every field under its own name, keys by the bytes convention."""
+    d: dict[str, Any] = {}
+    for f in dataclasses.fields(info):
+        v = getattr(info, f.name)
+        if f.name in KEY_FIELDS:
+            render.put_bytes(d, f.name, v, mode)
+        elif f.name == "row_features":
+            d[f.name] = list(v)
+        else:
+            d[f.name] = v
+    return d
+
+
+def flag_bits(row: tuple) -> int:
+    """The RowFlags a row carries (computed, so v0 rows report the same meaning)."""
+    flags = 0
+    if row[4] is None:
+        flags |= RowFlags.TOMBSTONE
+    if row[3] is not None:
+        flags |= RowFlags.HAS_EXPIRE_TS
+    return flags
+
+
+def flag_text(flags: int) -> str:
+    names = [f.name for f in RowFlags if flags & f]
+    return "|".join(n for n in names if n) or "-"
+
+
+def row_json(row: tuple, mode: str) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    render.put_bytes(d, "key", row[0], mode)
+    d["seq"] = row[1]
+    d["ts"] = row[2]
+    d["expire_ts"] = row[3]
+    d["flags"] = flag_bits(row)
+    render.put_bytes(d, "value", row[4], mode)
+    return d
+
+
+def footer_fields(path: str) -> tuple[int, int]:
+    """(metadata offset, metadata size) from the footer; the reader has already validated it."""
+    with open(path, "rb") as f:
+        f.seek(-FOOTER.size, os.SEEK_END)
+        meta_offset, meta_size, *_ = FOOTER.unpack(f.read(FOOTER.size))
+    return meta_offset, meta_size
+
+
+def verify_sst(r: SstReader) -> None:
+    """`SstReader.verify` plus the metadata it does not compare: key, ts and expire_ts ranges, byte
+    totals, and the bloom filter (a key the filter denies would be unreadable). Raises CorruptionError."""
+    r.verify()
+    info = r.info
+    meta_at = info.filter_offset + info.filter_size
+    first = last = None
+    min_ts = max_ts = min_exp = max_exp = None
+    key_bytes = value_bytes = 0
+    prev_key = None
+    has_ts = RowFeature.Timestamp in r.codec.features
+    has_ttl = RowFeature.TimeToLive in r.codec.features
+    for i in range(len(r.blocks)):
+        for key, _seq, ts, exp, value in r.block_rows(i):
+            if first is None:
+                first = key
+            last = key
+            key_bytes += len(key)
+            if value is not None:
+                value_bytes += len(value)
+            if ts is not None:
+                min_ts = ts if min_ts is None or ts < min_ts else min_ts
+                max_ts = ts if max_ts is None or ts > max_ts else max_ts
+            if exp is not None:
+                min_exp = exp if min_exp is None or exp < min_exp else min_exp
+                max_exp = exp if max_exp is None or exp > max_exp else max_exp
+            if key != prev_key:
+                if not r.bloom.may_contain(key):
+                    raise CorruptionError(
+                        r.path, info.filter_offset, f"bloom filter denies stored key {key!r}"
+                    )
+                prev_key = key
+    problems = []
+    if (first, last) != (info.first_key, info.last_key):
+        problems.append("metadata key range disagrees with the rows")
+    if has_ts and (min_ts, max_ts) != (info.min_ts, info.max_ts):
+        problems.append(
+            f"metadata ts range [{info.min_ts}, {info.max_ts}] disagrees with the rows [{min_ts}, {max_ts}]"
+        )
+    if has_ttl and (min_exp, max_exp) != (info.min_expire_ts, info.max_expire_ts):
+        problems.append("metadata expire_ts range disagrees with the rows")
+    if info.key_bytes and (key_bytes, value_bytes) != (info.key_bytes, info.value_bytes):
+        problems.append("metadata key/value byte totals disagree with the rows")
+    if problems:
+        raise CorruptionError(r.path, meta_at, "; ".join(problems))
+
+
+# -- show ---------------------------------------------------------------------------------------------
+def show_json(r: SstReader, mode: str) -> dict[str, Any]:
+    info = r.info
+    meta_offset, meta_size = footer_fields(r.path)
+    d = info_json(info, mode)
+    d["row_feature_names"] = feature_names(info.row_features)
+    for name in TIME_FIELDS:
+        d[name + "_rfc3339"] = render.rfc3339(getattr(info, name))
+    d["metadata_offset"] = meta_offset
+    d["metadata_size"] = meta_size
+    d["footer_size"] = FOOTER.size
+    d["filter_probes"] = r.bloom.k
+    d["filter_bits"] = r.bloom.nbits
+    return d
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with open_sst(args.file) as r:
+        d = show_json(r, args.bytes_mode)
+        if args.json:
+            render.print_json(d)
+            return 0
+        info = r.info
+        key = lambda b: render.bytes_for_table(b, args.bytes_mode)  # noqa: E731
+        distinct = max(1, info.num_rows)
+        rows = [
+            ("file", args.file),
+            ("format_version", info.format_version),
+            ("row_features", ", ".join(d["row_feature_names"]) or "(none: format version 0)"),
+            ("compression", info.compression or "none"),
+            ("creation_timestamp", render.time_detail(info.creation_timestamp)),
+            ("min_ts", render.time_detail(info.min_ts)),
+            ("max_ts", render.time_detail(info.max_ts)),
+            ("min_seq", info.min_seq),
+            ("max_seq", info.max_seq),
+            ("min_expire_ts", render.time_detail(info.min_expire_ts)),
+            ("max_expire_ts", render.time_detail(info.max_expire_ts)),
+            ("first_key", key(info.first_key)),
+            ("last_key", key(info.last_key)),
+            ("num_rows", info.num_rows),
+            ("num_tombstones", info.num_tombstones),
+            ("num_expiring", info.num_expiring),
+            ("num_blocks", info.num_blocks),
+            ("key_bytes", info.key_bytes),
+            ("value_bytes", info.value_bytes),
+            ("file_size", _size(info.file_size)),
+            ("data_size", _size(info.data_size)),
+            ("index_size", f"{_size(info.index_size)} at offset {info.index_offset}"),
+            ("filter_size", f"{_size(info.filter_size)} at offset {info.filter_offset}"),
+            ("metadata_size", f"{_size(d['metadata_size'])} at offset {d['metadata_offset']}"),
+            ("footer_size", _size(FOOTER.size)),
+            ("filter", f"{r.bloom.k} probes, {r.bloom.nbits} bits ({r.bloom.nbits / distinct:.1f} bits/row)"),
+        ]
+        render.print_text(render.properties(rows))
+    return 0
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n} B ({render.human_bytes(n)})"
+
+
+# -- scan ---------------------------------------------------------------------------------------------
+def scan_rows(r: SstReader, start: bytes | None, end: bytes | None, all_versions: bool) -> Iterator[tuple]:
+    last = None
+    for row in r.iter(start, end):
+        if not all_versions and row[0] == last:
+            continue
+        last = row[0]
+        yield row
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    hex_in = args.bytes_mode == "hex"
+    start = None if args.start is None else render.parse_key(args.start, hex_in, "--from")
+    end = None if args.end is None else render.parse_key(args.end, hex_in, "--to")
+    if args.limit is not None and args.limit < 0:
+        raise ValueError("--limit must be >= 0")
+    mode = args.bytes_mode
+    with open_sst(args.file) as r:
+        rows = scan_rows(r, start, end, args.all_versions)
+        if args.limit is not None:
+            rows = (row for _, row in zip(range(args.limit), rows, strict=False))
+        if args.json:
+            render.print_json_array(row_json(row, mode) for row in rows)
+            return 0
+        cells = [
+            (
+                render.bytes_for_table(row[0], mode),
+                row[1],
+                render.time_cell(row[2]),
+                render.time_cell(row[3]),
+                flag_text(flag_bits(row)),
+                render.bytes_for_table(row[4], mode, render.MAX_VALUE_CHARS),
+            )
+            for row in rows
+        ]
+        render.print_text(render.table(("key", "seq", "ts", "expire_ts", "flags", "value"), cells))
+    return 0
+
+
+# -- verify -------------------------------------------------------------------------------------------
+def sst_files(path: str) -> list[str]:
+    """The SSTs to verify for FILE|PATH."""
+    if not os.path.isdir(path):
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return [path]
+    sst_dir = os.path.join(path, "sst")
+    if not os.path.isdir(sst_dir):
+        raise ValueError(f"{path}: is a directory but not an lsm-sim database (no sst/ directory)")
+    return [os.path.join(sst_dir, n) for n in sorted(os.listdir(sst_dir)) if n.endswith(".sst")]
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    results: list[dict[str, Any]] = []
+    failure: CorruptionError | None = None
+    files = [(given, p) for given in args.paths for p in sst_files(given)]
+    for given, p in files:
+        try:
+            with SstReader(p) as r:
+                verify_sst(r)
+                results.append(
+                    {"path": p, "ok": True, "num_rows": r.info.num_rows, "num_blocks": r.info.num_blocks}
+                )
+        except FileNotFoundError:
+            if p == given:
+                raise
+            continue  # deleted by a running compaction since we listed the directory
+        except CorruptionError as e:
+            results.append({"path": p, "ok": False, "offset": e.offset, "error": e.detail})
+            failure = e
+            break
+    if args.json:
+        render.print_json_array(results)
+    else:
+        cells = [
+            (
+                x["path"],
+                "ok" if x["ok"] else "CORRUPT",
+                x.get("num_rows"),
+                x.get("num_blocks"),
+                x.get("error"),
+            )
+            for x in results
+        ]
+        render.print_text(render.table(("file", "status", "rows", "blocks", "problem"), cells))
+        if failure is None:
+            render.print_text(f"{len(results)} SST{'s' if len(results) != 1 else ''} verified, no problems")
+    if failure is not None:
+        render.error(str(failure))
+        return 1
+    return 0
+
+
+# -- layout -------------------------------------------------------------------------------------------
+def layout_regions(r: SstReader) -> list[dict[str, Any]]:
+    info = r.info
+    meta_offset, meta_size = footer_fields(r.path)
+    regions: list[dict[str, Any]] = []
+    with open(r.path, "rb") as f:
+
+        def compression(offset: int, size: int) -> str:
+            f.seek(offset + size - TRAILER.size)
+            code = f.read(1)[0]
+            name = COMPRESSION_NAMES.get(code, f"unknown({code})")
+            return name or "none"
+
+        for i, h in enumerate(r.blocks):
+            d: dict[str, Any] = {
+                "kind": "data",
+                "block": i,
+                "offset": h.offset,
+                "size": h.size,
+                "num_rows": h.num_rows,
+            }
+            d["first_key"] = h.first_key
+            d["last_key"] = h.last_key
+            d["compression"] = compression(h.offset, h.size)
+            regions.append(d)
+        for kind, off, size in (
+            ("index", info.index_offset, info.index_size),
+            ("filter", info.filter_offset, info.filter_size),
+            ("metadata", meta_offset, meta_size),
+        ):
+            regions.append({"kind": kind, "offset": off, "size": size, "compression": compression(off, size)})
+    regions.append({"kind": "footer", "offset": info.file_size - FOOTER.size, "size": FOOTER.size})
+    return regions
+
+
+def cmd_layout(args: argparse.Namespace) -> int:
+    mode = args.bytes_mode
+    with open_sst(args.file) as r:
+        regions = layout_regions(r)
+        file_size = r.info.file_size
+    if args.json:
+        out = []
+        for reg in regions:
+            d: dict[str, Any] = {}
+            for k, v in reg.items():
+                if k in KEY_FIELDS:
+                    render.put_bytes(d, k, v, mode)
+                else:
+                    d[k] = v
+            out.append(d)
+        render.print_json_array(out)
+        return 0
+    cells = [
+        (
+            reg["kind"],
+            reg.get("block"),
+            reg["offset"],
+            reg["size"],
+            reg.get("num_rows"),
+            reg.get("compression"),
+            render.bytes_for_table(reg.get("first_key"), mode),
+            render.bytes_for_table(reg.get("last_key"), mode),
+        )
+        for reg in regions
+    ]
+    render.print_text(
+        render.table(
+            ("region", "block", "offset", "size", "rows", "compression", "first_key", "last_key"), cells
+        )
+    )
+    data = sum(reg["size"] for reg in regions if reg["kind"] == "data")
+    render.print_text(
+        f"{file_size} bytes: {len(regions) - 4} data blocks ({data} B), index, filter, metadata, footer"
+    )
+    return 0

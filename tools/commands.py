@@ -1,0 +1,130 @@
+"""The `lsm` command line: one argparse tree built from a list of command modules.
+
+Each module in `COMMAND_MODULES` has ``register(subparsers)``, which adds its command (or group of
+commands, e.g. ``lsm sst show|scan|verify|layout``) and sets ``func=handler`` on every leaf parser; a
+handler takes the parsed arguments and returns the exit status. To add a command, write
+``tools/cmd_<name>.py`` with a ``register`` function and append it here.
+
+Exit status: 0 success; 1 a verification found a problem (``sst verify``, ``check``, ...); 2 a usage
+error or input that cannot be read (missing path, not an SST or database, damaged file, newer format);
+3 an internal error (a bug: set LSM_TRACEBACK=1 to see the traceback). Errors are one line on stderr,
+``lsm: error: ...``, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from formats.errors import LsmError
+from tools import render
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "tools.cmd_sst",
+    "tools.cmd_manifest",
+    "tools.cmd_wal",
+    "tools.cmd_db",
+    "tools.cmd_bench",
+    "tools.cmd_compact",
+    "tools.cmd_time",
+)
+
+EXIT_OK = 0
+EXIT_PROBLEM = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+
+
+class UsageError(Exception):
+    """A command line argparse rejects; rendered as one line and exit status 2."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are exceptions, so `run` can print them as one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(self.prog, message)
+
+
+class _VersionAction(argparse.Action):
+    """--version, looking the version up only when asked (importlib.metadata is slow to import)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kw: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        try:
+            from importlib.metadata import version
+
+            v = version("lsm-sim")
+        except Exception:  # noqa: BLE001 - an uninstalled tree still runs
+            v = "unknown"
+        sys.stdout.write(f"lsm {v}\n")
+        parser.exit(0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="lsm",
+        description="Inspect and verify lsm-sim databases and the files they are made of.",
+        epilog="Run 'lsm COMMAND --help' for the options of a command. Docs: docs/cli.md",
+    )
+    parser.add_argument("--version", action=_VersionAction)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def describe(e: BaseException) -> str:
+    """The one-line message for an error the tools expect."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename is not None else e.strerror
+    text = str(e) or type(e).__name__
+    return " ".join(text.split())  # one line, whatever the message holds
+
+
+def run(argv: Sequence[str]) -> int:
+    """Parse `argv` (without the program name), run the command, return the exit status."""
+    try:
+        parser = build_parser()
+        args = parser.parse_args(list(argv))
+    except UsageError as e:
+        sub = e.prog.removeprefix("lsm").strip()
+        where = f"{sub}: " if sub else ""
+        hint = f"lsm {sub} --help" if sub else "lsm --help"
+        render.error(f"{where}{e} (see '{hint}')")
+        return EXIT_BAD_INPUT
+    except SystemExit as e:  # --help, --version
+        return e.code if isinstance(e.code, int) else 0
+    try:
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: stop quietly, and keep the interpreter's final flush quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+    except (LsmError, OSError, ValueError) as e:
+        render.error(describe(e))
+        return EXIT_BAD_INPUT
+    except Exception as e:  # noqa: BLE001 - a bug still gets one line, and the traceback on request
+        if os.environ.get("LSM_TRACEBACK"):
+            import traceback
+
+            traceback.print_exc()
+        render.error(f"internal error: {type(e).__name__}: {describe(e)} (set LSM_TRACEBACK=1 for details)")
+        return EXIT_INTERNAL
+
+
+__all__ = ["COMMAND_MODULES", "build_parser", "run", "describe", "Parser", "UsageError"]

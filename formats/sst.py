@@ -193,15 +193,15 @@ class SstWriter:
     def add(self, row: Sequence) -> None:
         """Add one row ``(key, seq, ts, expire_ts, value)``; raises ValueError when out of order."""
         key, seq, _ts, expire_ts, value = row
+        check_key(key)  # before comparing, so a bad key gets the error that names the limit
         last = self._last_key
-        if last is None or key > last:
-            check_key(key)
-        elif key == last and seq is not None and self._last_seq is not None and seq < self._last_seq:
-            pass  # an older version of the same key
-        else:
-            raise ValueError(
-                f"rows must be added in key order (and seq descending within a key): {key!r} after {last!r}"
-            )
+        if last is not None and key <= last:
+            # only an older version of the same key may follow it
+            older = key == last and seq is not None and self._last_seq is not None and seq < self._last_seq
+            if not older:
+                raise ValueError(
+                    f"rows must be added in key order (and seq descending within a key): {key!r} after {last!r}"
+                )
         if value is not None:
             check_value(value)
         if self.format_version == FORMAT_V0 and expire_ts is not None:
@@ -490,8 +490,8 @@ class SstReader:
         self.close()
 
     # -- blocks -----------------------------------------------------------------------------------
-    def block(self, i: int) -> tuple[bytes, tuple[int, ...]]:
-        """Data block `i` as (payload, row offsets), through the cache."""
+    def _load(self, i: int) -> _Block:
+        """Data block `i`, checked and split into rows, through the cache."""
         cache = self.cache
         if cache is not None:
             ck = (self.cache_id, i)
@@ -508,10 +508,15 @@ class SstReader:
             offsets = struct.unpack_from(f">{n}I", payload, start)
         except (struct.error, ValueError) as e:
             raise CorruptionError(self.path, h.offset, f"bad block trailer: {e}") from None
-        b = (payload[:start], offsets)
+        b = _Block(payload[:start], offsets)
         if cache is not None:
             cache.put(ck, b, len(payload) + 8 * n)
         return b
+
+    def block(self, i: int) -> tuple[bytes, tuple[int, ...]]:
+        """Data block `i` as (payload, row offsets), through the cache."""
+        b = self._load(i)
+        return b.data, b.offsets
 
     def block_rows(self, i: int) -> list[tuple]:
         """All rows of data block `i`, decoded, in stored order."""
@@ -541,20 +546,34 @@ class SstReader:
         info = self.info
         if key < info.first_key or key > info.last_key:
             return None
-        if use_bloom and not self.bloom.may_contain(key):
-            return None
         i = bisect.bisect_left(self.last_keys, key)
         if i == len(self.blocks) or self.first_keys[i] > key:
             return None
-        data, offsets = self.block(i)
-        key_at = self.codec.key_at
-        lo, hi = 0, len(offsets)
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if key_at(data, offsets[mid]) < key:
-                lo = mid + 1
-            else:
-                hi = mid
+        cache = self.cache
+        blk = cache.get((self.cache_id, i)) if cache is not None else None
+        if blk is None:
+            # the filter's job is to save a block read: a cached block answers faster than the filter
+            if use_bloom and not self.bloom.may_contain(key):
+                return None
+            blk = self._load(i)
+            data, offsets = blk.data, blk.offsets
+            key_at = self.codec.key_at
+            lo, hi = 0, len(offsets)
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if key_at(data, offsets[mid]) < key:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        else:
+            data, offsets = blk.data, blk.offsets
+            keys = blk.keys
+            if keys is None:  # a block read twice earns its key list: later probes bisect in C
+                key_at = self.codec.key_at
+                keys = blk.keys = [key_at(data, o) for o in offsets]
+            lo = bisect.bisect_left(keys, key)
+            if lo == len(keys) or keys[lo] != key:
+                return None
         decode = self.codec.decode_from
         n = len(offsets)
         while lo < n:
@@ -636,6 +655,17 @@ class SstReader:
             problems.append("metadata seq range disagrees with the rows")
         if problems:
             raise CorruptionError(self.path, self.info.filter_offset + self.info.filter_size, "; ".join(problems))
+
+
+class _Block:
+    """A checked data block in the cache: payload, row offsets, and (once read twice) its keys."""
+
+    __slots__ = ("data", "offsets", "keys")
+
+    def __init__(self, data: bytes, offsets: tuple[int, ...]) -> None:
+        self.data = data
+        self.offsets = offsets
+        self.keys: list[bytes] | None = None
 
 
 def _reverse_keys(rows: list[tuple]) -> list[tuple]:

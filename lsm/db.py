@@ -553,14 +553,17 @@ class DB:
         return None
 
     def _get_entry(self, key: bytes, max_seq: int | None, include_expired: bool, now: int | None) -> Entry | None:
-        self._check_open()
-        check_key(key)
+        if self._closed:
+            self._check_open()
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
+            check_key(key)
         st = None
         if max_seq is None:
-            # the state and the seq of one instant: a batch is seen whole or not at all (rows of a commit
-            # in progress are in the memtable before its seq is published)
-            with self._state_lock:
-                st, max_seq = self._state, self._seq
+            # A batch is seen whole or not at all: its rows reach the memtable before its seq is
+            # published, so read the seq first and ignore newer rows. A state read after the seq holds
+            # at least everything up to it (states only move forward).
+            max_seq = self._seq
+            st = self._state
         row = self._find(key, max_seq, st)
         if row is None or row[4] is None:
             return None
@@ -641,10 +644,13 @@ class DB:
             if max_seq is None:
                 max_seq = self._seq  # read with the state, see _get_entry
             self._iter_gens[st.gen] += 1
-        return self._scan_gen(st, start, end, reverse, max_seq, include_expired, now, entries)
+        it = self._scan_gen(st, start, end, reverse, max_seq, include_expired, now, entries)
+        next(it)  # run it to its first yield, inside the try: dropped unread, it still unpins st.gen
+        return it
 
     def _scan_gen(self, st: State, start, end, reverse, max_seq, include_expired, now, entries) -> Iterator:
         try:
+            yield None  # consumed by _scan
             if start is not None and end is not None and start >= end:
                 return
             sources = [st.mem.iter(start, end, reverse)]
@@ -716,6 +722,7 @@ class DB:
                 for hook in self._on_close_hooks:
                     hook()
                 with self._write_lock:
+                    self._check_fence()  # fenced: nothing of ours may reach the new owner's files
                     self._rotate_locked()
                 self._wait_flushed()
                 watermark = self._clock.last
@@ -914,7 +921,7 @@ def _prepare_dir(path: str, create: bool) -> None:
         raise NotADatabaseError(f"{path}: is a file, not a database directory")
     if os.path.isdir(path):
         entries = set(os.listdir(path))
-        if entries and "manifest" not in entries:
+        if entries and not os.path.isdir(os.path.join(path, "manifest")):
             raise NotADatabaseError(f"{path}: directory is not empty and holds no lsm-sim database")
     elif not create:
         raise NotADatabaseError(f"{path}: no such database")

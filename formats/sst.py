@@ -521,20 +521,14 @@ class SstReader:
     def block_rows(self, i: int) -> list[tuple]:
         """All rows of data block `i`, decoded, in stored order."""
         data, offsets = self.block(i)
-        decode = self.codec.decode_from
-        path = self.path
-        ds = self.default_seq
-        rows = []
-        pos = 0
-        end = len(data)
         try:
-            while pos < end:
-                row, pos = decode(data, pos, path, ds)
-                rows.append(row)
+            rows = self.codec.decode_block(data, self.path, self.default_seq)
+        except CorruptionError as e:
+            raise CorruptionError(self.path, self.blocks[i].offset, e.detail) from None
         except struct.error:
-            raise CorruptionError(path, self.blocks[i].offset, "row runs past the end of the block") from None
+            raise CorruptionError(self.path, self.blocks[i].offset, "row runs past the end of the block") from None
         if len(rows) != len(offsets):
-            raise CorruptionError(path, self.blocks[i].offset, "row count does not match the block")
+            raise CorruptionError(self.path, self.blocks[i].offset, "row count does not match the block")
         return rows
 
     # -- reads ------------------------------------------------------------------------------------

@@ -220,7 +220,7 @@ class SstWriter:
         if not rows:
             raise ValueError("an SST needs at least one row")
         has_ttl = False
-        has_ts = False
+        missing_ts = False
         min_ts = max_ts = min_exp = max_exp = None
         min_seq = max_seq = None
         tombstones = expiring = key_bytes = value_bytes = 0
@@ -230,8 +230,9 @@ class SstWriter:
                 tombstones += 1
             else:
                 value_bytes += len(value)
-            if ts is not None:
-                has_ts = True
+            if ts is None:
+                missing_ts = True
+            else:
                 if min_ts is None or ts < min_ts:
                     min_ts = ts
                 if max_ts is None or ts > max_ts:
@@ -248,10 +249,15 @@ class SstWriter:
                     min_seq = seq
                 if max_seq is None or seq > max_seq:
                     max_seq = seq
+            elif self.format_version == FORMAT_V1:
+                raise ValueError(f"row {key!r} has no seq: format version 1 rows carry one")
         if self.format_version == FORMAT_V1:
             features = features_for(has_ttl)
-            if not has_ts:
+            if missing_ts:
+                # row features follow the data: a ts column only when every row has a ts (rows
+                # compacted from v0 files have none), so no row ever reports a made-up time
                 features = tuple(f for f in features if f != RowFeature.Timestamp)
+                min_ts = max_ts = None
         else:
             features = ()
         codec = codec_for(self.format_version, features)

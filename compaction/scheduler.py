@@ -21,6 +21,12 @@ run and expired rows and tombstones are physically removed. With ``periodic_comp
 and a reach-down job bigger than that, and when due SSTs sit in the oldest run, the job instead rewrites
 in place a window of adjacent SSTs of the oldest run, starting at its first due SST, up to the cap (at
 least one SST).
+
+Above the oldest run an SST's age is that of its oldest row (``min_ts`` when older than its
+creation_timestamp): a size-tiered job that rewrites a tombstone or a TTL row into a new run on top must
+not restart its clock, or steady writes would keep it (and the older versions it shadows in the oldest
+run) on disk forever. The oldest run is judged by creation_timestamp only: its rewrites keep rows' ts, so
+judging it by row age would rewrite it again and again.
 """
 
 from __future__ import annotations
@@ -111,8 +117,10 @@ def pick_size_tiered(l0: Sequence[SstEntry], runs: Sequence[SortedRun], o: Sched
     return None
 
 
-def is_due(e: SstEntry, tick: int, o: SchedulerOptions) -> bool:
-    """Does this SST hold TTL rows or tombstones and is it older than the (jittered) interval?"""
+def is_due(e: SstEntry, tick: int, o: SchedulerOptions, *, by_rows: bool = False) -> bool:
+    """Does this SST hold TTL rows or tombstones and is it older than the (jittered) interval?
+
+    by_rows=True (SSTs above the oldest run): its age is that of its oldest row if that is older."""
     interval = o.periodic_compaction_interval
     if interval is None:
         return False
@@ -123,7 +131,10 @@ def is_due(e: SstEntry, tick: int, o: SchedulerOptions) -> bool:
     if o.periodic_compaction_jitter:
         frac = xxhash.xxh3_64_intdigest(e.name.encode()) / 2**64
         jitter = int(interval * o.periodic_compaction_jitter * frac)
-    return tick - i.creation_timestamp >= interval + jitter
+    born = i.creation_timestamp
+    if by_rows and i.min_ts is not None and i.min_ts < born:
+        born = i.min_ts
+    return tick - born >= interval + jitter
 
 
 def pick_periodic(
@@ -131,8 +142,11 @@ def pick_periodic(
 ) -> Plan | None:
     if o.periodic_compaction_interval is None:
         return None
-    due_l0 = [k for k, e in enumerate(l0) if is_due(e, tick, o)]
-    due_runs = [k for k, r in enumerate(runs) if any(is_due(e, tick, o) for e in r.ssts)]
+    due_l0 = [k for k, e in enumerate(l0) if is_due(e, tick, o, by_rows=True)]
+    bottom = len(runs) - 1
+    due_runs = [
+        k for k, r in enumerate(runs) if any(is_due(e, tick, o, by_rows=k < bottom) for e in r.ssts)
+    ]
     if not due_l0 and not due_runs:
         return None
     if due_l0:

@@ -560,10 +560,12 @@ class DB:
         st = None
         if max_seq is None:
             # A batch is seen whole or not at all: its rows reach the memtable before its seq is
-            # published, so read the seq first and ignore newer rows. A state read after the seq holds
-            # at least everything up to it (states only move forward).
-            max_seq = self._seq
+            # published, so rows newer than the seq are ignored. The state is read BEFORE the seq: a
+            # flush that completes in between may drop versions <= seq that newer rows shadow, so a
+            # state read after the seq can lack them. Read first, it holds every commit up to the
+            # last one in its memtable, a consistent prefix of what the seq allows.
             st = self._state
+            max_seq = self._seq
         row = self._find(key, max_seq, st)
         if row is None or row[4] is None:
             return None

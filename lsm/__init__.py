@@ -4,7 +4,7 @@
 >>> clock = lsm.ManualClock(1_000)
 >>> with lsm.DB.open(tempfile.mkdtemp(), lsm.DbOptions(clock=clock)) as db:
 ...     _ = db.put(b"k", b"v", ttl=500)
-...     clock.advance(501)
+...     _ = clock.advance(501)
 ...     db.get(b"k") is None
 True
 """

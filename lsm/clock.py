@@ -29,7 +29,7 @@ class SystemClock:
 class ManualClock:
     """A clock that moves only when told to; for tests and simulations.
 
-    >>> c = ManualClock(1_000); c.advance(500); c.now()
+    >>> c = ManualClock(1_000); _ = c.advance(500); c.now()
     1500
     """
 
@@ -66,24 +66,33 @@ class MonotonicClock:
     """The engine's view of a user clock: never goes back.
 
     `tick()` (for writes) raises ClockError when the user clock reads below a time already used;
-    `read()` (for reads) returns max(user clock, last used) and never raises.
+    `read()` (for reads) returns max(user clock, last used) and never raises. A time a read used counts
+    as used: expiry was judged by it, so a row once seen expired never comes back when the clock steps
+    back, and a later write may not be stamped before it.
     """
 
     def __init__(self, clock: Clock, floor: int = 0) -> None:
         self.clock = clock
         self.last = floor
+        self._lock = threading.Lock()
 
     def tick(self) -> int:
         now = self.clock.now()
         if type(now) is not int:
             raise ClockError(f"clock {self.clock!r} returned {now!r}, not int milliseconds")
-        if now < self.last:
-            raise ClockError(
-                f"clock went back: {now} ms is below {self.last} ms already used; nothing was written"
-            )
-        self.last = now
+        with self._lock:
+            if now < self.last:
+                raise ClockError(
+                    f"clock went back: {now} ms is below {self.last} ms already used; nothing was written"
+                )
+            self.last = now
         return now
 
     def read(self) -> int:
         now = self.clock.now()
-        return now if now > self.last else self.last
+        if type(now) is not int:
+            return self.last  # tick() reports the bad clock; a read just does not move time
+        with self._lock:
+            if now > self.last:
+                self.last = now
+            return self.last

@@ -28,6 +28,8 @@ class Snapshot:
     def _check(self) -> None:
         if self._closed:
             raise ClosedError("snapshot is released")
+        if self._db._closed:  # scans do not pass through the DB's own check
+            raise ClosedError(f"{self._db.path}: DB is closed")
 
     def get(self, key: bytes) -> bytes | None:
         self._check()

@@ -1,0 +1,122 @@
+"""A database handle in a child process, for tests that need real process kills or a second process.
+
+Not a test module (no ``test_`` prefix); tests run it as ``python _lsm_proc.py MODE ...``.
+
+``writer PATH KEYS_PER_BATCH MEMTABLE_BYTES``
+    Commits WriteBatches with WriteOptions(sync=True) forever. Batch ``i`` puts ``KEYS_PER_BATCH``
+    keys ``b%08d-%02d`` (batch id, key index) with value ``"%d:" % i`` plus padding, and sets the key
+    ``last`` to ``i``. Batch ids continue after the ``last`` already stored. After each acknowledged
+    commit it prints ``A <i>`` (``A <i> F`` when a memtable flush is under way) and flushes stdout.
+
+``serve PATH CLOCK_START``
+    Opens PATH on a ManualClock(CLOCK_START) and answers one command per stdin line, one reply line
+    each: ``put K V`` (sync), ``get K``, ``flush``, ``clock MS`` (set), ``close``. Replies are
+    ``ok [value]`` or ``err <ExceptionName> <message>``. Prints ``ready`` once open.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import lsm
+
+HERE = os.path.abspath(__file__)
+
+
+def spawn(*args: object, text: bool = True) -> subprocess.Popen:
+    """Start this script in a child; text=True: line-buffered text pipes, else unbuffered bytes."""
+    return subprocess.Popen(
+        [sys.executable, HERE, *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=text,
+        bufsize=1 if text else 0,
+    )
+
+
+class Served:
+    """The parent's side of ``serve``: ``call("put k v")`` returns the reply line."""
+
+    def __init__(self, path: object, clock_start: int) -> None:
+        self.proc = spawn("serve", path, clock_start)
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.kill()
+            raise RuntimeError(f"child did not open the database: {line!r} {self.proc.stderr.read()}")
+
+    def call(self, command: str) -> str:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def kill(self) -> None:
+        """SIGKILL: the child gets no chance to close or flush anything."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            f.close()
+
+
+def writer(path: str, keys_per_batch: int, memtable_bytes: int) -> None:
+    opts = lsm.DbOptions(memtable_bytes=memtable_bytes, background_compaction=False)
+    db = lsm.DB.open(path, opts)
+    last = db.get(b"last")
+    i = int(last) + 1 if last is not None else 1
+    pad = b"x" * 40
+    sync = lsm.WriteOptions(sync=True)
+    out = sys.stdout
+    while True:
+        b = lsm.WriteBatch()
+        value = b"%d:" % i + pad
+        for j in range(keys_per_batch):
+            b.put(b"%08d-%02d" % (i, j), value)
+        b.put(b"last", b"%d" % i)
+        db.write(b, sync)
+        flushing = db.lsm_shape()["immutable_memtables"] > 0
+        out.write(f"A {i} F\n" if flushing else f"A {i}\n")
+        out.flush()
+        i += 1
+
+
+def serve(path: str, clock_start: int) -> None:
+    clock = lsm.ManualClock(clock_start)
+    db = lsm.DB.open(path, lsm.DbOptions(clock=clock, background_compaction=False))
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        try:
+            if cmd == "put":
+                db.put(args[0].encode(), args[1].encode(), options=lsm.WriteOptions(sync=True))
+                reply = "ok"
+            elif cmd == "get":
+                v = db.get(args[0].encode())
+                reply = "ok " + (v.decode() if v is not None else "<none>")
+            elif cmd == "flush":
+                db.flush()
+                reply = "ok"
+            elif cmd == "clock":
+                clock.set(int(args[0]))
+                reply = "ok"
+            elif cmd == "close":
+                db.close()
+                reply = "ok"
+            else:
+                reply = f"err ValueError unknown command {cmd}"
+        except Exception as e:  # noqa: BLE001 - reported to the parent
+            reply = f"err {type(e).__name__} {e}"
+        print(reply, flush=True)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "writer":
+        writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "serve":
+        serve(sys.argv[2], int(sys.argv[3]))
+    else:
+        raise SystemExit(f"unknown mode {mode}")

@@ -1,0 +1,198 @@
+"""The clock: the engine never stamps a row before a time it already used.
+
+* A ManualClock set back makes writes raise ClockError and nothing is written.
+* The floor survives a restart: it is seeded from max(manifest clock watermark, newest WAL record), so
+  a new process with a lagging clock cannot write rows older than rows already stored — after a clean
+  close (watermark) and after a crash (WAL).
+* Equal times are allowed (the RFC's clock is "greater than or equal to previous"): writes resume as
+  soon as the clock reaches the floor again, not one millisecond after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+
+import pytest
+
+import lsm
+from tests.lsm._lsm_proc import Served
+
+T0 = 1_700_000_000_000
+
+
+def open_db(path, clock, **kw) -> lsm.DB:
+    return lsm.DB.open(path, lsm.DbOptions(clock=clock, background_compaction=False, **kw))
+
+
+def wal_digest(path) -> dict[str, str]:
+    wal = os.path.join(path, "wal")
+    out = {}
+    for n in sorted(os.listdir(wal)):
+        with open(os.path.join(wal, n), "rb") as f:
+            out[n] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def test_clock_set_back_raises_and_writes_nothing(tmp_path):
+    path = tmp_path / "db"
+    clock = lsm.ManualClock(T0)
+    db = open_db(path, clock)
+    db.put(b"before", b"1")
+    seq, wal = db.seq, wal_digest(path)
+    clock.set(T0 - 1)
+    attempts = [
+        lambda: db.put(b"k", b"v"),
+        lambda: db.put(b"k", b"v", ttl=10),
+        lambda: db.delete(b"before"),
+        lambda: db.write(lsm.WriteBatch().put(b"k", b"v").delete(b"before")),
+    ]
+    for attempt in attempts:
+        with pytest.raises(lsm.ClockError, match=f"clock went back: {T0 - 1} ms is below {T0} ms") as ei:
+            attempt()
+        assert "nothing was written" in str(ei.value)
+    assert db.seq == seq
+    assert db.get(b"k") is None and db.get(b"before") == b"1"
+    assert wal_digest(path) == wal
+    # reads still work, at the floor
+    assert db.get_entry(b"before").ts == T0
+    clock.set(T0)  # equal to the last used time: allowed
+    db.put(b"after", b"2")
+    assert db.get_entry(b"after").ts == T0
+    db.close()
+    with open_db(path, clock) as db:
+        assert dict(db.scan()) == {b"before": b"1", b"after": b"2"}
+        assert db.get(b"k") is None
+        assert db.seq == seq + 1
+
+
+def test_clock_that_returns_a_non_int_raises_clock_error(tmp_path):
+    class FloatClock:
+        def now(self):
+            return 1.5e12
+
+    path = tmp_path / "db"
+    with lsm.DB.open(path, lsm.DbOptions(clock=FloatClock(), background_compaction=False)) as db:
+        with pytest.raises(lsm.ClockError, match="not int milliseconds"):
+            db.put(b"k", b"v")
+        assert db.seq == 0 and db.get(b"k") is None
+
+
+def test_lagging_clock_after_clean_reopen(tmp_path):
+    path = tmp_path / "db"
+    with open_db(path, lsm.ManualClock(10_000)) as db:
+        db.put(b"a", b"1")
+    lagging = lsm.ManualClock(5_000)
+    db = open_db(path, lagging)
+    for t in (5_000, 9_000, 9_999):
+        lagging.set(t)
+        with pytest.raises(lsm.ClockError, match="below 10000 ms"):
+            db.put(b"b", b"1")
+        assert db.seq == 1
+    assert db.get(b"a") == b"1"  # reads are fine meanwhile
+    lagging.set(10_000)
+    assert db.put(b"b", b"1") == 2
+    assert db.get_entry(b"b").ts == 10_000
+    db.close()
+
+
+def test_watermark_remembers_flushed_rows(tmp_path):
+    """Rows already in SSTs, WAL gone: the manifest watermark alone holds the floor."""
+    path = tmp_path / "db"
+    db = open_db(path, lsm.ManualClock(10_000))
+    db.put(b"a", b"1")
+    db.flush()
+    assert db.manifest.clock_watermark >= 10_000
+    db.close()
+    with open_db(path, lsm.ManualClock(5_000)) as db2:
+        with pytest.raises(lsm.ClockError):
+            db2.put(b"b", b"1")
+
+
+def _assert_floor(path, floor: int) -> None:
+    """A fresh handle on a clock just below `floor` cannot write; at `floor` it can (then it closes)."""
+    clock = lsm.ManualClock(floor - 1)
+    db = open_db(path, clock)
+    try:
+        seq = db.seq
+        with pytest.raises(lsm.ClockError, match=f"below {floor} ms"):
+            db.put(b"late", b"x")
+        assert db.seq == seq
+    finally:
+        db.close()
+
+
+def test_floor_is_seeded_from_the_wal_after_a_killed_writer(tmp_path):
+    path = tmp_path / "db"
+    child = Served(path, 10_000)
+    try:
+        assert child.call("put a 1") == "ok"
+        assert child.call("clock 12000") == "ok"
+        assert child.call("put b 2") == "ok"
+    finally:
+        child.kill()  # SIGKILL: no close, no watermark commit; only the WAL knows about ts 12000
+    _assert_floor(path, 12_000)
+    # the recovery flush retired the WAL: the floor must now live in the manifest
+    _assert_floor(path, 12_000)
+    with open_db(path, lsm.ManualClock(12_000)) as db:
+        assert dict(db.scan()) == {b"a": b"1", b"b": b"2"}
+        assert db.get_entry(b"b").ts == 12_000
+
+
+def test_floor_is_seeded_from_the_wal_of_a_copy_taken_while_open(tmp_path):
+    """A copy of a live directory looks like a crash: WAL records that the manifest never heard of."""
+    path, copy = tmp_path / "db", tmp_path / "copy"
+    clock = lsm.ManualClock(10_000)
+    db = open_db(path, clock)
+    db.put(b"a", b"1")
+    clock.advance(500)
+    db.write(lsm.WriteBatch().put(b"b", b"2").put(b"c", b"3"), lsm.WriteOptions(sync=True))
+    assert db.manifest.clock_watermark < 10_500  # the manifest has not seen these writes
+    shutil.copytree(path, copy)
+    db.close()
+    _assert_floor(copy, 10_500)
+    _assert_floor(copy, 10_500)
+    with open_db(copy, lsm.ManualClock(10_500)) as db2:
+        assert dict(db2.scan()) == {b"a": b"1", b"b": b"2", b"c": b"3"}
+
+
+def test_manual_clock_contract():
+    c = lsm.ManualClock(5)
+    assert c.now() == 5
+    assert c.advance(10) == 15
+    with pytest.raises(ValueError):
+        c.advance(-1)
+    with pytest.raises(TypeError):
+        c.advance(1.0)
+    with pytest.raises(TypeError):
+        c.set("10")
+    with pytest.raises(TypeError):
+        lsm.ManualClock(0.5)
+    c.set(3)
+    assert c.now() == 3
+    assert isinstance(c, lsm.Clock) and isinstance(lsm.SystemClock(), lsm.Clock)
+
+
+def test_system_clock_sanity(tmp_path):
+    clock = lsm.SystemClock()
+    readings = [clock.now() for _ in range(1000)]
+    assert all(type(r) is int for r in readings)
+    assert abs(readings[-1] - time.time() * 1000) < 5_000  # ms since the Unix epoch
+    assert lsm.DbOptions().clock.__class__ is lsm.SystemClock  # the default
+    path = tmp_path / "db"
+    before = time.time_ns() // 1_000_000
+    with lsm.DB.open(path, lsm.DbOptions(default_ttl=60_000, background_compaction=False)) as db:
+        db.put(b"k", b"v")
+        after = time.time_ns() // 1_000_000
+        e = db.get_entry(b"k")
+        assert before <= e.ts <= after
+        assert e.expire_ts == e.ts + 60_000
+        db.flush()
+        assert db.get_entry(b"k") == e
+    with lsm.DB.open(path, lsm.DbOptions(background_compaction=False)) as db:
+        assert db.get_entry(b"k") == e
+        assert db.manifest.clock_watermark >= e.ts
+        db.put(b"k2", b"v")
+        assert db.get_entry(b"k2").ts >= e.ts

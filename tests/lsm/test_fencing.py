@@ -1,0 +1,188 @@
+"""Fencing: opening a path again fences the older handle; it gets FencedError, never a lost write.
+
+What a fenced handle wrote before it was fenced is kept (the new handle replays its WAL); nothing it
+tries after is visible, to the new handle or after a reopen, and it cannot damage the new handle's files.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+import lsm
+from tests.lsm._lsm_proc import Served
+
+T0 = 1_700_000_000_000
+
+
+def opts(clock=None, **kw) -> lsm.DbOptions:
+    return lsm.DbOptions(clock=clock or lsm.ManualClock(T0), background_compaction=False, **kw)
+
+
+def files(path) -> dict[str, list[str]]:
+    return {d: sorted(os.listdir(os.path.join(path, d))) for d in ("sst", "wal")}
+
+
+def test_second_handle_fences_the_first(tmp_path):
+    path = tmp_path / "db"
+    a = lsm.DB.open(path, opts())
+    a.put(b"before", b"a")
+    a.write(lsm.WriteBatch().put(b"batch1", b"a").put(b"batch2", b"a"))
+    b = lsm.DB.open(path, opts())
+    assert dict(b.scan()) == {b"batch1": b"a", b"batch2": b"a", b"before": b"a"}
+    seq_a = a.seq
+    attempts = {
+        "put": lambda: a.put(b"after", b"a"),
+        "put ttl": lambda: a.put(b"after", b"a", ttl=5),
+        "delete": lambda: a.delete(b"before"),
+        "write": lambda: a.write(lsm.WriteBatch().put(b"after", b"a").delete(b"before")),
+        "sync put": lambda: a.put(b"after", b"a", options=lsm.WriteOptions(sync=True)),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(lsm.FencedError, match="fenced") as ei:
+            attempt()
+        assert str(path) in str(ei.value), name
+    assert a.seq == seq_a
+    b.put(b"from_b", b"b")
+    a.close()  # closing a fenced handle is quiet and commits nothing
+    assert b.get(b"after") is None and b.get(b"before") == b"a"
+    b.close()
+    with lsm.DB.open(path, opts()) as c:
+        assert dict(c.scan()) == {b"batch1": b"a", b"batch2": b"a", b"before": b"a", b"from_b": b"b"}
+
+
+@pytest.mark.parametrize("memtable", ["empty", "with rows"])
+def test_fenced_flush_raises_and_touches_no_file(tmp_path, memtable):
+    path = tmp_path / "db"
+    a = lsm.DB.open(path, opts())
+    if memtable == "with rows":
+        a.put(b"k", b"a")
+    b = lsm.DB.open(path, opts())
+    b.put(b"mine", b"b")
+    b.flush()
+    before = files(path)
+    manifest_ids = b._store.ids()
+    with pytest.raises(lsm.FencedError):
+        a.flush()
+    assert files(path) == before
+    assert b._store.ids() == manifest_ids
+    # b's SSTs are intact and it keeps working
+    b.put(b"more", b"b")
+    b.flush()
+    expected = {b"mine": b"b", b"more": b"b"} | ({b"k": b"a"} if memtable == "with rows" else {})
+    assert dict(b.scan()) == expected
+    a.close()
+    b.close()
+    with lsm.DB.open(path, opts()) as c:
+        assert dict(c.scan()) == expected
+
+
+def test_flush_in_flight_when_fenced_cannot_clobber_the_new_handle(tmp_path):
+    """The old handle's background flush was already running when the new handle opened.
+
+    Both handles name SSTs from the same manifest counter; the old one must neither overwrite nor
+    delete a file of the new one when its commit fails.
+    """
+    path = tmp_path / "db"
+    a = lsm.DB.open(path, opts(memtable_bytes=1024))
+    release = threading.Event()
+    started = threading.Event()
+    real_flush = a._flush_memtable
+
+    def slow_flush(mem):
+        started.set()
+        release.wait(10)
+        return real_flush(mem)
+
+    a._flush_memtable = slow_flush  # the flush thread looks it up on the instance
+    i = 0
+    while not a.lsm_shape()["immutable_memtables"]:  # until the first memtable is frozen
+        a.put(b"a%04d" % i, b"x" * 64)
+        i += 1
+    assert started.wait(10)
+    b = lsm.DB.open(path, opts())  # replays a's segments, flushes them to its own L0 SST
+    b_ssts = [e.name for e in b.manifest.l0]
+    assert b_ssts
+    release.set()
+    with pytest.raises(lsm.FencedError):
+        a.flush()  # surfaces the failed background flush (or the fence itself)
+    for name in b_ssts:
+        assert os.path.exists(os.path.join(path, "sst", name))
+    expected = {b"a%04d" % j: b"x" * 64 for j in range(i)}
+    b.flush()
+    assert dict(b.scan()) == expected
+    a.close()
+    b.close()
+    with lsm.DB.open(path, opts()) as c:
+        assert dict(c.scan()) == expected
+
+
+def test_a_third_handle_fences_the_second(tmp_path):
+    path = tmp_path / "db"
+    a = lsm.DB.open(path, opts())
+    b = lsm.DB.open(path, opts())
+    b.put(b"k", b"b")
+    c = lsm.DB.open(path, opts())
+    for h in (a, b):
+        with pytest.raises(lsm.FencedError):
+            h.put(b"k", b"stale")
+    c.put(b"k2", b"c")
+    for h in (a, b, c):
+        h.close()
+    with lsm.DB.open(path, opts()) as d:
+        assert dict(d.scan()) == {b"k": b"b", b"k2": b"c"}
+
+
+def test_read_only_handle_does_not_fence(tmp_path):
+    path = tmp_path / "db"
+    a = lsm.DB.open(path, opts())
+    a.put(b"k", b"1")
+    ro = lsm.DB.open(path, opts(), read_only=True)
+    assert ro.get(b"k") == b"1"
+    with pytest.raises(lsm.ReadOnlyError):
+        ro.put(b"k", b"2")
+    a.put(b"k", b"2")  # still the writer
+    ro.close()
+    a.close()
+
+
+def test_fenced_by_another_process(tmp_path):
+    path = tmp_path / "db"
+    a = lsm.DB.open(path, opts())
+    a.put(b"from_a", b"1", options=lsm.WriteOptions(sync=True))
+    child = Served(path, T0)  # the child's open fences us
+    try:
+        assert child.call("get from_a") == "ok 1"
+        with pytest.raises(lsm.FencedError):
+            a.put(b"stale", b"1")
+        with pytest.raises(lsm.FencedError):
+            a.flush()
+        assert child.call("put from_child 2") == "ok"
+        assert child.call("get stale") == "ok <none>"
+        assert child.call("flush") == "ok"
+        assert child.call("close") == "ok"
+    finally:
+        child.kill()
+    a.close()
+    with lsm.DB.open(path, opts()) as c:
+        assert dict(c.scan()) == {b"from_a": b"1", b"from_child": b"2"}
+
+
+def test_fencing_another_process(tmp_path):
+    path = tmp_path / "db"
+    child = Served(path, T0)
+    try:
+        assert child.call("put from_child 1") == "ok"
+        b = lsm.DB.open(path, opts())
+        assert b.get(b"from_child") == b"1"
+        assert child.call("put stale 2").startswith("err FencedError")
+        assert child.call("flush").startswith("err FencedError")
+        assert child.call("close") == "ok"
+        b.put(b"from_b", b"3")
+        b.close()
+    finally:
+        child.kill()
+    with lsm.DB.open(path, opts()) as c:
+        assert dict(c.scan()) == {b"from_child": b"1", b"from_b": b"3"}

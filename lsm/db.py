@@ -178,8 +178,13 @@ class DB:
             # every older segment is flushed or empty: retire them all, so that a fenced handle still
             # appending to one can never have those writes replayed
             self._delete_wal_below(next_seg)
+            while True:
+                try:
+                    self._wal = wal_files.WalWriter(self._wal_dir, next_seg)
+                    break
+                except FileExistsError:  # a handle we just fenced rotated into it: skip past
+                    next_seg += 1
             new_mem = Memtable(next_seg)
-            self._wal = wal_files.WalWriter(self._wal_dir, next_seg)
             self._state = dataclasses.replace(self._state, mem=new_mem)
             self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
             self._flush_thread.start()
@@ -417,7 +422,12 @@ class DB:
         if old.is_empty():
             return
         new = Memtable(old.segment_id + 1)
-        new_wal = wal_files.WalWriter(self._wal_dir, new.segment_id)
+        try:
+            new_wal = wal_files.WalWriter(self._wal_dir, new.segment_id)
+        except FileExistsError:
+            raise FencedError(
+                f"{self.path}: WAL segment {new.segment_id} belongs to another handle; this one is fenced"
+            ) from None
         old_wal, self._wal = self._wal, new_wal
         old_wal.close()
         with self._state_lock:

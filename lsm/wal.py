@@ -32,7 +32,10 @@ class WalWriter:
     def __init__(self, wal_dir: str, segment_id: int) -> None:
         self.segment_id = segment_id
         self.path = segment_path(wal_dir, segment_id)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # O_EXCL: a segment belongs to exactly one handle; finding it already there means another
+        # handle (the one that fenced us, or one we fenced) created it, and two writers must never
+        # append to one file
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         fsync_dir(wal_dir)
 
     def append(self, record: bytes, sync: bool = False) -> None:

@@ -31,8 +31,9 @@ same bits and read back as the u64).
 
 Implementation notes: encoding builds one string of '0'/'1' characters from precomputed codes for the
 common small ``d`` and converts it with a single ``int(s, 2).to_bytes``; decoding turns the bytes into
-such a string, tokenizes it with one regular expression pass and maps tokens through a cache, then
-rebuilds the values with ``itertools.accumulate``. Both are O(n) with no per-bit Python loop.
+such a string, splits it into codes with a regular expression (``findall`` over windows sized from the
+codes still needed), maps the codes through a precomputed table, then rebuilds the values with
+``itertools.accumulate``. Both are O(n) with no per-bit or per-value Python loop.
 
 Deliberate simplifications: the count is limited to 2**32 - 1 values; a decoder accepts non-minimal
 codes (for example a small ``d`` written with the 32-bit code) because they are still unambiguous.
@@ -45,6 +46,8 @@ import struct
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from operator import sub
+
+from formats.errors import LsmError
 
 __all__ = ["GorillaError", "encode", "decode", "fits_narrow"]
 
@@ -66,7 +69,7 @@ _TOKEN_NARROW = re.compile(r"0|1(?:0.......|1(?:0.........|1(?:0............|1.{
 _TOKEN_WIDE = re.compile(r"0|1(?:0.......|1(?:0.........|1(?:0............|1.{64})))|1")
 
 
-class GorillaError(ValueError):
+class GorillaError(LsmError, ValueError):
     """A Gorilla stream is truncated, malformed or cannot be encoded as asked."""
 
 
@@ -92,7 +95,9 @@ class _EncodeTable(dict[int, str]):
         if self.wide:
             return "1111" + format(d & _MASK64, "064b")
         if not -(1 << 31) <= d < (1 << 31):
-            raise ValueError(f"delta-of-delta {d} does not fit 32 bits; encode in wide mode (see fits_narrow)")
+            raise ValueError(
+                f"delta-of-delta {d} does not fit 32 bits; encode in wide mode (see fits_narrow)"
+            )
         return "1111" + format(d & 0xFFFFFFFF, "032b")
 
 
@@ -201,9 +206,7 @@ def _bits_to_bytes(bits: str, nbytes: int) -> bytes:
     return (int(bits, 2) << pad).to_bytes(nbytes, "big")
 
 
-def decode(
-    buf: bytes, offset: int = 0, wide: bool = False, *, signed: bool = False
-) -> tuple[list[int], int]:
+def decode(buf: bytes, offset: int = 0, wide: bool = False, *, signed: bool = False) -> tuple[list[int], int]:
     """Decode one Gorilla stream starting at `buf[offset]`.
 
     Returns the values and the offset just past the stream (after its padding). `wide` and `signed`
@@ -240,10 +243,10 @@ def decode(
     take = min(avail, (need * max_code_bits + 7) // 8)
     chunk = mv[pos : pos + take]
     bits = format(int.from_bytes(chunk, "big"), f"0{take * 8}b")
-    tokens = _tokenize(_TOKEN_WIDE if wide else _TOKEN_NARROW, bits, need)
-    if tokens is None:
+    found = _tokenize(_TOKEN_WIDE if wide else _TOKEN_NARROW, bits, need)
+    if found is None:
         raise GorillaError(f"truncated gorilla stream at offset {offset}: fewer than {need} complete codes")
-    nbits = sum(map(len, tokens))
+    tokens, nbits = found
     end_byte = (nbits + 7) // 8
     if bits[nbits : end_byte * 8].count("1"):
         raise GorillaError(f"gorilla stream at offset {offset}: non-zero padding bits")
@@ -261,34 +264,37 @@ def decode(
     return out, pos + end_byte
 
 
-def _tokenize(pattern: re.Pattern[str], bits: str, need: int) -> list[str] | None:
-    """The first `need` codes of `bits`, or None when the bits run out first.
+def _tokenize(pattern: re.Pattern[str], bits: str, need: int) -> tuple[list[str], int] | None:
+    """The first `need` codes of `bits` and the number of bits they take, or None when the bits run
+    out first.
 
-    findall scans in windows sized from the codes still needed, so decoding one stream does not
-    tokenize whatever follows it in the buffer. A window edge can only cut the last code of a window,
-    which then shows up as a lone '1' token; it is dropped and rescanned in the next window.
+    findall scans windows sized so as not to run far past the end of this stream (the bits that follow
+    may belong to another stream, where 1-bit codes would cost as much as real ones): the first window
+    is `need` bits, the least the codes can take, and later ones are the codes still needed times the
+    average code length seen so far. A window edge can only cut the last code of a window, which then
+    shows up as a lone '1' token; it is dropped and rescanned in the next window.
     """
     tokens: list[str] = []
     pos, end = 0, len(bits)
-    window = need * 10  # most codes are 1 or 9 bits
+    window = need
     while need > 0:
         stop = min(end, pos + max(window, 72))  # 72 > the longest code, so every window makes progress
         chunk = pattern.findall(bits, pos, stop)
         if "1" in chunk:
             if stop == end:
-                cut = chunk.index("1")
-                if cut < need:
+                if chunk.index("1") < need:
                     return None
             else:
                 del chunk[chunk.index("1") :]
         del chunk[need:]
         tokens.extend(chunk)
         need -= len(chunk)
-        pos += sum(map(len, chunk))
+        consumed = sum(map(len, chunk))
+        pos += consumed
         if need > 0 and stop == end:
             return None
-        window = need * 36
-    return tokens
+        window = need * -(-consumed // len(chunk)) if chunk else need
+    return tokens, pos
 
 
 def _from_pattern(pattern: int, signed: bool) -> int:

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from operator import lt
 
 from formats import gorilla
+from formats.errors import LsmError
 
 __all__ = ["Round", "SeqTracker", "SeqTrackerFormatError", "FORMAT_NARROW", "FORMAT_WIDE"]
 
@@ -46,7 +47,7 @@ _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
 
 
-class SeqTrackerFormatError(ValueError):
+class SeqTrackerFormatError(LsmError, ValueError):
     """Serialized tracker bytes are truncated, corrupt, or of an unknown version."""
 
 

@@ -49,9 +49,9 @@ Serialized form (version 1), varints are unsigned LEB128, minimal, at most 10 by
     +---------+-------+----------------------------------------------------------------+
 
 Times are stored in 3-hour units, each bin as its step from the previous (older) one, so 60 bins of
-realistic history take 150-400 bytes. Bad versions, counts, truncation, overlong varints, zero steps and
-trailing bytes raise `TimeSeqFormatError` (a `ValueError`). `min_time` is configuration and is not
-stored.
+realistic history take 200-480 bytes, and at most 484 with times up to year 3114 and seqs up to 2**40.
+Bad versions, counts, truncation, overlong varints, zero steps and trailing bytes raise
+`TimeSeqFormatError` (a `ValueError`). `min_time` is configuration and is not stored.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left, bisect_right
 from typing import Final, Literal
+
+from formats.errors import LsmError
 
 __all__ = [
     "NOW",
@@ -97,8 +99,7 @@ _I64_MAX = (1 << 63) - 1
 _VARINT_MAX_BYTES = 10
 
 
-
-class TimeSeqFormatError(ValueError):
+class TimeSeqFormatError(LsmError, ValueError):
     """Serialized time-seq bytes are truncated, corrupt or of an unknown version."""
 
 
@@ -203,7 +204,11 @@ class TimeSeq:
 
     @property
     def bins(self) -> list[tuple[int, int]]:
-        """The bins as (time_s, seq) pairs, newest first. A fresh list: mutating it changes nothing. O(n)."""
+        """The bins as (time_s, seq) pairs, newest first. A fresh list: mutating it changes nothing. O(n).
+
+        Assigning a newest-first list replaces the whole state (for restoring and tests); it is not
+        validated, `_check()` does that.
+        """
         return list(zip(reversed(self._times), reversed(self._seqs), strict=True))
 
     @bins.setter

@@ -1,6 +1,10 @@
-"""The in-process executor and the background compactor thread.
+"""The local executors and the background compactor thread.
 
 `run_local` runs a job with the one merge (`compaction.merge.run_job`) in the calling thread.
+`run_in_worker` runs the same function in a worker process (`compaction.worker`; one per Python
+process, shared by every DB, started on first use): the merge is pure Python, and in a thread it would take the GIL from the
+writers; in a worker it runs on another core. A job travels by pickle, like a Spark task, so a job
+whose filters do not pickle runs in the calling thread instead.
 `BackgroundCompactor` is a daemon thread that calls a `step()` callback — given by the DB, which owns the
 manifest and commits — whenever it is woken (after a flush) or a poll interval passes (periodic
 compaction is due by time alone), until `step()` reports there is nothing left to do.
@@ -8,14 +12,29 @@ compaction is due by time alone), until `step()` reports there is nothing left t
 
 from __future__ import annotations
 
+import atexit
+import pickle
 import threading
 from collections.abc import Callable
 
 from compaction.merge import CompactionJob, MergeResult, run_job
+from compaction.worker import Worker
+
+_worker = Worker()
+atexit.register(_worker.close)
 
 
 def run_local(job: CompactionJob) -> MergeResult:
     return run_job(job)
+
+
+def run_in_worker(job: CompactionJob) -> MergeResult:
+    """Run the job in the shared worker process (in this thread if its filters do not pickle)."""
+    try:
+        pickle.dumps(job.filters)
+    except Exception:  # noqa: BLE001 - unpicklable user filters still work, just on this core
+        return run_job(job)
+    return _worker.run(job)
 
 
 class BackgroundCompactor:

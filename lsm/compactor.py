@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from compaction import scheduler
 from compaction.filter import Reason
-from compaction.local import BackgroundCompactor, run_local
+from compaction.local import BackgroundCompactor, run_in_worker, run_local
 from compaction.merge import CompactionJob, CompactionStats, MergeResult
 from formats.manifest import Manifest, SortedRun, SstEntry
 from lsm.errors import CompactionError
@@ -51,13 +51,13 @@ class DbCompactor:
             self.background = BackgroundCompactor(self.step, poll)
 
     # -- executors ---------------------------------------------------------------------------------
-    def _executor(self, job: CompactionJob, requested: str | None) -> Executor:
+    def _executor(self, job: CompactionJob, requested: str | None, background: bool = False) -> Executor:
         o = self.db.options
         if requested is None:
             offload = o.spark_offload_min_bytes
             requested = "spark" if offload is not None and job.input_bytes >= offload else "local"
         if requested == "local":
-            return run_local
+            return run_in_worker if background and o.compaction_process else run_local
         if requested == "spark":
             from compaction.spark import SparkExecutor
 
@@ -75,7 +75,7 @@ class DbCompactor:
             plan = scheduler.pick(m.l0, m.runs, db._clock.read(), self.sched)
             if plan is None:
                 return False
-            self._run(plan, None)
+            self._run(plan, None, background=True)
             return True
 
     def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
@@ -114,14 +114,14 @@ class DbCompactor:
             retention_cutoff=db._retention_cutoff(tick),
         )
 
-    def _run(self, plan: scheduler.Plan, executor: str | None) -> CompactionStats:
+    def _run(self, plan: scheduler.Plan, executor: str | None, background: bool = False) -> CompactionStats:
         db = self.db
         db._check_writable()
         t0 = time.perf_counter()
         tick = db._clock.read()
         m = db.manifest
         job = self.make_job(plan, m, tick)
-        result = self._executor(job, executor)(job)
+        result = self._executor(job, executor, background)(job)
         outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
         input_names = [e.name for s in plan.input_entries(m.l0, m.runs) for e in s]
         try:

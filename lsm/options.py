@@ -68,6 +68,9 @@ class DbOptions:
     spark_master: str = "local[*]"
     spark_tasks: int | None = None
     gc_grace_ms: int = 60_000
+    # background jobs run in a worker process, off the writers' GIL; False runs them in a thread (for
+    # filters that must share state with the program). db.compact() always runs in the caller.
+    compaction_process: bool = True
     time_seq_min_time: int = 1754006400  # seconds; time bins ignore earlier clock readings (2025-08-01)
     manifest_history: int = 100  # manifest versions kept on disk
 

@@ -1,0 +1,116 @@
+"""A compaction worker process: runs `compaction.merge.run_job` off the caller's GIL.
+
+Protocol over the worker's stdin/stdout, one request at a time::
+
+    request  = | u64 length | pickle(CompactionJob) |
+    response = | u64 length | pickle(("ok", MergeResult) or ("error", exception)) |
+
+The worker is started as ``python -m compaction.worker`` (never with multiprocessing's spawn, which
+would re-run the embedding program's unguarded main module), with the parent's ``sys.path``, so filter
+factories pickled by reference import in the worker as they do in the parent.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from typing import Any, BinaryIO
+
+LEN = struct.Struct(">Q")
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes | None:
+    data = f.read(n)
+    if data is None or len(data) < n:
+        return None
+    return data
+
+
+def _send(f: BinaryIO, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(LEN.pack(len(data)) + data)
+    f.flush()
+
+
+def _recv(f: BinaryIO) -> Any:
+    head = _read_exact(f, LEN.size)
+    if head is None:
+        raise EOFError
+    body = _read_exact(f, LEN.unpack(head)[0])
+    if body is None:
+        raise EOFError
+    return pickle.loads(body)
+
+
+def serve(inp: BinaryIO, out: BinaryIO) -> None:
+    from compaction.merge import run_job
+
+    while True:
+        try:
+            job = _recv(inp)
+        except EOFError:
+            return
+        try:
+            reply: tuple = ("ok", run_job(job))
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
+            reply = ("error", e)
+        try:
+            _send(out, reply)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            _send(out, ("error", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+
+
+class WorkerDied(RuntimeError):
+    """The worker process exited during a job; nothing it wrote is referenced."""
+
+
+class Worker:
+    """A handle on one worker process, started on first use; jobs run one at a time."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        return subprocess.Popen(
+            [sys.executable, "-m", "compaction.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+
+    def run(self, job: Any) -> Any:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            p = self._proc
+            try:
+                _send(p.stdin, job)
+                kind, value = _recv(p.stdout)
+            except (EOFError, BrokenPipeError, OSError):
+                p.kill()
+                self._proc = None
+                raise WorkerDied("the compaction worker process exited during the job") from None
+        if kind == "error":
+            raise value
+        return value
+
+    def close(self) -> None:
+        with self._lock:
+            p, self._proc = self._proc, None
+        if p is not None:
+            try:
+                p.stdin.close()
+                p.wait(timeout=10)
+            except Exception:  # noqa: BLE001
+                p.kill()
+
+
+if __name__ == "__main__":
+    serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -1,0 +1,153 @@
+"""The compaction worker process: same results as in-process, errors come back, deaths are survived."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from compaction import local
+from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision, Reason
+from compaction.merge import CompactionJob, OutputSpec, run_job
+from compaction.worker import Worker, WorkerDied
+from formats.sst import SstReader, write_sst
+
+
+class Boom(CompactionFilter):
+    def filter(self, entry):
+        raise KeyError(f"boom on {entry.key!r}")
+
+
+class BoomFactory(CompactionFilterFactory):
+    def create(self, ctx):
+        return Boom()
+
+
+class Exit(CompactionFilter):
+    def filter(self, entry):
+        os._exit(3)  # the worker process dies in the middle of the job
+
+
+class ExitFactory(CompactionFilterFactory):
+    def create(self, ctx):
+        return Exit()
+
+
+class Upper(CompactionFilter):
+    def filter(self, entry):
+        return Decision.change_value(entry.value.upper())
+
+
+class UpperFactory(CompactionFilterFactory):
+    def create(self, ctx):
+        return Upper()
+
+
+def _job(tmp_path, name: str, filters=()) -> CompactionJob:
+    src = tmp_path / "in"
+    src.mkdir(exist_ok=True)
+    paths = []
+    for j in range(3):
+        p = src / f"{j}.sst"
+        if not p.exists():
+            rows = [(b"k%04d" % i, 100 - j, 1_000, 5_000 if i % 3 else None, b"v%d-%d" % (j, i)) for i in range(j, 300, 2)]
+            write_sst(p, rows)
+        paths.append(str(p))
+    out = tmp_path / name
+    out.mkdir()
+    infos = tuple(SstReader(p).info for p in paths)
+    return CompactionJob(
+        tuple((p,) for p in paths), infos, True, 10_000, Reason.MANUAL, OutputSpec(str(out), "o", target_bytes=4096), filters
+    )
+
+
+def _rows(outputs, directory) -> list[tuple]:
+    rows = []
+    for name, _info in outputs:
+        with SstReader(os.path.join(directory, name)) as r:
+            rows += list(r)
+    return rows
+
+
+def test_worker_output_equals_in_process(tmp_path):
+    a = run_job(_job(tmp_path, "a", (UpperFactory(),)))
+    w = Worker()
+    try:
+        b = w.run(_job(tmp_path, "b", (UpperFactory(),)))
+    finally:
+        w.close()
+    assert [n for n, _ in a.outputs] == [n for n, _ in b.outputs]
+    assert _rows(a.outputs, tmp_path / "a") == _rows(b.outputs, tmp_path / "b")
+    assert a.stats.rows_out == b.stats.rows_out
+    assert a.stats.filters["ttl"].removed == b.stats.filters["ttl"].removed > 0
+
+
+def test_filter_error_comes_back_with_its_type_and_leaves_no_files(tmp_path):
+    w = Worker()
+    try:
+        with pytest.raises(KeyError, match="boom"):
+            w.run(_job(tmp_path, "c", (BoomFactory(),)))
+        assert os.listdir(tmp_path / "c") == []
+        assert w.run(_job(tmp_path, "d")).stats.rows_out > 0  # the worker is still usable
+    finally:
+        w.close()
+
+
+def test_a_worker_dying_mid_job_is_reported_and_replaced(tmp_path):
+    w = Worker()
+    try:
+        w.run(_job(tmp_path, "e"))
+        first = w._proc.pid
+        with pytest.raises(WorkerDied):
+            w.run(_job(tmp_path, "f", (ExitFactory(),)))
+        assert w.run(_job(tmp_path, "g")).stats.rows_out > 0
+        assert w._proc.pid != first
+        w._proc.kill()  # an idle worker that died is replaced without an error
+        w._proc.wait()
+        assert w.run(_job(tmp_path, "h2")).stats.rows_out > 0
+    finally:
+        w.close()
+
+
+def test_unpicklable_filters_run_in_process(tmp_path):
+    import threading
+
+    class Local(CompactionFilterFactory):  # a local class with a lock: cannot be pickled
+        lock = threading.Lock()
+
+        def create(self, ctx):
+            return Upper()
+
+    res = local.run_in_worker(_job(tmp_path, "h", (Local(),)))
+    assert all(v is None or v == v.upper() for *_, v in _rows(res.outputs, tmp_path / "h"))
+
+
+def test_embedding_script_without_main_guard_runs_once(tmp_path):
+    """A worker started with multiprocessing's spawn would re-run an unguarded main module."""
+    script = tmp_path / "app.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import lsm
+            print("main ran", flush=True)
+            db = lsm.DB.open({str(tmp_path / "db")!r}, lsm.DbOptions(memtable_bytes=4096, l0_compaction_threshold=2))
+            for i in range(3000):
+                db.put(b"k%05d" % i, b"v" * 50)
+            db.flush()
+            import time
+            deadline = time.time() + 60
+            while db.compaction_stats.jobs == 0 and time.time() < deadline:
+                time.sleep(0.05)
+            print("jobs", db.compaction_stats.jobs, flush=True)
+            db.close()
+            """
+        )
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("main ran") == 1
+    jobs = int(out.stdout.split("jobs")[1].split()[0])
+    assert jobs >= 1

@@ -25,7 +25,8 @@ from typing import Any, NamedTuple
 
 
 class Entry(NamedTuple):
-    """A row as a filter sees it."""
+    """A row with its metadata: what a filter sees, and what `DB.get_entry` / `scan_entries` return
+    (as `lsm.Entry`). Rows read from v0 SSTs report ts None and their file's max_seq as seq."""
 
     key: bytes
     value: bytes

@@ -30,8 +30,9 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
+from compaction.filter import Entry
 from compaction.merge import CompactionStats, OutputSpec, flush_rows, merge_sources
 from formats.manifest import Manifest, SortedRun, SstEntry
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_key, check_value
@@ -59,16 +60,6 @@ from lsm.snapshot import Snapshot
 from lsm.timeline import Timeline, parse_time
 
 SST_SUFFIX = ".sst"
-
-
-class Entry(NamedTuple):
-    """A row as `get_entry` returns it. v0 SST rows report ts None and the file's max_seq as seq."""
-
-    key: bytes
-    value: bytes
-    seq: int
-    ts: int | None
-    expire_ts: int | None
 
 
 class ReadOnlyError(LsmError):
@@ -609,12 +600,7 @@ class DB:
         """(key, value) pairs with start <= key < end (and key starting with prefix), in key order.
 
         as_of (ms or RFC 3339) reads the state as of that time (see `snapshot_at`)."""
-        self._check_open()
-        include = options is not None and options.include_expired
-        if as_of is not None:
-            t = parse_time(as_of)
-            return self._scan(start, end, reverse, prefix, self._as_of_seq(t), include, t, False)
-        return self._scan(start, end, reverse, prefix, None, include, None, False)
+        return self._public_scan(start, end, reverse, prefix, options, as_of, False)
 
     def scan_entries(
         self,
@@ -624,11 +610,18 @@ class DB:
         *,
         prefix: bytes | None = None,
         options: ReadOptions | None = None,
+        as_of: int | str | None = None,
     ) -> Iterator[Entry]:
         """Like `scan`, yielding `Entry` rows with their metadata."""
+        return self._public_scan(start, end, reverse, prefix, options, as_of, True)
+
+    def _public_scan(self, start, end, reverse, prefix, options, as_of, entries: bool) -> Iterator:
         self._check_open()
         include = options is not None and options.include_expired
-        return self._scan(start, end, reverse, prefix, None, include, None, True)
+        if as_of is not None:
+            t = parse_time(as_of)
+            return self._scan(start, end, reverse, prefix, self._as_of_seq(t), include, t, entries)
+        return self._scan(start, end, reverse, prefix, None, include, None, entries)
 
     def _scan(
         self,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc as pygc
 import os
 import shutil
-import tempfile
 import threading
 import time
 
@@ -20,25 +19,7 @@ import lsm
 from compaction import scheduler
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision
 from formats.sst import SstReader
-
-
-def _fast_tmp(prefix):
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix=prefix, dir=base)
-
-
-@pytest.fixture
-def db_dir():
-    d = _fast_tmp("lsm-dbc-")
-    try:
-        yield os.path.join(d, "db")
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def open_db(path, clock=None, **kw):
-    kw.setdefault("background_compaction", False)
-    return lsm.DB.open(path, lsm.DbOptions(clock=clock or lsm.ManualClock(1_000), **kw))
+from tests.compaction._util import fast_tmp, open_db
 
 
 def sst_files(db):
@@ -468,7 +449,7 @@ class CompactionMachine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.dir = _fast_tmp("lsm-model-")
+        self.dir = fast_tmp("lsm-model-")
         self.clock = lsm.ManualClock(10_000)
         self.opts = lsm.DbOptions(
             clock=self.clock,

@@ -7,8 +7,6 @@ back; files on disk are read with formats.sst.SstReader where the test is about 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import pytest
 
@@ -22,21 +20,7 @@ from compaction.filter import (
     Reason,
 )
 from formats.sst import SstReader
-
-
-@pytest.fixture
-def db_dir():
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    d = tempfile.mkdtemp(prefix="lsm-filters-", dir=base)
-    try:
-        yield os.path.join(d, "db")
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def open_db(path, clock=None, **kw):
-    kw.setdefault("background_compaction", False)
-    return lsm.DB.open(path, lsm.DbOptions(clock=clock or lsm.ManualClock(1_000), **kw))
+from tests.compaction._util import open_db
 
 
 def rows_on_disk(db):

@@ -11,8 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import shutil
-import tempfile
 
 import pytest
 
@@ -20,45 +18,12 @@ import lsm
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Reason
 from compaction.scheduler import SchedulerOptions, is_due, pick, pick_periodic
 from formats.manifest import SortedRun, SstEntry
-from formats.sst import SsTableInfo, SstReader
+from formats.sst import SstReader
+from tests.compaction._util import fake_sst
 
 P = 1_000  # the periodic interval (ms) of the unit tests
-_names = itertools.count()
-
-
-def sst(
-    created: int,
-    *,
-    size: int = 100,
-    tombstones: int = 0,
-    expiring: int = 1,
-    name: str | None = None,
-    oldest_row: int | None = None,
-):
-    info = SsTableInfo(
-        format_version=1,
-        row_features=(0, 1, 2, 3),
-        creation_timestamp=created,
-        min_ts=created if oldest_row is None else oldest_row,
-        max_ts=created,
-        min_seq=1,
-        max_seq=1,
-        first_key=b"a",
-        last_key=b"z",
-        num_rows=10,
-        num_tombstones=tombstones,
-        num_expiring=expiring,
-        min_expire_ts=None,
-        max_expire_ts=None,
-        num_blocks=1,
-        data_size=size,
-        index_offset=size,
-        index_size=0,
-        filter_offset=size,
-        filter_size=0,
-        file_size=size,
-    )
-    return SstEntry(name or f"p{next(_names):06d}.sst", info)
+def sst(created: int, *, size: int = 100, tombstones: int = 0, expiring: int = 1, name=None, oldest_row=None):
+    return fake_sst(size, created=created, tombstones=tombstones, expiring=expiring, name=name, oldest_row=oldest_row)
 
 
 def opts(**kw) -> SchedulerOptions:
@@ -225,14 +190,6 @@ def test_cap_applies_only_when_due_ssts_sit_in_the_oldest_run():
 # -- end to end: the purge-time bound -------------------------------------------------------------------
 
 
-@pytest.fixture
-def db_dir():
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    d = tempfile.mkdtemp(prefix="lsm-periodic-", dir=base)
-    try:
-        yield os.path.join(d, "db")
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 class _Recorder(CompactionFilter):

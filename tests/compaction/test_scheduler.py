@@ -8,45 +8,16 @@ L0 SSTs and adjacent runs only, and is_last_run holds exactly when the output is
 
 from __future__ import annotations
 
-import itertools
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compaction import scheduler
 from compaction.filter import Reason
 from compaction.scheduler import SchedulerOptions, pick, pick_full, pick_size_tiered
-from formats.manifest import SortedRun, SstEntry
-from formats.sst import SsTableInfo
+from formats.manifest import SortedRun
+from tests.compaction._util import fake_sst
 
-_names = itertools.count()
-
-
-def sst(size: int, *, created: int = 0, tombstones: int = 0, expiring: int = 0, name: str | None = None):
-    info = SsTableInfo(
-        format_version=1,
-        row_features=(0, 1, 2, 3),
-        creation_timestamp=created,
-        min_ts=0,
-        max_ts=0,
-        min_seq=1,
-        max_seq=1,
-        first_key=b"a",
-        last_key=b"z",
-        num_rows=10,
-        num_tombstones=tombstones,
-        num_expiring=expiring,
-        min_expire_ts=None,
-        max_expire_ts=None,
-        num_blocks=1,
-        data_size=size,
-        index_offset=size,
-        index_size=0,
-        filter_offset=size,
-        filter_size=0,
-        file_size=size,
-    )
-    return SstEntry(name or f"{next(_names):06d}.sst", info)
+sst = fake_sst
 
 
 def run(rid: int, *sizes: int) -> SortedRun:

@@ -7,8 +7,6 @@ formats.sst.SstReader; what is visible, through get/scan/snapshots.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import pytest
 
@@ -19,14 +17,6 @@ from formats.sst import SstReader
 T0 = 1_700_000_000_000
 
 
-@pytest.fixture
-def db_dir():
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    d = tempfile.mkdtemp(prefix="lsm-ttl-", dir=base)
-    try:
-        yield os.path.join(d, "db")
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -77,10 +77,12 @@ class MonotonicClock:
         self._lock = threading.Lock()
 
     def tick(self) -> int:
-        now = self.clock.now()
-        if type(now) is not int:
-            raise ClockError(f"clock {self.clock!r} returned {now!r}, not int milliseconds")
+        # Read the user clock under the lock: reads advance `last` too, and a read that slipped in
+        # between our clock reading and the comparison would make time look as if it went back.
         with self._lock:
+            now = self.clock.now()
+            if type(now) is not int:
+                raise ClockError(f"clock {self.clock!r} returned {now!r}, not int milliseconds")
             if now < self.last:
                 raise ClockError(
                     f"clock went back: {now} ms is below {self.last} ms already used; nothing was written"

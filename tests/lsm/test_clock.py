@@ -196,3 +196,40 @@ def test_system_clock_sanity(tmp_path):
         assert db.manifest.clock_watermark >= e.ts
         db.put(b"k2", b"v")
         assert db.get_entry(b"k2").ts >= e.ts
+
+
+def test_a_read_between_clock_reading_and_check_is_not_time_going_back():
+    """tick() must read the user clock under its lock: a concurrent read() advancing the floor in
+    between used to make a never-decreasing clock look as if it went back (ClockError on one writer)."""
+    from lsm.clock import MonotonicClock
+
+    class Clock:
+        t = 1_000
+        hook = None
+
+        def now(self):
+            t = self.t
+            if self.hook is not None:
+                hook, self.hook = self.hook, None
+                hook()  # another thread's read, in the middle of this reading
+            return t
+
+    c = Clock()
+    mc = MonotonicClock(c, 0)
+
+    def other_thread_reads():
+        c.t = 1_001
+        mc.read()
+
+    # the interleaved read runs on another thread: with the fix it waits for tick()'s lock
+    import threading
+
+    done = []
+    c.hook = lambda: threading.Thread(target=lambda: (other_thread_reads(), done.append(1))).start()
+    assert mc.tick() == 1_000
+    for _ in range(200):
+        if done:
+            break
+        threading.Event().wait(0.01)
+    assert done and mc.read() == 1_001
+    assert mc.tick() == 1_001  # the clock reads 1_001 now: not below anything used

@@ -124,17 +124,21 @@ class DbCompactor:
         result = self._executor(job, executor, background)(job)
         outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
         input_names = [e.name for s in plan.input_entries(m.l0, m.runs) for e in s]
+        stats = result.stats
+
+        def installed(new: Manifest) -> None:
+            db._install(new)
+            stats.seconds = time.perf_counter() - t0
+            self.stats.add(stats)  # with the commit: whoever sees the new shape sees its stats
+
         try:
             fsync_dir(db._sst_dir)
-            db._commit(lambda cur: apply_plan(cur, plan, outputs, tick), db._install)
+            db._commit(lambda cur: apply_plan(cur, plan, outputs, tick), installed)
         except BaseException:
             for e in outputs:
                 unlink_quiet(db.sst_path(e.name))
             raise
         db._retire_files(input_names)
-        stats = result.stats
-        stats.seconds = time.perf_counter() - t0
-        self.stats.add(stats)
         return stats
 
     def stop(self) -> None:

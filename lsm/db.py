@@ -28,6 +28,7 @@ import dataclasses
 import os
 import threading
 import weakref
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,7 +52,7 @@ from lsm.errors import (
     RetentionError,
 )
 from lsm.fsutil import fsync_dir, unlink_quiet
-from lsm.iterators import run_get, run_iter, visible_rows
+from lsm.iterators import run_iter, visible_rows
 from lsm.manifest import FenceToken, ManifestStore
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions, check_ttl
@@ -272,12 +273,12 @@ class DB:
                 new = edit(base)
                 new = new.replace(next_sst_id=max(new.next_sst_id, self._next_id))
                 if self._store.try_create(self._manifest_id + 1, new):
+                    if on_commit is not None:
+                        on_commit(new)  # before `manifest` shows the change: observers see it whole
                     self._manifest_id += 1
                     self._manifest = new
                     if self._manifest_id % 16 == 0:
                         self._store.prune(self.options.manifest_history)
-                    if on_commit is not None:
-                        on_commit(new)
                     return new
                 lid, latest = self._store.latest()
                 if latest is None or (latest.writer_epoch, latest.compactor_epoch) != (
@@ -548,17 +549,19 @@ class DB:
             if row is not None:
                 return row
         for run in st.runs:
-            row = run_get(run.readers, run.last_keys, key, max_seq)
-            if row is not None:
-                return row
+            i = bisect_left(run.last_keys, key)  # the one SST of the run whose range can hold the key
+            if i < len(run.readers):
+                row = run.readers[i].get(key, max_seq)
+                if row is not None:
+                    return row
         return None
 
-    def _get_entry(self, key: bytes, max_seq: int | None, include_expired: bool, now: int | None) -> Entry | None:
+    def _visible(self, key: bytes, max_seq: int | None, include_expired: bool, now: int | None) -> tuple | None:
+        """The row of `key` a read at `max_seq` (None: now) and time `now` sees, or None."""
         if self._closed:
             self._check_open()
         if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
             check_key(key)
-        st = None
         if max_seq is None:
             # A batch is seen whole or not at all: its rows reach the memtable before its seq is
             # published, so rows newer than the seq are ignored. The state is read BEFORE the seq: a
@@ -567,7 +570,11 @@ class DB:
             # last one in its memtable, a consistent prefix of what the seq allows.
             st = self._state
             max_seq = self._seq
-        row = self._find(key, max_seq, st)
+        else:
+            st = self._state
+        row = st.mem.get(key, max_seq)
+        if row is None:
+            row = self._find(key, max_seq, st)
         if row is None or row[4] is None:
             return None
         exp = row[3]
@@ -576,12 +583,16 @@ class DB:
                 now = self._clock.read()
             if now > exp:
                 return None
-        return Entry(row[0], row[4], row[1], row[2], exp)
+        return row
+
+    def _get_entry(self, key: bytes, max_seq: int | None, include_expired: bool, now: int | None) -> Entry | None:
+        row = self._visible(key, max_seq, include_expired, now)
+        return None if row is None else Entry(row[0], row[4], row[1], row[2], row[3])
 
     def get(self, key: bytes, options: ReadOptions | None = None) -> bytes | None:
         """The value of `key`, or None if it is absent, deleted or expired."""
-        e = self._get_entry(key, None, options is not None and options.include_expired, None)
-        return None if e is None else e.value
+        row = self._visible(key, None, options is not None and options.include_expired, None)
+        return None if row is None else row[4]
 
     def get_entry(self, key: bytes, options: ReadOptions | None = None) -> Entry | None:
         """The visible row of `key` with its metadata (seq, ts, expire_ts), or None."""

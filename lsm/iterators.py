@@ -36,14 +36,6 @@ def run_iter(
     return itertools.chain.from_iterable(r.iter(start, end, reverse) for r in chosen)
 
 
-def run_get(readers: Sequence[SstReader], last_keys: Sequence[bytes], key: bytes, max_seq: int | None):
-    """Point lookup in a sorted run: one SST by binary search, then that SST's bloom, index and block."""
-    i = bisect.bisect_left(last_keys, key)
-    if i == len(readers):
-        return None
-    return readers[i].get(key, max_seq)
-
-
 def visible_rows(
     rows: Iterable[tuple], max_seq: int | None, now: int | None, include_expired: bool = False
 ) -> Iterator[tuple]:

@@ -2,8 +2,9 @@
 
 Point reads hit a dict (O(1)); ordered reads need sorted keys, kept in a SortedList that new keys join
 lazily at the next ordered read (so a write costs a dict insert, not a sorted insert). Rows are the
-`formats.row` tuples ``(key, seq, ts, expire_ts, value)``; each key's versions are appended in commit
-order (oldest first).
+`formats.row` tuples ``(key, seq, ts, expire_ts, value)``. A key with one version maps to its row
+tuple; from the second version on, to a list of rows in commit order (oldest first) — most keys have
+one version, and a list per key would double the objects every write creates.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ ROW_OVERHEAD = 32  # bytes charged per row beyond key and value (roughly what an
 class Memtable:
     def __init__(self, segment_id: int) -> None:
         self.segment_id = segment_id  # the WAL segment holding exactly this memtable's commits
-        self.data: dict[bytes, list[tuple]] = {}
+        self.data: dict[bytes, tuple | list[tuple]] = {}
         self._sorted = SortedList()
         self._pending: list[bytes] = []
         self._lock = threading.Lock()
@@ -31,13 +32,16 @@ class Memtable:
     def add(self, row: tuple) -> None:
         """Add one version (O(1) amortized). The caller serializes writers."""
         key = row[0]
-        versions = self.data.get(key)
+        data = self.data
+        versions = data.get(key)
         if versions is None:
             with self._lock:  # keys() swaps _pending under the same lock
-                self.data[key] = [row]
+                data[key] = row
                 self._pending.append(key)
-        else:
+        elif type(versions) is list:
             versions.append(row)
+        else:
+            data[key] = [versions, row]  # one atomic store: readers see one version or both
         value = row[4]
         self.bytes += len(key) + ROW_OVERHEAD + (len(value) if value is not None else 0)
         self.rows += 1
@@ -50,6 +54,8 @@ class Memtable:
         versions = self.data.get(key)
         if versions is None:
             return None
+        if type(versions) is not list:
+            return versions if max_seq is None or versions[1] <= max_seq else None
         if max_seq is None:
             return versions[-1]
         for row in reversed(versions):
@@ -74,8 +80,8 @@ class Memtable:
         data = self.data
         for k in keys:
             versions = data[k]
-            if len(versions) == 1:
-                yield versions[0]
+            if type(versions) is not list:
+                yield versions
             else:
                 yield from versions[::-1]
 

@@ -64,17 +64,9 @@ def decode_encode_once(paths: list[str], out: str) -> float:
     return time.perf_counter() - t0
 
 
-def rocksdb_write_amp(path: str, user_bytes: int) -> float | None:
-    """(flush + compaction bytes written) / user bytes, from RocksDB's cumulative compaction stats."""
-    try:
-        from rocksdict import Rdict
-    except ImportError:
-        return None
-    db = Rdict(path)
-    try:
-        stats = db.property_value("rocksdb.stats") or ""
-    finally:
-        db.close()
+def rocksdb_write_amp(stats: str, user_bytes: int) -> float | None:
+    """(flush + compaction bytes written) / user bytes, from RocksDB's cumulative compaction stats
+    (read from the open DB: they reset when it reopens)."""
     # flushes count as compaction writes into L0 in RocksDB's accounting; GB with 2 decimals
     m = re.search(r"Cumulative compaction: ([0-9.]+) GB write", stats)
     return None if m is None else float(m.group(1)) * 2**30 / user_bytes
@@ -110,8 +102,9 @@ def write_amp(num: int, value_size: int, seed: int, work: str) -> None:
     for i, k in enumerate(keys):
         rdb[k] = values[i & 1023]
     rdb.flush()
+    stats = rdb.property_value("rocksdb.stats") or ""
     rdb.close()
-    wa = rocksdb_write_amp(rpath, user)
+    wa = rocksdb_write_amp(stats, user)
     shown = "n/a" if wa is None else f"{wa:.2f}"
     print(f"write-amp    : rocksdb {shown} after fillrandom {num} and a flush (default options, leveled; "
           "from its 'Cumulative compaction' statistic, 0.01 GB resolution)")

@@ -49,6 +49,8 @@ def session_builder(master: str = "local[*]", app: str = "lsm-compact") -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname-resolution warning on laptops
     return (
         SparkSession.builder.master(master)
         .appName(app)
@@ -196,6 +198,14 @@ class SparkExecutor:
 
 def _short(e: BaseException) -> str:
     text = str(e).strip().splitlines()
+    # a task's Python error: the first unindented line after "Traceback (most recent call last):" is
+    # "module.ErrorType: message" (the lines before it quote source code, which may contain "Error")
+    in_traceback = False
+    for line in text:
+        if line.rstrip().endswith("Traceback (most recent call last):"):
+            in_traceback = True
+        elif in_traceback and line.strip() and not line[0].isspace():
+            return line.strip()[:300]
     for line in text:
         if "Error" in line and not line.startswith("\tat"):
             return line.strip()[:300]

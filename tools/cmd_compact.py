@@ -1,0 +1,276 @@
+"""``lsm compact PATH [--engine local|spark]`` and ``lsm gc PATH``: maintenance of a closed database.
+
+``lsm compact`` opens the database at PATH (writable: it fences any earlier handle, so run it on a
+database no writer holds open), merges everything into one sorted run with the local executor or as a
+Spark batch, commits one manifest edit and prints what the job did. ``lsm gc`` deletes SST files the
+manifest does not reference (leftovers of failed jobs, killed Spark tasks or crashes).
+
+`compact_database` is shared with ``tools/spark_compact.py``, the same job for ``spark-submit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from formats.errors import LsmError
+from lsm.db import DB
+from lsm.options import DbOptions
+from tools import render
+from tools.cmd_manifest import db_dir, latest_manifest
+
+ENGINES = ("local", "spark")
+
+
+class SparkStartError(LsmError):
+    """Spark could not be started (no pyspark, no Java, a bad master URL)."""
+
+
+class SparkCompactionError(LsmError):
+    """`lsm compact --engine spark` failed; the message names the Spark log."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compact",
+        help="merge the whole database into one sorted run, locally or as a Spark batch",
+        description="Open the database at PATH (it must not be open in another process: opening fences the "
+        "other handle), run a full compaction with the chosen engine, commit it and print its statistics. "
+        "With --engine spark the driver plans key ranges from the SSTs' block indexes and each Spark task "
+        "merges one range into new SSTs (see docs/spark.md).",
+    )
+    p.add_argument("path", metavar="PATH", help="database directory")
+    p.add_argument("--engine", choices=ENGINES, default="local", help="executor (default local)")
+    p.add_argument(
+        "--master",
+        default="local[*]",
+        metavar="URL",
+        help="Spark master for --engine spark (default local[*]); e.g. local[2], spark://host:7077",
+    )
+    p.add_argument(
+        "--tasks",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="Spark tasks (key ranges); default: the session's default parallelism",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    p.set_defaults(func=cmd_compact)
+
+    g = sub.add_parser(
+        "gc",
+        help="delete SST files the manifest does not reference",
+        description="Delete SST files in PATH/sst/ that the current manifest does not reference and whose "
+        "modification time is older than the grace period: leftovers of failed compactions, killed Spark "
+        "tasks or crashes. The grace period protects files a running job has just written; use it only on "
+        "a database no writer holds open. Prints the removed files.",
+    )
+    g.add_argument("path", metavar="PATH", help="database directory")
+    g.add_argument(
+        "--grace-ms",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help=f"only files older than N ms (default DbOptions.gc_grace_ms, {DbOptions().gc_grace_ms})",
+    )
+    g.add_argument("--json", action="store_true", help="print a JSON object instead of lines")
+    g.set_defaults(func=cmd_gc)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+# -- the job --------------------------------------------------------------------------------------------
+def start_spark(master: str) -> Any:
+    """A SparkSession for `master`, or SparkStartError with one line saying why not."""
+    try:
+        from compaction.spark import get_session
+    except ImportError as e:  # pragma: no cover - pyspark is a dependency of the spark extra
+        raise SparkStartError(f"--engine spark needs pyspark ({e}): pip install 'lsm-sim[spark]'") from None
+    try:
+        return get_session(master)
+    except ImportError as e:
+        raise SparkStartError(f"--engine spark needs pyspark ({e}): pip install 'lsm-sim[spark]'") from None
+    except Exception as e:  # noqa: BLE001 - Java missing, a bad master URL...: one line, not a traceback
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise SparkStartError(f"cannot start Spark with master {master!r}: {first[:300]}") from None
+
+
+def compact_database(
+    path: str,
+    engine: str = "local",
+    *,
+    session: Any = None,
+    master: str = "local[*]",
+    tasks: int | None = None,
+) -> dict[str, Any]:
+    """Full compaction of the database at `path` with `engine`; returns the report `lsm compact` prints.
+
+    With engine "spark" the job runs on `session` (started for `master` when None)."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
+    db_dir(path)
+    startup = None
+    if engine == "spark" and session is None:
+        t0 = time.perf_counter()
+        session = start_spark(master)
+        startup = time.perf_counter() - t0
+    opts = DbOptions(
+        background_compaction=False,
+        spark_session=session,
+        spark_master=master,
+        spark_tasks=tasks,
+        **output_format(path),
+    )
+    with DB.open(path, opts) as db:
+        before = db.manifest
+        stats = db.compact(full=True, executor=engine)
+        after = db.manifest
+    report: dict[str, Any] = {"path": path, "engine": engine}
+    if engine == "spark":
+        sc = session.sparkContext
+        report["master"] = sc.master
+        report["tasks"] = tasks if tasks is not None else sc.defaultParallelism
+        report["spark_startup_seconds"] = startup
+    report["ssts_before"] = len(before.all_ssts())
+    report["sources_before"] = len(before.runs) + len(before.l0)
+    report["ssts_after"] = len(after.all_ssts())
+    report.update(stats.to_dict())
+    return report
+
+
+def output_format(path: str) -> dict[str, Any]:
+    """The SST format version and compression of the database's newest SST: the outputs keep them (the
+    DB's options are not stored with it, and a maintenance command should not change its format)."""
+    _, m = latest_manifest(path)
+    newest = m.l0[:1] or (m.runs[0].ssts[:1] if m.runs else ())
+    if not newest:
+        return {}
+    info = newest[0].info
+    return {"sst_format_version": info.format_version, "compression": info.compression}
+
+
+def print_report(r: dict[str, Any]) -> None:
+    hb = render.human_bytes
+    engine = r["engine"]
+    if engine == "spark":
+        engine = f"spark (master {r['master']}, {r['tasks']} tasks)"
+    pairs: list[tuple[str, Any]] = [
+        ("path", r["path"]),
+        ("engine", engine),
+        ("jobs", r["jobs"]),
+        ("inputs", f"{r['ssts_before']} SSTs in {r['sources_before']} sorted sources"),
+        ("outputs", f"{r['ssts_after']} SSTs"),
+        ("rows in", r["rows_in"]),
+        ("rows out", r["rows_out"]),
+        ("bytes in", f"{r['bytes_in']} ({hb(r['bytes_in'])})"),
+        ("bytes out", f"{r['bytes_out']} ({hb(r['bytes_out'])})"),
+        ("versions dropped", r["versions_dropped"]),
+        ("tombstones dropped", r["tombstones_dropped"]),
+        ("expired dropped", r["expired_dropped"]),
+        ("seconds", f"{r['seconds']:.3f}"),
+        ("read seconds", f"{r['read_seconds']:.3f}"),
+        ("write seconds", f"{r['write_seconds']:.3f}"),
+    ]
+    if r["engine"] == "spark":
+        if r.get("spark_startup_seconds") is not None:
+            pairs.append(("spark start seconds", f"{r['spark_startup_seconds']:.3f}"))
+        pairs.append(("", "(read and write seconds are summed over the tasks)"))
+    render.print_text(render.properties(pairs))
+    if r["filters"]:
+        render.print_text("\n")
+        rows = [(name, c["changed"], c["removed"], c["dropped"]) for name, c in r["filters"].items()]
+        render.print_text(render.table(("filter", "changed", "removed", "dropped"), rows))
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    if args.engine != "spark":
+        report = compact_database(args.path, args.engine, tasks=args.tasks)
+    else:
+        db_dir(args.path)  # a bad path fails before a JVM is started
+        # The JVM (and the Python workers, whose output it relays) log to a file, not to our stderr: a
+        # failing job is one line here, pointing at the log, instead of pages of Java and Python traces.
+        fd, log = tempfile.mkstemp(prefix="lsm-compact-spark-", suffix=".log")
+        t0 = time.perf_counter()
+        try:
+            with _stderr_to(fd):
+                session = start_spark(args.master)
+        except SparkStartError as e:
+            raise SparkStartError(f"{e} (Spark log: {log})") from None
+        finally:
+            os.close(fd)
+        startup = time.perf_counter() - t0
+        try:
+            report = compact_database(
+                args.path, "spark", session=session, master=args.master, tasks=args.tasks
+            )
+        except LsmError as e:
+            raise SparkCompactionError(f"{e} (Spark log: {log})") from e
+        finally:
+            session.stop()
+        report["spark_startup_seconds"] = startup
+        os.unlink(log)
+    if args.json:
+        render.print_json(report)
+    else:
+        print_report(report)
+    return 0
+
+
+@contextlib.contextmanager
+def _stderr_to(fd: int) -> Iterator[None]:
+    """Point file descriptor 2 at `fd` meanwhile: processes started meanwhile keep writing there."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+# -- gc -------------------------------------------------------------------------------------------------
+def gc_database(path: str, grace_ms: int | None = None) -> list[str]:
+    """Delete the unreferenced SSTs of the database at `path`; return their names."""
+    db_dir(path)
+    with DB.open(path, DbOptions(background_compaction=False)) as db:
+        return db.gc(grace_ms)
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    removed = gc_database(args.path, args.grace_ms)
+    if args.json:
+        render.print_json({"path": args.path, "removed": removed})
+    else:
+        for name in removed:
+            render.print_text(name)
+        render.print_text(f"removed {len(removed)} file{'' if len(removed) == 1 else 's'}")
+    return 0
+
+
+__all__ = ["compact_database", "gc_database", "output_format", "print_report", "register", "start_spark"]

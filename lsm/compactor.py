@@ -9,6 +9,7 @@ removes its outputs and leaves the manifest as it was.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -125,16 +126,16 @@ class DbCompactor:
         outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
         input_names = [e.name for s in plan.input_entries(m.l0, m.runs) for e in s]
         stats = result.stats
-
-        def installed(new: Manifest) -> None:
-            db._install(new)
-            stats.seconds = time.perf_counter() - t0
-            self.stats.add(stats)  # with the commit: whoever sees the new shape sees its stats
-
+        stats.seconds = time.perf_counter() - t0
+        # counted before the commit publishes the new shape, so whoever sees it sees its stats too;
+        # only this job touches them (jobs are serialized), so a failed commit can restore them
+        before = copy.deepcopy(self.stats)
+        self.stats.add(stats)
         try:
             fsync_dir(db._sst_dir)
-            db._commit(lambda cur: apply_plan(cur, plan, outputs, tick), installed)
+            db._commit(lambda cur: apply_plan(cur, plan, outputs, tick), db._install)
         except BaseException:
+            self.stats = before
             for e in outputs:
                 unlink_quiet(db.sst_path(e.name))
             raise

@@ -273,12 +273,12 @@ class DB:
                 new = edit(base)
                 new = new.replace(next_sst_id=max(new.next_sst_id, self._next_id))
                 if self._store.try_create(self._manifest_id + 1, new):
-                    if on_commit is not None:
-                        on_commit(new)  # before `manifest` shows the change: observers see it whole
                     self._manifest_id += 1
                     self._manifest = new
                     if self._manifest_id % 16 == 0:
                         self._store.prune(self.options.manifest_history)
+                    if on_commit is not None:
+                        on_commit(new)
                     return new
                 lid, latest = self._store.latest()
                 if latest is None or (latest.writer_epoch, latest.compactor_epoch) != (

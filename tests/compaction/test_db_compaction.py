@@ -538,7 +538,8 @@ class CompactionMachine(RuleBasedStateMachine):
 
     @invariant()
     def files_match_manifest(self):
-        # no open iterators between steps: exactly the referenced files are on disk
+        # no open iterators between steps and the flush thread idle: exactly the referenced files
+        self.db._wait_flushed()
         assert sst_files(self.db) == sorted(e.name for e in self.db.manifest.all_ssts())
 
 

@@ -267,10 +267,15 @@ class Engine:
         raise NotImplementedError
 
     def write_batch(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
-        raise NotImplementedError
+        """One atomic batch through the engine's WriteBatch class (`_batch`) and write options (`_wo`)."""
+        b = self._batch()
+        put = b.put
+        for k, v in pairs:
+            put(k, v)
+        self.db.write(b, self._wo)
 
     def get_fn(self) -> Callable[[bytes], bytes | None]:
-        raise NotImplementedError
+        return self.db.get
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         raise NotImplementedError
@@ -298,16 +303,6 @@ class LsmEngine(Engine):
 
     def put_fn(self) -> Callable[[bytes, bytes], Any]:
         return functools.partial(self.db.put, options=self._wo) if self._wo else self.db.put
-
-    def write_batch(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
-        b = self._batch()
-        put = b.put
-        for k, v in pairs:
-            put(k, v)
-        self.db.write(b, self._wo)
-
-    def get_fn(self) -> Callable[[bytes], bytes | None]:
-        return self.db.get
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         return self.db.scan()
@@ -364,16 +359,6 @@ class RocksdictEngine(Engine):
 
     def put_fn(self) -> Callable[[bytes, bytes], Any]:
         return functools.partial(self.db.put, write_opt=self._wo) if self._wo else self.db.put
-
-    def write_batch(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
-        b = self._batch()
-        put = b.put
-        for k, v in pairs:
-            put(k, v)
-        self.db.write(b, self._wo)
-
-    def get_fn(self) -> Callable[[bytes], bytes | None]:
-        return self.db.get
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         return iter(self.db.items())

@@ -76,7 +76,7 @@ def check_plan(job: CompactionJob, k: int) -> list:
     ranges = plan_ranges(job, k)
     blocks = blocks_of(job)
     # contiguous, non-overlapping, covering the whole key space
-    assert 1 <= len(ranges) <= k
+    assert 0 < len(ranges) <= k
     assert ranges[0][0] is None and ranges[-1][1] is None
     for (_, end), (start, _) in zip(ranges, ranges[1:], strict=False):
         assert end is not None and end == start

@@ -39,6 +39,7 @@ import dataclasses
 import functools
 import gc
 import importlib.metadata
+import importlib.util
 import itertools
 import json
 import os
@@ -240,9 +241,13 @@ class Engine:
         self.sync = sync
         self.db: Any = None
 
+    module: str | None = None  # the binding this engine needs (importable when usable)
+
     @classmethod
     def available(cls) -> str | None:
         """None when usable, else why not."""
+        if cls.module is not None and importlib.util.find_spec(cls.module) is None:
+            return "not installed (pip install 'lsm-sim[bench]')"
         return None
 
     def version(self) -> str:
@@ -326,13 +331,7 @@ class RocksdictEngine(Engine):
 
     name = "rocksdict"
 
-    @classmethod
-    def available(cls) -> str | None:
-        try:
-            import rocksdict  # noqa: F401
-        except ImportError:
-            return "not installed (pip install 'lsm-sim[bench]')"
-        return None
+    module = "rocksdict"
 
     def version(self) -> str:
         v = f"rocksdict {importlib.metadata.version('rocksdict')}"
@@ -373,13 +372,7 @@ class PlyvelEngine(Engine):
 
     name = "plyvel"
 
-    @classmethod
-    def available(cls) -> str | None:
-        try:
-            import plyvel  # noqa: F401
-        except ImportError:
-            return "not installed (pip install 'lsm-sim[bench]')"
-        return None
+    module = "plyvel"
 
     def version(self) -> str:
         import plyvel

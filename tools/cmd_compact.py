@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--tasks",
-        type=_positive_int,
+        type=render.int_arg(1),
         default=None,
         metavar="K",
         help="Spark tasks (key ranges); default: the session's default parallelism",
@@ -74,33 +74,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("path", metavar="PATH", help="database directory")
     g.add_argument(
         "--grace-ms",
-        type=_non_negative_int,
+        type=render.int_arg(0),
         default=None,
         metavar="N",
         help=f"only files older than N ms (default DbOptions.gc_grace_ms, {DbOptions().gc_grace_ms})",
     )
     g.add_argument("--json", action="store_true", help="print a JSON object instead of lines")
     g.set_defaults(func=cmd_gc)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
 
 
 # -- the job --------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the database read-only. Exits 1 when no seq is recorded in that direction.",
     )
     s2t.add_argument("path", metavar="PATH")
-    s2t.add_argument("seq", metavar="SEQ", type=_seq_arg)
+    s2t.add_argument("seq", metavar="SEQ", type=render.int_arg(0))
     _round_arg(s2t, "up")
     render.add_output_args(s2t, bytes_args=False)
     s2t.set_defaults(func=cmd_seq_to_ts)
@@ -95,20 +95,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ch.add_argument("path", metavar="PATH")
     g = ch.add_mutually_exclusive_group(required=True)
     g.add_argument("--since", type=render.time_arg, metavar="TIME", help="changes since TIME")
-    g.add_argument("--seq", type=_seq_arg, metavar="N", help="changes with a seq greater than N")
-    ch.add_argument("--limit", type=_seq_arg, metavar="N", help="stop after N changes")
+    g.add_argument("--seq", type=render.int_arg(0), metavar="N", help="changes with a seq greater than N")
+    ch.add_argument("--limit", type=render.int_arg(0), metavar="N", help="stop after N changes")
     render.add_output_args(ch)
     ch.set_defaults(func=cmd_changes)
-
-
-def _seq_arg(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return n
 
 
 def _round_arg(p: argparse.ArgumentParser, default: str) -> None:

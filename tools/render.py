@@ -141,6 +141,21 @@ def time_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def int_arg(minimum: int):
+    """argparse `type=` for an integer option of at least `minimum`: bad input is a usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is negative" if v < 0 else f"{text!r} is below {minimum}")
+        return v
+
+    return parse
+
+
 # -- sizes ------------------------------------------------------------------------------------------
 def human_bytes(n: int) -> str:
     """1023 -> '1023 B', 1536 -> '1.5 KiB'."""

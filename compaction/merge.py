@@ -284,7 +284,9 @@ class Resolver:
 
     def run(self, rows: Iterable[tuple]) -> Iterator[tuple]:
         resolve = self.resolve
+        stats = self.stats
         for versions in group_versions(rows):
+            stats.rows_in += len(versions)  # counted per key, not per row: this loop is the merge
             yield from resolve(versions)
 
 
@@ -397,14 +399,6 @@ def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) ->
     timer = _ReadTimer()
     iters, readers = open_sources(job, timer)
     try:
-        rows_in = 0
-
-        def counted(rows: Iterable[tuple]) -> Iterator[tuple]:
-            nonlocal rows_in
-            for row in rows:
-                rows_in += 1
-                yield row
-
         resolver = Resolver(
             tick=job.tick,
             is_last_run=job.is_last_run,
@@ -414,13 +408,12 @@ def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) ->
             stats=stats,
         )
         out = SstOutput(job.output, job.tick)
-        outputs = out.write(resolver.run(counted(merge_sources(iters))))
+        outputs = out.write(resolver.run(merge_sources(iters)))
         stats.write_seconds = out.write_seconds
         stats.read_seconds = timer.seconds
     finally:
         for r in readers:
             r.close()
-    stats.rows_in = rows_in
     stats.bytes_in = job.input_bytes
     stats.rows_out = sum(i.num_rows for _, i in outputs)
     stats.bytes_out = sum(i.file_size for _, i in outputs)

@@ -97,7 +97,10 @@ class CompactionFilterFactory:
 
 
 class TtlFilter(CompactionFilter):
-    """The RFC's rule: an entry with tick > expire_ts becomes a tombstone (ts kept, expire_ts cleared)."""
+    """The RFC's rule: an entry with tick > expire_ts becomes a tombstone (ts kept).
+
+    The merge inlines this filter and, unlike the RFC, keeps expire_ts on the tombstone it makes, so the
+    purge lag of the expired row is counted from its expiry when the tombstone is finally dropped."""
 
     name = "ttl"
 

@@ -21,11 +21,15 @@ Per key, with the versions newest first ``v0, v1, ...`` and live snapshots ``s1 
    as-of reads back to ``c`` need it.
 3. Filters. When no snapshot can see ``v0`` (its stripe is ``n``) and it is not a tombstone, the
    built-in TTL filter and then the user filters decide on it (see `compaction.filter`): KEEP,
-   REMOVE (tombstone with the same seq and ts, no expire_ts), CHANGE_VALUE, DROP (no row).
+   REMOVE (tombstone with the same seq and ts, no expire_ts), CHANGE_VALUE, DROP (no row). The TTL
+   filter's tombstone keeps the row's expire_ts (RowFlags bit 1 on a tombstone): readers treat it as
+   any tombstone, and the oldest-run step below can count its purge lag from the expiry.
 4. Oldest run. When the output is the oldest sorted run nothing lies beneath it, so the oldest kept
    versions that are tombstones, or rows expired at the tick (``tick > expire_ts``), are removed —
    repeatedly, from the bottom up. A tombstone anywhere else is kept: it shadows older versions
-   in runs that this job does not read.
+   in runs that this job does not read. Each removal is counted in ``stats.purge_lag``
+   (`compaction.purge_lag`): ``tick - expire_ts`` for an expired row or a TTL tombstone,
+   ``tick - ts`` for a delete's tombstone (none for v0 rows, which carry no ts).
 
 With a history window, "expired" in steps 3 and 4 means expired before the cutoff ``c`` rather than the
 tick: a row that expired inside the window is still visible to an as-of read from before its expiry.
@@ -38,8 +42,8 @@ Worked examples (seq:value, T = tombstone, E = expired at the tick; snapshots in
     9:T 5:a        []         no           9:T             the tombstone must hide 5:a's older copies
     9:T 5:a        []         yes          (nothing)       5:a shadowed; 9:T is the oldest -> dropped
     9:T 5:a        [7]        yes          9:T 5:a         snapshot 7 still reads 5:a
-    9:E            []         no           9:T             TTL filter: tombstone, ts kept
-    9:E            []         yes          (nothing)       TTL tombstone is the oldest -> dropped
+    9:E            []         no           9:T(E)          TTL filter: tombstone, ts and expire_ts kept
+    9:E            []         yes          (nothing)       TTL tombstone is the oldest -> dropped, lag from E
     9:b 5:E        [7]        yes          9:b             5:E expired: invisible to snapshot 7 too
     9:E            [10]       no           9:E             snapshot 10 sees 9:E: filters skip it
 
@@ -67,6 +71,7 @@ from compaction.filter import (
     Reason,
     TtlFilter,
 )
+from compaction.purge_lag import PurgeLag
 from formats.sst import SsTableInfo, SstReader, SstWriter
 
 
@@ -93,10 +98,20 @@ class CompactionStats:
     seconds: float = 0.0
     read_seconds: float = 0.0  # decoding input blocks
     write_seconds: float = 0.0  # encoding, writing and fsyncing outputs (the rest is the merge itself)
+    # ms from expiry (or delete) to physical removal of every expired row and tombstone dropped
+    purge_lag: PurgeLag = dataclasses.field(default_factory=PurgeLag)
+    # phases of a job as the DB runs it (lsm/compactor.py): picking and preparing the job, running it
+    # on its executor, committing the manifest edit (seconds above is their sum, roughly)
+    plan_seconds: float = 0.0
+    execute_seconds: float = 0.0
+    commit_seconds: float = 0.0
 
     def add(self, other: CompactionStats) -> CompactionStats:
+        """Add `other` into this one (in place; histograms merge) and return self."""
         for f in dataclasses.fields(self):
-            if f.name == "filters":
+            if f.name == "purge_lag":
+                self.purge_lag.merge(other.purge_lag)
+            elif f.name == "filters":
                 for name, c in other.filters.items():
                     mine = self.filters.setdefault(name, FilterCounts())
                     mine.changed += c.changed
@@ -107,7 +122,18 @@ class CompactionStats:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain types only (JSON-ready); `from_dict` is the inverse."""
+        d = dataclasses.asdict(dataclasses.replace(self, purge_lag=PurgeLag()))
+        d["purge_lag"] = self.purge_lag.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CompactionStats:
+        d = dict(d)
+        d["filters"] = {k: FilterCounts(**v) for k, v in d.get("filters", {}).items()}
+        if "purge_lag" in d:
+            d["purge_lag"] = PurgeLag.from_dict(d["purge_lag"])
+        return cls(**d)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,10 +257,14 @@ class Resolver:
                 bottom = kept[-1]
                 if bottom[4] is None:
                     stats.tombstones_dropped += 1
+                    since = bottom[2] if bottom[3] is None else bottom[3]  # delete ts, or a TTL tombstone's expiry
                 elif bottom[3] is not None and tick > bottom[3]:
                     stats.expired_dropped += 1
+                    since = bottom[3]
                 else:
                     break
+                if since is not None:
+                    stats.purge_lag.record(max(0, self.tick - since))
                 kept = kept[:-1]
         return kept
 
@@ -262,7 +292,7 @@ class Resolver:
             # the built-in filter, inlined: most rows have no expire_ts, and an Entry per row adds up
             if exp is not None and first.tick > exp:
                 self.stats.filters[first.name].removed += 1
-                return (key, seq, ts, None, None)
+                return (key, seq, ts, exp, None)  # a tombstone that remembers its expiry (purge lag)
             filters = filters[1:]
         out = row
         for f in filters:

@@ -174,4 +174,13 @@ class PurgeLag:
         return h
 
 
-__all__ = ["PurgeLag", "bucket_lower", "bucket_upper"]
+def accumulate(stored: dict[str, Any] | None, lag: PurgeLag) -> dict[str, Any] | None:
+    """`stored` (a `to_dict` map, or None for nothing yet, as in the manifest) plus `lag`, as a map;
+    None while both are empty, so a manifest gains the field only once something was purged."""
+    if not lag.count:
+        return stored
+    total = PurgeLag.from_dict(stored) if stored is not None else PurgeLag()
+    return total.merge(lag).to_dict()
+
+
+__all__ = ["PurgeLag", "accumulate", "bucket_lower", "bucket_upper"]

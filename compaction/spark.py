@@ -130,11 +130,7 @@ def check_outputs(
 
 
 def _stats_from(d: dict) -> CompactionStats:
-    from compaction.merge import FilterCounts
-
-    d = dict(d)
-    d["filters"] = {k: FilterCounts(**v) for k, v in d["filters"].items()}
-    return CompactionStats(**d)
+    return CompactionStats.from_dict(d)  # the purge-lag histograms of all tasks merge in stats.add
 
 
 def ensure_picklable(job: CompactionJob) -> None:

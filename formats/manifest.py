@@ -16,6 +16,10 @@ Payload keys (format_version 1)::
                                     SSTs in key order
     seq_tracker                     bytes; `lsm.seq_tracker` encoding (RFC seq-tracker)
     time_seq                        bytes; `lsm.time_seq` encoding
+    purge_lag                       optional map; cumulative purge-lag histogram of every compaction
+                                    committed (`compaction.purge_lag.PurgeLag.to_dict`); absent until a
+                                    compaction drops an expired row or tombstone, so older manifests
+                                    decode and manifests without purges encode byte-identically
 
     sst entry = {"name": str, "info": SsTableInfo as a map}; the file is ``sst/<name>``, names unique
 """
@@ -71,6 +75,7 @@ class Manifest:
     runs: tuple[SortedRun, ...] = ()
     seq_tracker: bytes = b""
     time_seq: bytes = b""
+    purge_lag: dict[str, Any] | None = None  # PurgeLag.to_dict(); formats imports nothing of ours
 
     def replace(self, **kw: Any) -> Manifest:
         return dataclasses.replace(self, **kw)
@@ -87,6 +92,8 @@ def encode(m: Manifest) -> bytes:
     d = dataclasses.asdict(m)
     d["l0"] = [_entry(e) for e in m.l0]
     d["runs"] = [{"id": r.id, "ssts": [_entry(e) for e in r.ssts]} for r in m.runs]
+    if d["purge_lag"] is None:
+        del d["purge_lag"]  # optional: omitted while empty (byte-identical to manifests from before it)
     payload = msgpack.packb(d, use_bin_type=True)
     head = HEADER.pack(MAGIC, FORMAT_VERSION, len(payload))
     body = head + payload
@@ -113,6 +120,8 @@ def decode(buf: bytes, path: str = "<bytes>") -> Manifest:
         d = msgpack.unpackb(buf[HEADER.size : end], raw=False)
         d["l0"] = tuple(_sst(e) for e in d["l0"])
         d["runs"] = tuple(SortedRun(r["id"], tuple(_sst(e) for e in r["ssts"])) for r in d["runs"])
+        if not isinstance(d.get("purge_lag", {}), dict):
+            raise ValueError("purge_lag is not a map")
         names = {f.name for f in dataclasses.fields(Manifest)}
         return Manifest(**{k: v for k, v in d.items() if k in names})
     except Exception as e:

@@ -20,6 +20,7 @@ from compaction import scheduler
 from compaction.filter import Reason
 from compaction.local import BackgroundCompactor, run_in_worker, run_local
 from compaction.merge import CompactionJob, CompactionStats, MergeResult
+from compaction.purge_lag import accumulate
 from formats.manifest import Manifest, SortedRun, SstEntry
 from lsm.errors import CompactionError
 from lsm.fsutil import fsync_dir, unlink_quiet
@@ -133,7 +134,7 @@ class DbCompactor:
         self.stats.add(stats)
         try:
             fsync_dir(db._sst_dir)
-            db._commit(lambda cur: apply_plan(cur, plan, outputs, tick), db._install)
+            db._commit(lambda cur: with_purge_lag(apply_plan(cur, plan, outputs, tick), stats), db._install)
         except BaseException:
             self.stats = before
             for e in outputs:
@@ -181,6 +182,13 @@ def apply_plan(m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...],
             runs.insert(at, SortedRun(next_run_id, outputs))
             next_run_id += 1
     return m.replace(l0=new_l0, runs=tuple(runs), next_run_id=next_run_id)
+
+
+def with_purge_lag(m: Manifest, stats: CompactionStats) -> Manifest:
+    """`m` with the job's purge lags added to the cumulative histogram the manifest keeps."""
+    if not stats.purge_lag.count:
+        return m
+    return m.replace(purge_lag=accumulate(m.purge_lag, stats.purge_lag))
 
 
 def collect_garbage(sst_dir: str, m: Manifest, grace_ms: int, keep: set[str] = frozenset()) -> list[str]:

@@ -35,6 +35,7 @@ from typing import Any
 
 from compaction.filter import Entry
 from compaction.merge import CompactionStats, OutputSpec, flush_rows, merge_sources
+from compaction.purge_lag import PurgeLag
 from formats.manifest import Manifest, SortedRun, SstEntry
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_key, check_value
 from formats.sst import SstReader
@@ -921,6 +922,13 @@ class DB:
     def manifest(self) -> Manifest:
         """The current manifest (the LSM shape)."""
         return self._manifest
+
+    @property
+    def purge_lag(self) -> PurgeLag:
+        """Cumulative histogram of ms from expiry or delete to physical removal, over every compaction
+        ever committed to this database (kept in the manifest; `compaction_stats` is this handle's)."""
+        d = self._manifest.purge_lag
+        return PurgeLag.from_dict(d) if d is not None else PurgeLag()
 
     def lsm_shape(self) -> dict[str, Any]:
         st = self._state

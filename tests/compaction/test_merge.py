@@ -92,7 +92,7 @@ def test_snapshot_keeps_tombstone_and_older_in_oldest_run():
 def test_ttl_filter_turns_expired_row_into_tombstone_keeping_ts():
     stats = CompactionStats()
     out = resolve([expired(9)], stats=stats)
-    assert out == [(K, 9, 90, None, None)]  # same seq and ts, no expire_ts, no value
+    assert out == [(K, 9, 90, 95, None)]  # same seq, ts and expire_ts (for the purge lag), no value
     assert stats.filters["ttl"].removed == 1
 
 
@@ -117,7 +117,7 @@ def test_row_expiring_exactly_at_tick_is_not_expired():
     row = (K, 9, 90, TICK, b"v")  # expired when tick > expire_ts, so not yet
     assert resolve([row]) == [row]
     assert resolve([row], last=True) == [row]
-    assert resolve([row], tick=TICK + 1) == [(K, 9, 90, None, None)]
+    assert resolve([row], tick=TICK + 1) == [(K, 9, 90, TICK, None)]
 
 
 def test_snapshot_at_exact_seq_sees_that_version():
@@ -160,7 +160,7 @@ def test_user_filters_run_after_ttl_and_in_order():
     assert [e.value for e in second.seen] == [b"v1"]
     # an expired row is removed by TTL first: the user filters never see it
     out = resolve([(b"x", 8, 80, 85, b"old")], filters=filters, stats=stats)
-    assert out == [(b"x", 8, 80, None, None)]
+    assert out == [(b"x", 8, 80, 85, None)]
     assert [e.key for e in first.seen] == [K]
     assert stats.filters["first"].changed == 1 and stats.filters["second"].changed == 1
     assert stats.filters["ttl"].removed == 1
@@ -327,7 +327,7 @@ def _out_rows(job, result):
         ([tomb(9)], [val(5, b"a")], [], True, []),
         ([tomb(9)], [val(5, b"a")], [7], True, [tomb(9), val(5, b"a")]),
         ([val(9, b"b")], [expired(5)], [7], True, [val(9, b"b")]),
-        ([expired(9)], [val(1, b"z", ts=5)], [], False, [(K, 9, 90, None, None)]),
+        ([expired(9)], [val(1, b"z", ts=5)], [], False, [(K, 9, 90, 95, None)]),
     ],
 )
 def test_worked_examples_through_run_job(tmp_path, newer, older, snapshots, last, expected):

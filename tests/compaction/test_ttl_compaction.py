@@ -128,8 +128,8 @@ def test_expired_row_becomes_tombstone_keeping_ts_when_not_into_oldest_run(db_di
                 rows += [row for row in r if row[0] == b"base0007"]
                 if rows:
                     assert r.info.num_tombstones >= 1
-        # (key, seq, ts, expire_ts, value): same seq and ts, expire_ts cleared, no value
-        assert rows == [(b"base0007", seq, written, None, None)]
+        # (key, seq, ts, expire_ts, value): same seq, ts and expire_ts (kept for the purge lag), no value
+        assert rows == [(b"base0007", seq, written, written + 500, None)]
         assert db.get(b"base0007") is None  # the tombstone hides the old value in the oldest run
         assert db.get(b"base0007", lsm.ReadOptions(include_expired=True)) is None
         db.compact(full=True)
@@ -137,15 +137,17 @@ def test_expired_row_becomes_tombstone_keeping_ts_when_not_into_oldest_run(db_di
 
 
 def test_ttl_tombstone_output_sst_metadata(db_dir, clock):
-    """An output whose only expiring row became a tombstone has no TTL rows left in its metadata."""
+    """An output whose only expiring row became a tombstone counts it as a tombstone that still carries
+    its expire_ts (kept so the purge lag is measured from the expiry), and no live TTL row."""
     with open_db(db_dir, clock, l0_compaction_threshold=2) as db:
         build_oldest_run(db)
+        written = clock.now()
         two_l0_ssts(db, [lambda: db.put(b"t", b"x", ttl=10)])
         clock.advance(11)
         db.compact()
         info = db.manifest.runs[0].ssts[0].info
-        assert info.num_expiring == 0 and info.num_tombstones == 1
-        assert info.min_expire_ts is None
+        assert info.num_expiring == 1 and info.num_tombstones == 1
+        assert info.min_expire_ts == info.max_expire_ts == written + 10
         assert RowFeature.Timestamp in info.row_features
 
 

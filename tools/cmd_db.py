@@ -20,7 +20,7 @@ from formats.manifest import Manifest, SstEntry
 from formats.sst import SstReader
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from tools import render
-from tools.cmd_manifest import db_dir, latest_manifest, levels
+from tools.cmd_manifest import db_dir, latest_manifest, levels, purge_lag_text
 from tools.cmd_sst import verify_sst
 
 if TYPE_CHECKING:  # the engine is imported where it is used (see tools.cmd_manifest)
@@ -460,7 +460,13 @@ def space_usage(path: str, now: int | None) -> dict[str, Any]:
     for k in out_levels[0]:
         if k != "level":
             total[k] = sum(x[k] for x in out_levels)
-    return {"at": now, "at_rfc3339": render.rfc3339(now), "levels": out_levels, "total": total}
+    return {
+        "at": now,
+        "at_rfc3339": render.rfc3339(now),
+        "levels": out_levels,
+        "total": total,
+        "purge_lag": m.purge_lag,  # the manifest's cumulative histogram (None: nothing purged yet)
+    }
 
 
 def cmd_du(args: argparse.Namespace) -> int:
@@ -480,4 +486,5 @@ def cmd_du(args: argparse.Namespace) -> int:
     ]
     render.print_text(f"expiry judged at {rep['at_rfc3339']} ({rep['at']})")
     render.print_text(render.table(("level", "files", "size", *(f"{c} (rows)" for c in CATEGORIES)), cells))
+    render.print_text(f"purge lag: {purge_lag_text(rep['purge_lag'])}")
     return 0

@@ -98,6 +98,28 @@ def manifest_json(mid: int | None, path: str, m: Manifest, mode: str) -> dict[st
     return d
 
 
+def duration_text(ms: int | None) -> str:
+    """A lag for people: ms below 10 s, then s (below 10 min), min (below 10 h), h (below 10 d) or d."""
+    if ms is None:
+        return "-"
+    if ms < 10_000:
+        return f"{ms} ms"
+    for unit, size, below in (("s", 1_000, 600_000), ("min", 60_000, 36_000_000), ("h", 3_600_000, 864_000_000)):
+        if ms < below:
+            return f"{ms / size:.1f} {unit}"
+    return f"{ms / 86_400_000:.1f} d"
+
+
+def purge_lag_text(d: dict[str, Any] | None) -> str:
+    """The manifest's cumulative purge-lag histogram in one line (count, p50, p99, max)."""
+    if not d or not d.get("count"):
+        return "nothing purged yet"
+    return (
+        f"{d['count']} rows purged; p50 {duration_text(d['p50'])}, p99 {duration_text(d['p99'])}, "
+        f"max {duration_text(d['max'])} after expiry or delete"
+    )
+
+
 def levels(m: Manifest) -> list[tuple[str, tuple[SstEntry, ...]]]:
     """("L0", ssts) then ("run <id>", ssts) for each sorted run, newest first (the read order)."""
     return [("L0", m.l0)] + [(f"run {r.id}", r.ssts) for r in m.runs]
@@ -152,6 +174,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("next_run_id", m.next_run_id),
                 ("seq_tracker", f"{len(m.seq_tracker)} B"),
                 ("time_seq", f"{len(m.time_seq)} B"),
+                ("purge_lag", purge_lag_text(m.purge_lag)),
             ]
         )
     )

@@ -117,3 +117,35 @@ def test_top_level_parser_and_bench_forwarding() -> None:
     # everything after `bench` (even --help) goes to tools.bench.main
     r = run_lsm("bench", "--help")
     assert r.code == 0 and r.out.startswith("usage:"), r.err
+
+
+def test_manifest_show_and_du_report_the_purge_lag(tmp_path: Path) -> None:
+    import lsm
+
+    db_path = tmp_path / "db"
+    clock = lsm.ManualClock(T0)
+    with lsm.DB.open(db_path, lsm.DbOptions(clock=clock, background_compaction=False)) as db:
+        for i in range(3):
+            db.put(b"e%d" % i, b"v", ttl=31_000)  # expire_ts = T0 + 31 s
+        db.delete(b"d")  # a tombstone at T0
+        db.put(b"keep", b"v")
+        db.flush()
+        clock.set(T0 + 61_000)
+        db.compact(full=True)  # lags: 30 s for the expired rows, 61 s for the tombstone
+    d = run_lsm("manifest", "show", "--json", db_path).json()
+    lag = d["purge_lag"]
+    # p50 is the upper edge of 30 s's bucket (28672..32767 ms); max is exact
+    assert (lag["count"], lag["p50"], lag["max"]) == (4, 32_767, 61_000) and sum(lag["buckets"].values()) == 4
+    lines = run_lsm("manifest", "show", db_path).out.splitlines()
+    assert "purge_lag        4 rows purged; p50 32.8 s, p99 61.0 s, max 61.0 s after expiry or delete" in lines
+    du = run_lsm("du", "--json", db_path).json()
+    assert du["purge_lag"] == lag
+    assert run_lsm("du", db_path).out.splitlines()[-1].startswith("purge lag: 4 rows purged; p50 32.8 s")
+
+
+def test_manifest_without_purges_shows_none(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    build_runs_db(db)
+    assert run_lsm("manifest", "show", "--json", db).json()["purge_lag"] is None
+    assert "purge_lag        nothing purged yet" in run_lsm("manifest", "show", db).out.splitlines()
+    assert run_lsm("du", "--json", db).json()["purge_lag"] is None

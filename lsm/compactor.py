@@ -10,6 +10,7 @@ removes its outputs and leaves the manifest as it was.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import threading
 import time
@@ -23,6 +24,7 @@ from compaction.merge import CompactionJob, CompactionStats, MergeResult
 from compaction.purge_lag import accumulate
 from formats.manifest import Manifest, SortedRun, SstEntry
 from lsm.errors import CompactionError
+from lsm.events import CompactionInfo, notify
 from lsm.fsutil import fsync_dir, unlink_quiet
 
 if TYPE_CHECKING:
@@ -72,12 +74,14 @@ class DbCompactor:
         db = self.db
         if db._closed or db._bg_error is not None:
             return False
+        db._flush_if_idle()  # the poll that checks periodic compaction also flushes an old memtable
         with self._lock:
+            t0 = time.perf_counter()
             m = db.manifest
             plan = scheduler.pick(m.l0, m.runs, db._clock.read(), self.sched)
             if plan is None:
                 return False
-            self._run(plan, None, background=True)
+            self._run(plan, None, background=True, planned=time.perf_counter() - t0)
             return True
 
     def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
@@ -85,19 +89,23 @@ class DbCompactor:
         if executor not in (None, "local", "spark"):
             raise ValueError(f"unknown executor {executor!r}: use 'local' or 'spark'")
         total = CompactionStats()
+        if not full:
+            self.db._flush_if_idle()
         with self._lock:
             if full:
+                t0 = time.perf_counter()
                 m = self.db.manifest
                 plan = scheduler.pick_full(m.l0, m.runs)
                 if plan is not None:
-                    total.add(self._run(plan, executor))
+                    total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
                 return total
             for _ in range(10_000):
+                t0 = time.perf_counter()
                 m = self.db.manifest
                 plan = scheduler.pick(m.l0, m.runs, self.db._clock.read(), self.sched)
                 if plan is None:
                     break
-                total.add(self._run(plan, executor))
+                total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
         return total
 
     # -- running -----------------------------------------------------------------------------------
@@ -116,18 +124,54 @@ class DbCompactor:
             retention_cutoff=db._retention_cutoff(tick),
         )
 
-    def _run(self, plan: scheduler.Plan, executor: str | None, background: bool = False) -> CompactionStats:
+    def _run(
+        self, plan: scheduler.Plan, executor: str | None, background: bool = False, planned: float = 0.0
+    ) -> CompactionStats:
+        """Run one job and commit it, with the compaction events around it (lsm.events)."""
+        listeners = self.db.options.event_listeners
+        if not listeners:
+            return self._run_job(plan, executor, background, planned, None)[0]
+        begun: list[CompactionInfo] = []  # the begin event's info, once the job is planned
+
+        def on_begin(info: CompactionInfo) -> None:
+            begun.append(info)
+            notify(listeners, "on_compaction_begin", info)
+
+        try:
+            stats, outputs = self._run_job(plan, executor, background, planned, on_begin)
+        except BaseException as e:
+            if begun:
+                notify(listeners, "on_compaction_end", dataclasses.replace(begun[0], error=e))
+            raise
+        notify(listeners, "on_compaction_end", dataclasses.replace(begun[0], outputs=outputs, stats=stats))
+        return stats
+
+    def _run_job(
+        self,
+        plan: scheduler.Plan,
+        executor: str | None,
+        background: bool,
+        planned: float,
+        on_begin: Callable[[CompactionInfo], None] | None,
+    ) -> tuple[CompactionStats, tuple[str, ...]]:
         db = self.db
         db._check_writable()
         t0 = time.perf_counter()
         tick = db._clock.read()
         m = db.manifest
         job = self.make_job(plan, m, tick)
-        result = self._executor(job, executor, background)(job)
-        outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
+        run = self._executor(job, executor, background)
         input_names = [e.name for s in plan.input_entries(m.l0, m.runs) for e in s]
+        if on_begin is not None:
+            on_begin(CompactionInfo(str(plan.reason), executor_name(run), tuple(input_names)))
+        t1 = time.perf_counter()
+        result = run(job)
+        t2 = time.perf_counter()
+        outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
         stats = result.stats
-        stats.seconds = time.perf_counter() - t0
+        stats.seconds = t2 - t0
+        stats.plan_seconds = planned + (t1 - t0)
+        stats.execute_seconds = t2 - t1
         # counted before the commit publishes the new shape, so whoever sees it sees its stats too;
         # only this job touches them (jobs are serialized), so a failed commit can restore them
         before = copy.deepcopy(self.stats)
@@ -141,7 +185,9 @@ class DbCompactor:
                 unlink_quiet(db.sst_path(e.name))
             raise
         db._retire_files(input_names)
-        return stats
+        stats.commit_seconds = time.perf_counter() - t2
+        self.stats.commit_seconds += stats.commit_seconds  # known only now; the rest was added above
+        return stats, tuple(e.name for e in outputs)
 
     def stop(self) -> None:
         if self.background is not None:
@@ -182,6 +228,15 @@ def apply_plan(m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...],
             runs.insert(at, SortedRun(next_run_id, outputs))
             next_run_id += 1
     return m.replace(l0=new_l0, runs=tuple(runs), next_run_id=next_run_id)
+
+
+def executor_name(run: Executor) -> str:
+    """How CompactionInfo names an executor: "local", "worker" or "spark"."""
+    if run is run_local:
+        return "local"
+    if run is run_in_worker:
+        return "worker"
+    return "spark"
 
 
 def with_purge_lag(m: Manifest, stats: CompactionStats) -> Manifest:

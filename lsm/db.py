@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 import weakref
 from bisect import bisect_left
 from collections import Counter
@@ -52,6 +53,7 @@ from lsm.errors import (
     NotADatabaseError,
     RetentionError,
 )
+from lsm.events import FlushInfo, notify
 from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.iterators import run_iter, visible_rows
 from lsm.manifest import FenceToken, ManifestStore
@@ -179,8 +181,9 @@ class DB:
                     next_seg += 1
             new_mem = Memtable(next_seg)
             self._state = dataclasses.replace(self._state, mem=new_mem)
-            self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
-            self._flush_thread.start()
+            if options.background_flush:  # else frozen memtables are flushed by the writer (_flush_frozen)
+                self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
+                self._flush_thread.start()
             self._compactor = DbCompactor(self)
             if self._compactor.background is not None:
                 self._on_flush_hooks.append(self._compactor.background.wake)
@@ -426,6 +429,9 @@ class DB:
         with self._state_lock:
             st = self._state
             self._state = dataclasses.replace(st, mem=new, imm=(old,) + st.imm, gen=st.gen + 1)
+        if self._flush_thread is None:
+            self._flush_frozen()
+            return
         with self._cv:
             self._cv.notify_all()
             while len(self._state.imm) > self.options.max_immutable_memtables and self._bg_error is None:
@@ -465,7 +471,57 @@ class DB:
             for hook in self._on_flush_hooks:
                 hook()
 
+    def _flush_frozen(self) -> None:
+        """background_flush=False: flush every frozen memtable in this thread, oldest first (write lock
+        held). A failure is the background error, as it would be in the flush thread."""
+        while self._state.imm and self._bg_error is None:
+            try:
+                self._flush_memtable(self._state.imm[-1])
+            except BaseException as e:
+                with self._cv:
+                    self._bg_error = e
+                    self._cv.notify_all()
+                raise
+        for hook in self._on_flush_hooks:
+            hook()
+
+    def _flush_if_idle(self) -> bool:
+        """The idle flush: when the memtable's oldest row is periodic_compaction_interval old, flush it,
+        so rows that never fill a memtable (writes stopped) still reach disk and the periodic purge
+        bound. Called where the engine checks periodic compaction; True if it flushed."""
+        p = self.options.periodic_compaction_interval
+        if p is None or self.read_only or self._closed:
+            return False
+        mem = self._state.mem
+        if mem.is_empty() or self._clock.read() - mem.min_ts < p:
+            return False
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                return False
+            self._check_fence()
+            mem = self._state.mem
+            if mem.is_empty() or self._clock.read() - mem.min_ts < p:
+                return False
+            self._rotate_locked()
+        self._wait_flushed()
+        return True
+
     def _flush_memtable(self, mem: Memtable) -> None:
+        """`_write_l0` with the flush events around it (lsm.events)."""
+        listeners = self.options.event_listeners
+        if not listeners:
+            self._write_l0(mem)
+            return
+        notify(listeners, "on_flush_begin", FlushInfo(len(mem), mem.bytes))
+        t0 = time.perf_counter()
+        try:
+            names = self._write_l0(mem)
+        except BaseException as e:
+            notify(listeners, "on_flush_end", FlushInfo(len(mem), mem.bytes, (), time.perf_counter() - t0, e))
+            raise
+        notify(listeners, "on_flush_end", FlushInfo(len(mem), mem.bytes, names, time.perf_counter() - t0))
+
+    def _write_l0(self, mem: Memtable) -> tuple[str, ...]:
         """Write one frozen memtable to L0, commit, swap it into the read path, retire its WAL."""
         tick = self._clock.read()
         spec = self._output_spec(f"{self._alloc_ids():020d}", None)
@@ -494,6 +550,7 @@ class DB:
             raise
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
         self._delete_wal_below(mem.segment_id + 1)
+        return tuple(e.name for e in entries)
 
     def _install(self, m: Manifest, drop_imm: Memtable | None = None) -> None:
         """Point the read path at manifest `m` (called under the commit lock, in commit order)."""

@@ -45,7 +45,7 @@ class FlushInfo:
 
 @dataclasses.dataclass(frozen=True)
 class CompactionInfo:
-    """One compaction job. ``reason``: the scheduler's reason ("l0", "tiered", "periodic", "manual");
+    """One compaction job. ``reason``: the scheduler's reason ("size_tiered", "periodic", "manual");
     ``executor``: "local", "worker" or "spark"; ``inputs``: the SST names it reads.
 
     At end: the SST names it committed, its `CompactionStats` (with the plan/execute/commit phases), or

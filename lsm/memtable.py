@@ -28,6 +28,7 @@ class Memtable:
         self.rows = 0
         self.max_seq = 0
         self.max_ts = 0
+        self.min_ts = 0  # ts of the oldest row (0 while empty): the idle flush judges its age by it
 
     def add(self, row: tuple) -> None:
         """Add one version (O(1) amortized). The caller serializes writers."""
@@ -43,6 +44,8 @@ class Memtable:
         else:
             data[key] = [versions, row]  # one atomic store: readers see one version or both
         value = row[4]
+        if not self.rows:
+            self.min_ts = row[2]
         self.bytes += len(key) + ROW_OVERHEAD + (len(value) if value is not None else 0)
         self.rows += 1
         # commits arrive in seq order with non-decreasing ts (the clock never goes back)

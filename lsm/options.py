@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lsm.clock import Clock, SystemClock
+from lsm.events import check_listeners
 
 
 class _NoTtl:
@@ -73,6 +74,11 @@ class DbOptions:
     compaction_process: bool = True
     time_seq_min_time: int = 1754006400  # seconds; time bins ignore earlier clock readings (2025-08-01)
     manifest_history: int = 100  # manifest versions kept on disk
+    # lsm.events.EventListener objects told of every flush and compaction (see lsm/events.py)
+    event_listeners: Sequence[Any] = ()
+    # False: a full memtable (and the idle flush) is flushed in the writing thread, with no flush
+    # thread, so a single-threaded driver on a ManualClock is deterministic (the simulator)
+    background_flush: bool = True
 
     def __post_init__(self) -> None:
         if not callable(getattr(self.clock, "now", None)):
@@ -104,6 +110,7 @@ class DbOptions:
             if not callable(getattr(f, "create", None)):
                 raise TypeError(f"compaction filter factory {f!r} has no create(ctx) method")
         self.compaction_filters = tuple(self.compaction_filters)
+        self.event_listeners = check_listeners(self.event_listeners)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,180 @@
+"""The synchronous flush (DbOptions(background_flush=False)), the idle flush, and the purge bound they
+give together with periodic compaction: on a ManualClock driven by one thread, with periodic compaction
+P and writes that stop, every expired row and deleted key is gone from disk — SST files AND WAL
+segments — by its expiry (or delete) + P + one driver step."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import threading
+
+import lsm
+from formats.sst import SstReader
+from lsm import wal as wal_files
+from tests.compaction._util import fast_tmp
+
+T0 = 1_700_000_000_000
+
+
+def open_db(path, clock, **kw) -> lsm.DB:
+    kw.setdefault("background_compaction", False)
+    kw.setdefault("background_flush", False)
+    return lsm.DB.open(path, lsm.DbOptions(clock=clock, **kw))
+
+
+def keys_on_disk(path) -> set[bytes]:
+    """Every key stored in any file under sst/ (referenced or not) or in any WAL segment."""
+    keys: set[bytes] = set()
+    sst_dir = os.path.join(path, "sst")
+    for name in os.listdir(sst_dir):
+        if name.endswith(".sst"):
+            with SstReader(os.path.join(sst_dir, name)) as r:
+                keys.update(row[0] for row in r)
+    for _sid, p in wal_files.list_segments(os.path.join(path, "wal")):
+        records, _torn = wal_files.read_segment(p)
+        keys.update(row[0] for rec in records for row in rec.rows)
+    return keys
+
+
+def test_full_memtable_is_flushed_in_the_writing_thread(tmp_path):
+    before = set(threading.enumerate())
+    clock = lsm.ManualClock(T0)
+    with open_db(tmp_path / "db", clock, memtable_bytes=1024) as db:
+        assert not [t for t in set(threading.enumerate()) - before if t.name == "lsm-flush"]
+        n = 0
+        while not db.manifest.l0:  # no waiting: the put that fills the memtable returns after the flush
+            db.put(b"k%04d" % n, b"v" * 40)
+            n += 1
+        assert db.lsm_shape()["immutable_memtables"] == 0 and db.lsm_shape()["memtable_rows"] == 0
+        with SstReader(db.sst_path(db.manifest.l0[0].name)) as r:
+            assert r.info.num_rows == n
+        assert all(db.get(b"k%04d" % i) == b"v" * 40 for i in range(n))
+        db.put(b"tail", b"t")
+        db.flush()
+        assert len(db.manifest.l0) == 2
+    with open_db(tmp_path / "db", clock) as db:
+        assert db.get(b"tail") == b"t" and db.get(b"k0000") == b"v" * 40
+
+
+def test_idle_flush_waits_for_the_interval_then_empties_memtable_and_wal(tmp_path):
+    clock = lsm.ManualClock(T0)
+    with open_db(tmp_path / "db", clock, periodic_compaction_interval=10_000) as db:
+        db.put(b"a", b"1")
+        clock.advance(5_000)
+        db.put(b"b", b"2")  # the age is the oldest row's: "a"
+        clock.set(T0 + 9_999)
+        db.compact()
+        assert db.manifest.l0 == () and db.lsm_shape()["memtable_rows"] == 2
+        clock.set(T0 + 10_000)
+        db.compact()
+        assert len(db.manifest.l0) == 1 and db.lsm_shape()["memtable_rows"] == 0
+        assert keys_on_disk(tmp_path / "db") == {b"a", b"b"}  # in the SST only
+        segs = wal_files.list_segments(os.path.join(tmp_path, "db", "wal"))
+        assert all(wal_files.read_segment(p)[0] == [] for _i, p in segs)  # no row is left in a WAL
+        assert db.get(b"a") == b"1"
+
+
+def test_no_idle_flush_without_periodic_compaction(tmp_path):
+    clock = lsm.ManualClock(T0)
+    with open_db(tmp_path / "db", clock) as db:
+        db.put(b"a", b"1", ttl=5)
+        clock.advance(10**9)
+        db.compact()
+        assert db.manifest.l0 == () and db.lsm_shape()["memtable_rows"] == 1
+
+
+def test_idle_flush_with_the_flush_thread_and_background_compaction(tmp_path):
+    """The default mode: the background compactor's poll (every P/4, at least 50 ms) does it."""
+    clock = lsm.ManualClock(T0)
+    db = lsm.DB.open(
+        tmp_path / "db",
+        lsm.DbOptions(clock=clock, periodic_compaction_interval=200, background_compaction=True),
+    )
+    try:
+        db.put(b"x", b"1", ttl=50)
+        clock.advance(400)  # x expired 350 ms ago and its memtable is 400 ms old
+        done = threading.Event()
+        for _ in range(200):  # up to ~10 s of wall time for the poll
+            if db.lsm_shape()["memtable_rows"] == 0 and not db.manifest.l0 and not db.manifest.runs:
+                done.set()
+                break
+            done.wait(0.05)
+        assert done.is_set(), db.lsm_shape()
+        assert b"x" not in keys_on_disk(tmp_path / "db")
+        assert db.purge_lag.count == 1 and db.purge_lag.max >= 350
+    finally:
+        db.close()
+
+
+def drive(path, periodic: int | None, seed: int = 3) -> tuple[lsm.DB, list[str]]:
+    """Writes for 2P, then quiet; db.compact() every STEP ms. Returns the DB and the bound violations
+    seen at each step (rows that should be gone by then but were still on disk)."""
+    P, STEP = 30_000, 2_000
+    rng = random.Random(seed)
+    clock = lsm.ManualClock(T0)
+    db = open_db(path, clock, periodic_compaction_interval=periodic, memtable_bytes=4096, l0_compaction_threshold=3)
+    gone_by: dict[bytes, int] = {}  # key -> time by which it must be off disk
+    plain: list[bytes] = []
+    violations: list[str] = []
+    n = 0
+    end_writes = T0 + 2 * P
+    end = end_writes + 90_000 + 2 * P
+    t = T0
+    while t <= end:
+        if t < end_writes:
+            for k in range(8):  # writes inside this step, at increasing times
+                clock.set(t + k * (STEP // 8))
+                key = b"r%05d" % n
+                n += 1
+                ttl = rng.choice([100, 2_000, 20_000, 90_000, None])
+                if ttl is None:
+                    db.put(key, b"v" * 20, ttl=lsm.NO_TTL)
+                    plain.append(key)
+                else:
+                    db.put(key, b"v" * 20, ttl=ttl)
+                    gone_by[key] = clock.now() + ttl + P + STEP
+                if plain and rng.random() < 0.1:
+                    victim = plain.pop(rng.randrange(len(plain)))
+                    db.delete(victim)
+                    gone_by[victim] = clock.now() + P + STEP
+        clock.set(t)
+        db.compact()
+        if periodic is not None or t >= end - STEP:
+            on_disk = keys_on_disk(path)
+            late = sorted(k for k, due in gone_by.items() if due <= t and k in on_disk)
+            if late:
+                violations.append(f"t=+{t - T0}: {len(late)} rows past their bound still on disk: {late[:5]}")
+        t += STEP
+    return db, violations
+
+
+def test_expired_and_deleted_rows_leave_disk_within_expiry_plus_p_plus_one_step():
+    d = fast_tmp("lsm-bound-")
+    try:
+        db, violations = drive(os.path.join(d, "db"), periodic=30_000)
+        try:
+            assert violations == []
+            lag = db.purge_lag
+            assert lag.count > 100
+            assert lag.max <= 30_000 + 2_000  # the histogram agrees with the bound
+            assert db.lsm_shape()["memtable_rows"] == 0  # the last memtable left by the idle flush
+        finally:
+            db.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_without_periodic_compaction_expired_rows_stay_on_disk():
+    """The same workload without P: the check above would fail (the bound is not vacuous)."""
+    d = fast_tmp("lsm-bound-")
+    try:
+        db, violations = drive(os.path.join(d, "db"), periodic=None)
+        try:
+            assert violations, "expired rows should outlive their bound without periodic compaction"
+            assert db.lsm_shape()["memtable_rows"] > 0  # nothing flushes an idle memtable without P
+        finally:
+            db.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

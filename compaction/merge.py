@@ -264,7 +264,8 @@ class Resolver:
                 else:
                     break
                 if since is not None:
-                    stats.purge_lag.record(max(0, self.tick - since))
+                    lag = self.tick - since
+                    stats.purge_lag.record(lag if lag > 0 else 0)
                 kept = kept[:-1]
         return kept
 

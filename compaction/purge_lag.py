@@ -66,14 +66,17 @@ class PurgeLag:
 
     def record(self, lag_ms: int, n: int = 1) -> None:
         """Count `n` rows purged `lag_ms` after they expired or were deleted. O(1)."""
-        if lag_ms < 0:
-            raise ValueError(f"purge lag must be >= 0 ms, got {lag_ms}")
-        if n <= 0:
+        if lag_ms < 0 or n <= 0:
+            if lag_ms < 0:
+                raise ValueError(f"purge lag must be >= 0 ms, got {lag_ms}")
             if n == 0:
                 return
             raise ValueError(f"purge lag count must be >= 0, got {n}")
-        b = bucket_lower(lag_ms)
-        self.buckets[b] = self.buckets.get(b, 0) + n
+        # bucket_lower, inlined: the merge calls this once per dropped row
+        shift = lag_ms.bit_length() - SIGNIFICANT_BITS
+        b = (lag_ms >> shift) << shift if shift > 0 else lag_ms
+        buckets = self.buckets
+        buckets[b] = buckets.get(b, 0) + n
         self.count += n
         self.total += lag_ms * n
         if lag_ms > self.max:

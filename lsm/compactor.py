@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -231,12 +232,15 @@ def apply_plan(m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...],
 
 
 def executor_name(run: Executor) -> str:
-    """How CompactionInfo names an executor: "local", "worker" or "spark"."""
+    """How CompactionInfo names an executor: "local", "worker", "spark", or a custom one's name."""
     if run is run_local:
         return "local"
     if run is run_in_worker:
         return "worker"
-    return "spark"
+    spark = sys.modules.get("compaction.spark")  # not loaded: it cannot be a SparkExecutor
+    if spark is not None and isinstance(run, spark.SparkExecutor):
+        return "spark"
+    return getattr(run, "__name__", type(run).__name__)
 
 
 def with_purge_lag(m: Manifest, stats: CompactionStats) -> Manifest:

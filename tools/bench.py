@@ -812,6 +812,7 @@ def run_formats(argv: list[str]) -> int:
 SUITES["time"] = lambda argv: __import__("tools.bench_time", fromlist=["main"]).main(argv)  # bench_time.py
 SUITES["merge"] = lambda argv: __import__("tools.bench_merge", fromlist=["main"]).main(argv)  # bench_merge.py
 SUITES["compact"] = lambda argv: __import__("tools.bench_compact", fromlist=["main"]).main(argv)  # bench_compact.py
+SUITES["simulate"] = lambda argv: __import__("tools.bench_simulate", fromlist=["main"]).main(argv)  # bench_simulate.py
 
 
 # -- entry point -----------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ simulator knows anyway:
 * each SST is read once, when a sample first sees it in the manifest (`sync`), and reduced to its row
   bytes and the keys whose newest version it held; an SST that a compaction replaced between two samples
   is never read at all. When an SST leaves the manifest its summary is subtracted;
-* rows age from live to expired through a heap of expire_ts, popped as the clock passes them; rows that
-  are pending purge (expired, or deleted) sit in sorted lists by expiry/delete time, so counting them
-  and finding the oldest is a bisect.
+* a compaction or flush moves rows: a newest row found in a new SST that is already counted elsewhere
+  only changes location (and maybe size or class), so moving rows costs a dict update each;
+* rows age from live to expired through a heap of expire_ts, popped as the clock passes them; the oldest
+  row still stored after its expiry (or delete) is the top of a lazy heap whose stale entries (rows
+  purged or shadowed since) are popped when met.
 
 Row sizes are du's: the encoded row plus its 4-byte offset slot in an SST, the encoded row in the WAL.
 ``disk_bytes`` is du's total ``size`` (SST files plus the WAL segments from the replay point).
@@ -22,14 +24,14 @@ Row sizes are du's: the encoded row plus its 4-byte offset slot in an SST, the e
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import os
 from collections import deque
 from typing import Any
 
-from sortedcontainers import SortedList
-
-from formats.manifest import Manifest
+from formats.manifest import Manifest, SstEntry
+from formats.row import codec_for
 from formats.sst import SstReader
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm import wal as wal_files
@@ -47,51 +49,75 @@ class DiskAccount:
         self.sst_dir = os.path.join(db_path, "sst")
         self.wal_dir = os.path.join(db_path, "wal")
         self.newest: dict[bytes, int] = {}  # key -> seq of its newest write
-        self.due: dict[bytes, int | None] = {}  # key -> expire_ts of its newest write (None: no TTL)
-        # key -> (seq, location, size, class, expire_ts or None, tombstone ts or None) of its stored newest row
-        self.stored: dict[bytes, tuple] = {}
+        # key -> expire_ts of its newest write if a put with a TTL, -1 - ts if a delete, None otherwise
+        self.due: dict[bytes, int | None] = {}
+        # key -> [seq, location, size, class, due of its write] of its stored newest row
+        self.stored: dict[bytes, list] = {}
         self.bytes = [0, 0, 0]
         self.rows = [0, 0, 0]
+        self.ttl_tombstones = 0  # stored newest rows of TTL puts that are tombstones (the TTL filter's)
         self.total_bytes = 0  # every stored row, shadowed ones included
         self.total_rows = 0
         self.ssts: dict[str, tuple[int, int, list[bytes]]] = {}  # name -> (row bytes, rows, newest keys)
-        self.ssts_read = 0
+        self.ssts_read = 0  # SSTs read row by row (the others came from the WAL rows they flushed)
         self._wal: deque[tuple[int, bytes, int, int | None, bool]] = deque()  # (seq, key, size, exp, tomb)
         self._wal_counted = 0
-        self._heap: list[tuple[int, bytes, int]] = []  # (expire_ts, key, seq) of rows stored as live
-        self.pending_expired = SortedList()  # (expire_ts, seq) of stored newest rows with a TTL
-        self.pending_deleted = SortedList()  # (ts, seq) of stored newest tombstones of deletes
+        self._aging: list[tuple[int, bytes, int]] = []  # (expire_ts, key, seq) of rows stored as live
+        # lazy min-heaps of (expire_ts | delete ts, key, seq): an entry counts while that row is stored
+        self._expired: list[tuple[int, bytes, int]] = []
+        self._deleted: list[tuple[int, bytes, int]] = []
         self.disk_bytes = 0
 
     # -- the simulator's writes ----------------------------------------------------------------------
     def on_write(self, key: bytes, seq: int, ts: int, exp: int | None, value_len: int | None) -> None:
-        """A committed put (value_len = its value's length) or delete (value_len None). O(log n)."""
+        """A committed put (value_len = its value's length) or delete (value_len None). O(1)."""
         self.newest[key] = seq
-        self.due[key] = exp if value_len is not None else -ts - 1  # < 0: a delete at ts
-        s = self.stored.pop(key, None)
-        if s is not None:
-            self._drop(s)
         tomb = value_len is None
+        self.due[key] = -1 - ts if tomb else exp
+        s = self.stored.pop(key, None)
+        if s is not None:  # its stored row is now an older version: shadowed
+            self._uncount(s)
         self._wal.append((seq, key, WAL_FIXED + len(key) + (0 if tomb else value_len), exp, tomb))
 
     # -- samples -------------------------------------------------------------------------------------
     def sync(self, m: Manifest, now: int) -> None:
-        """Bring the classes up to the manifest `m` and the clock `now` (call at each sample)."""
+        """Bring the classes up to the manifest `m` and the clock `now` (call at each sample).
+
+        New SSTs come first: a newest row found there that is already stored elsewhere (in the WAL, or
+        in an SST this manifest dropped) moved, and only its location, size and class are updated. Then
+        what left the disk (dropped SSTs, flushed WAL rows) and was not found again is forgotten: those
+        rows were purged. A flush's L0 SST is taken from the flushed WAL rows instead of being read when
+        they match its metadata exactly (row count, key and value bytes): a flush keeps the newest
+        version of each key of the memtable and nothing else."""
         entries = {e.name: e for e in m.all_ssts()}
+        flushed: list[tuple[int, bytes, int, int | None, bool]] = []
+        wal = self._wal
+        while wal and wal[0][0] <= m.last_seq:  # no longer WAL rows: in L0 SSTs, or purged since
+            flushed.append(wal.popleft())
+        counted = min(self._wal_counted, len(flushed))
+        self._wal_counted -= counted
+        l0 = {e.name for e in m.l0}
+        for name, e in entries.items():
+            if name not in self.ssts and not (name in l0 and flushed and self._add_flushed(e, flushed, now)):
+                self._add_sst(name, now)
+        stored = self.stored
         for name in [n for n in self.ssts if n not in entries]:
             nbytes, nrows, keys = self.ssts.pop(name)
             self.total_bytes -= nbytes
             self.total_rows -= nrows
-            stored = self.stored
             for k in keys:
                 s = stored.get(k)
                 if s is not None and s[1] == name:
                     del stored[k]
-                    self._drop(s)
-        self._sync_wal(m.last_seq, now)
-        for name in entries:
-            if name not in self.ssts:
-                self._add_sst(name, now)
+                    self._uncount(s)
+        for seq, key, size, _exp, _tomb in flushed[:counted]:
+            self.total_bytes -= size
+            self.total_rows -= 1
+            s = stored.get(key)
+            if s is not None and s[1] == WAL and s[0] == seq:  # not found in an SST: purged
+                del stored[key]
+                self._uncount(s)
+        self._count_wal(now)
         self._age(now)
         wal_bytes = 0
         for sid, p in wal_files.list_segments(self.wal_dir):
@@ -102,88 +128,137 @@ class DiskAccount:
                     pass
         self.disk_bytes = wal_bytes + sum(e.size for e in entries.values())
 
-    def _sync_wal(self, last_seq: int, now: int) -> None:
-        wal, stored, newest = self._wal, self.stored, self.newest
-        while wal and wal[0][0] <= last_seq:  # flushed: no longer WAL rows
-            seq, key, size, _exp, _tomb = wal.popleft()
-            if self._wal_counted:
-                self._wal_counted -= 1
-                self.total_bytes -= size
-                self.total_rows -= 1
-                s = stored.get(key)
-                if s is not None and s[1] == WAL and s[0] == seq:
-                    del stored[key]
-                    self._drop(s)
+    def _count_wal(self, now: int) -> None:
+        """Count the WAL rows written since the last sample."""
+        wal, newest = self._wal, self.newest
         for i in range(self._wal_counted, len(wal)):
             seq, key, size, exp, tomb = wal[i]
             self.total_bytes += size
             self.total_rows += 1
             if newest.get(key) == seq:
-                self._store(key, seq, WAL, size, exp, tomb, now)
+                self._place(key, seq, WAL, size, exp, tomb, now)
         self._wal_counted = len(wal)
 
+    def _add_flushed(self, e: SstEntry, flushed: list, now: int) -> bool:
+        """Account the L0 SST `e` from the flushed WAL rows of its seq range; False if they do not match."""
+        info = e.info
+        lo = bisect.bisect_left(flushed, (info.min_seq,))
+        hi = bisect.bisect_right(flushed, (info.max_seq + 1,))
+        last: dict[bytes, tuple] = {}
+        for row in flushed[lo:hi]:
+            last[row[1]] = row  # in seq order: the newest version of each key wins
+        key_bytes = value_bytes = 0
+        for _seq, key, size, _exp, tomb in last.values():
+            key_bytes += len(key)
+            value_bytes += 0 if tomb else size - WAL_FIXED - len(key)
+        if (len(last), key_bytes, value_bytes) != (info.num_rows, info.key_bytes, info.value_bytes):
+            return False
+        fixed = 2 + codec_for(info.format_version, info.row_features).attrs.size + 4
+        newest_get, stored_get, byts = self.newest.get, self.stored.get, self.bytes
+        keys = []
+        for seq, key, size, exp, tomb in last.values():
+            if newest_get(key) != seq:
+                continue
+            keys.append(key)
+            size += fixed - WAL_FIXED
+            s = stored_get(key)
+            if s is not None and s[0] == seq:
+                cls = TOMBSTONE if tomb else EXPIRED if exp is not None and now > exp else LIVE
+                if s[3] == cls:
+                    s[1] = e.name
+                    byts[cls] += size - s[2]
+                    s[2] = size
+                    continue
+            self._place(key, seq, e.name, size, exp, tomb, now)
+        nbytes = fixed * info.num_rows + info.key_bytes + info.value_bytes
+        self.ssts[e.name] = (nbytes, info.num_rows, keys)
+        self.total_bytes += nbytes
+        self.total_rows += info.num_rows
+        return True
+
     def _add_sst(self, name: str, now: int) -> None:
-        newest, store = self.newest, self._store
+        newest_get, stored_get, place, byts = self.newest.get, self.stored.get, self._place, self.bytes
         nbytes = nrows = 0
         keys: list[bytes] = []
         with SstReader(os.path.join(self.sst_dir, name)) as r:
             fixed = 2 + r.codec.attrs.size + 4
-            for key, seq, _ts, exp, value in r:
-                size = fixed + len(key) + (len(value) if value is not None else 0)
-                nbytes += size
-                nrows += 1
-                if newest.get(key) == seq:
+            for i in range(len(r.blocks)):
+                rows = r.block_rows(i)
+                nrows += len(rows)
+                for key, seq, _ts, exp, value in rows:
+                    size = fixed + len(key) + (len(value) if value is not None else 0)
+                    nbytes += size
+                    if newest_get(key) != seq:
+                        continue  # an older version: shadowed
                     keys.append(key)
-                    store(key, seq, name, size, exp, value is None, now)
+                    s = stored_get(key)
+                    # the common case, inlined: a row that moved (a flush or a compaction), same class
+                    if s is not None and s[0] == seq:
+                        cls = (
+                            TOMBSTONE if value is None else EXPIRED if exp is not None and now > exp else LIVE
+                        )
+                        if s[3] == cls:
+                            s[1] = name
+                            if s[2] != size:
+                                byts[cls] += size - s[2]
+                                s[2] = size
+                            continue
+                    place(key, seq, name, size, exp, value is None, now)
         self.ssts[name] = (nbytes, nrows, keys)
         self.total_bytes += nbytes
         self.total_rows += nrows
         self.ssts_read += 1
 
-    def _store(
+    def _place(
         self, key: bytes, seq: int, loc: str, size: int, exp: int | None, tomb: bool, now: int
     ) -> None:
+        """The newest row of `key` is stored at `loc`: count it, or move it if it was stored elsewhere."""
         if tomb:
             cls = TOMBSTONE
         elif exp is not None and now > exp:
             cls = EXPIRED
         else:
             cls = LIVE
-            if exp is not None:
-                heapq.heappush(self._heap, (exp, key, seq))
-        due = self.due[key]  # the newest write's: this row is it (perhaps as the TTL filter's tombstone)
-        pexp = pdel = None
-        if due is not None:
-            if due >= 0:
-                pexp = (due, seq)
-                self.pending_expired.add(pexp)
-            else:
-                pdel = (-due - 1, seq)
-                self.pending_deleted.add(pdel)
-        self.stored[key] = (seq, loc, size, cls, pexp, pdel)
+        s = self.stored.get(key)
+        if s is not None and s[0] == seq:  # moved (flush or compaction)
+            s[1] = loc
+            if s[2] == size and s[3] == cls:
+                return
+            self._uncount(s)
+            s[2], s[3] = size, cls
+        else:
+            due = self.due[key]
+            s = self.stored[key] = [seq, loc, size, cls, due]
+            if due is not None and due < 0:
+                heapq.heappush(self._deleted, (-1 - due, key, seq))
+            elif cls == LIVE and exp is not None:
+                heapq.heappush(self._aging, (exp, key, seq))
+            elif due is not None:  # first seen already expired (or as the TTL filter's tombstone)
+                heapq.heappush(self._expired, (due, key, seq))
         self.bytes[cls] += size
         self.rows[cls] += 1
+        if cls == TOMBSTONE and s[4] is not None and s[4] >= 0:
+            self.ttl_tombstones += 1
 
-    def _drop(self, s: tuple) -> None:
-        """Forget a stored newest row's class (it was shadowed by a write, or left the disk)."""
+    def _uncount(self, s: list) -> None:
+        """Take a stored newest row out of its class (shadowed by a write, purged, or moving)."""
         self.bytes[s[3]] -= s[2]
         self.rows[s[3]] -= 1
-        if s[4] is not None:
-            self.pending_expired.remove(s[4])
-        if s[5] is not None:
-            self.pending_deleted.remove(s[5])
+        if s[3] == TOMBSTONE and s[4] is not None and s[4] >= 0:
+            self.ttl_tombstones -= 1
 
     def _age(self, now: int) -> None:
-        heap, stored = self._heap, self.stored
+        heap, stored = self._aging, self.stored
         while heap and heap[0][0] < now:
-            _exp, key, seq = heapq.heappop(heap)
+            exp, key, seq = heapq.heappop(heap)
             s = stored.get(key)
             if s is not None and s[0] == seq and s[3] == LIVE:
-                stored[key] = (s[0], s[1], s[2], EXPIRED, s[4], s[5])
+                s[3] = EXPIRED
                 self.bytes[LIVE] -= s[2]
                 self.rows[LIVE] -= 1
                 self.bytes[EXPIRED] += s[2]
                 self.rows[EXPIRED] += 1
+                heapq.heappush(self._expired, (exp, key, seq))
 
     # -- what a sample reports -----------------------------------------------------------------------
     def classes(self) -> dict[str, int]:
@@ -197,19 +272,26 @@ class DiskAccount:
         return out
 
     def unpurged(self, now: int) -> dict[str, Any]:
-        """Rows whose newest write expired (or was a delete) and that are still stored, in any form.
+        """Rows whose newest write expired (or was a delete) and that are still stored, in any form (the
+        TTL filter turns expired rows into tombstones before the oldest run drops them).
 
         ``oldest_*_ms``: how long ago the oldest of them expired (was deleted); None when there is none."""
-        n_exp = self.pending_expired.bisect_left((now, -1))
-        oldest_exp = now - self.pending_expired[0][0] if n_exp else None
-        n_del = len(self.pending_deleted)
-        oldest_del = now - self.pending_deleted[0][0] if n_del else None
         return {
-            "unpurged_expired_rows": n_exp,
-            "oldest_unpurged_expired_ms": oldest_exp,
-            "unpurged_deleted_rows": n_del,
-            "oldest_unpurged_delete_ms": oldest_del,
+            "unpurged_expired_rows": self.rows[EXPIRED] + self.ttl_tombstones,
+            "oldest_unpurged_expired_ms": self._oldest(self._expired, now),
+            "unpurged_deleted_rows": self.rows[TOMBSTONE] - self.ttl_tombstones,
+            "oldest_unpurged_delete_ms": self._oldest(self._deleted, now),
         }
+
+    def _oldest(self, heap: list[tuple[int, bytes, int]], now: int) -> int | None:
+        stored = self.stored
+        while heap:
+            t, key, seq = heap[0]
+            s = stored.get(key)
+            if s is not None and s[0] == seq:
+                return now - t
+            heapq.heappop(heap)  # that row is gone (purged or shadowed)
+        return None
 
 
 __all__ = ["DiskAccount", "CLASSES"]

@@ -1,0 +1,254 @@
+"""``lsm bench simulate`` (or ``python -m tools.bench_simulate``): what `lsm simulate` costs.
+
+Two figures (docs/benchmarks.md records them with the command):
+
+1. **The study**: the spec's simulations (default examples/quiet_ttl.toml: 30 simulated days, 1M
+   operations, 2 policies) as `lsm simulate` runs them, without the plots: the wall time of generating
+   the operations and of each simulation, engine operations per wall second, and the **overhead** of the
+   simulation over the same operations run bare on the engine. "Bare" is the runner's own drive of the
+   engine — the same DbOptions (synchronous flush, no background compaction), the clock set before each
+   operation, ``db.compact()`` after each flush and every ``compact_every`` — with no sampling and no
+   accounting (`bare_run`). Overhead = (simulation - bare) / bare, per policy.
+2. **The sweep**: the grid of a sweep spec (default examples/sweep.toml: 8 simulations) run serially in
+   this process, then as one Spark batch (one task per simulation; ``--master``, default local[2]); the
+   speedup is serial / Spark wall time, Spark session start-up excluded and reported. The two must give
+   identical summaries (checked).
+
+``--runs N`` repeats each timing and reports the median. Times are wall-clock, with this process's CPU
+time next to them for the study (steadier on a shared machine); the load average is printed at the start
+and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_SPEC = os.path.join(ROOT, "examples", "quiet_ttl.toml")
+DEFAULT_SWEEP = os.path.join(ROOT, "examples", "sweep.toml")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="lsm bench simulate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spec", default=DEFAULT_SPEC, help="the study spec (default examples/quiet_ttl.toml)")
+    ap.add_argument("--sweep", default=DEFAULT_SWEEP, help="the sweep spec (default examples/sweep.toml)")
+    ap.add_argument("--runs", type=int, default=1, help="repeat each timing, report the median (default 1)")
+    ap.add_argument("--master", default="local[2]", help="Spark master for the sweep (default local[2])")
+    ap.add_argument("--skip-study", action="store_true", help="only the sweep")
+    ap.add_argument("--skip-sweep", action="store_true", help="only the study")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    return ap.parse_args(argv)
+
+
+def bare_run(spec: Any, policy: Any, ops: Any, directory: str) -> tuple[float, float]:
+    """The same operations on the engine as `Simulation.run` drives them, minus sampling and accounting.
+
+    Returns (wall seconds, CPU seconds of this process)."""
+    from lsm import DB, DbOptions, ManualClock
+    from lsm.options import NO_TTL
+    from tools.simulate.runner import _Observer
+    from tools.simulate.workload import DELETE, GET, PUT, iter_ops, key_bytes
+    from tools.simulate.workload import NO_TTL as NO_TTL_OP
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    clock = ManualClock(spec.start_ms)
+    observer = _Observer()
+    overrides = dict(policy.options)
+    default_ttl = overrides.get("default_ttl")
+    db = DB.open(
+        directory,
+        DbOptions(
+            clock=clock,
+            background_compaction=False,
+            background_flush=False,
+            compaction_process=False,
+            event_listeners=(observer,),
+            **overrides,
+        ),
+    )
+    step = spec.compact_every_ms
+    next_compact = spec.start_ms + step
+    put, delete, get, value = db.put, db.delete, db.get, ops.value
+    for i, (t, op, k, vlen, ttl) in enumerate(iter_ops(ops)):
+        while next_compact <= t:
+            clock.set(next_compact)
+            db.compact()
+            next_compact += step
+        clock.set(t)
+        key = key_bytes(k)
+        if op == PUT:
+            if ttl == NO_TTL_OP:
+                ttl = default_ttl
+            put(key, value(i, vlen), NO_TTL if ttl is None else ttl)
+        elif op == DELETE:
+            delete(key)
+        elif op == GET:
+            get(key)
+        else:
+            for _ in zip(range(spec.scan_rows), db.scan(start=key), strict=False):
+                pass
+        if observer.flushed:
+            observer.flushed = False
+            db.compact()
+    while next_compact <= ops.end_ms:
+        clock.set(next_compact)
+        db.compact()
+        next_compact += step
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    db.close()
+    return wall, cpu
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def study(a: argparse.Namespace) -> dict[str, Any]:
+    from tools.simulate import load_spec, parse_spec
+    from tools.simulate.runner import Simulation
+    from tools.simulate.workload import generate
+
+    spec = parse_spec(load_spec(a.spec))
+    gen_times: list[float] = []
+    per_policy: dict[str, dict[str, Any]] = {
+        p.name: {"sim": [], "bare": [], "sim_cpu": [], "bare_cpu": [], "ops": 0} for p in spec.policies
+    }
+    for run in range(a.runs):
+        t0 = time.perf_counter()
+        ops = generate(spec)
+        gen_times.append(time.perf_counter() - t0)
+        for p in spec.policies:
+            for kind in ("sim", "bare"):
+                d = tempfile.mkdtemp(prefix="lsm-bench-sim-")
+                try:
+                    if kind == "sim":
+                        sim = Simulation(spec, p, ops, d)
+                        t1, c1 = time.perf_counter(), time.process_time()
+                        sim.run()
+                        wall, cpu = time.perf_counter() - t1, time.process_time() - c1
+                        sim.close()
+                    else:
+                        wall, cpu = bare_run(spec, p, ops, d)
+                finally:
+                    shutil.rmtree(d, ignore_errors=True)
+                per_policy[p.name][kind].append(wall)
+                per_policy[p.name][kind + "_cpu"].append(cpu)
+                per_policy[p.name]["ops"] = len(ops)
+                print(
+                    f"# run {run + 1}: {p.name:<16} {kind:<4} {wall:8.1f} s wall {cpu:8.1f} s cpu",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    out: dict[str, Any] = {"spec": a.spec, "generate_s": round(_median(gen_times), 2), "policies": []}
+    total = out["generate_s"]
+    for name, r in per_policy.items():
+        sim_s, bare_s = _median(r["sim"]), _median(r["bare"])
+        sim_c, bare_c = _median(r["sim_cpu"]), _median(r["bare_cpu"])
+        total += sim_s
+        out["policies"].append(
+            {
+                "name": name,
+                "ops": r["ops"],
+                "sim_s": round(sim_s, 2),
+                "bare_s": round(bare_s, 2),
+                "overhead": round((sim_s - bare_s) / bare_s, 4),
+                "sim_cpu_s": round(sim_c, 2),
+                "bare_cpu_s": round(bare_c, 2),
+                "overhead_cpu": round((sim_c - bare_c) / bare_c, 4),
+                "sim_ops_per_s": round(r["ops"] / sim_s),
+                "bare_ops_per_s": round(r["ops"] / bare_s),
+            }
+        )
+    out["total_s"] = round(total, 2)
+    return out
+
+
+def sweep(a: argparse.Namespace) -> dict[str, Any]:
+    from compaction.spark import session_builder
+    from tools.simulate import load_spec
+    from tools.simulate.sweep import grid, run_cells, run_cells_spark
+
+    _spec, cells = grid(load_spec(a.sweep))
+    t0 = time.perf_counter()
+    os.environ.setdefault("PYTHONPATH", ROOT)
+    session = session_builder(a.master, app="lsm-bench-simulate").getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    startup = time.perf_counter() - t0
+    serial_t, spark_t = [], []
+    try:
+        for run in range(a.runs):
+            t1 = time.perf_counter()
+            serial = run_cells(cells)
+            serial_t.append(time.perf_counter() - t1)
+            t1 = time.perf_counter()
+            on_spark = run_cells_spark(cells, session=session)
+            spark_t.append(time.perf_counter() - t1)
+            same = _strip(serial) == _strip(on_spark)
+            print(
+                f"# run {run + 1}: sweep of {len(cells)}: serial {serial_t[-1]:.1f} s, spark {spark_t[-1]:.1f} s, "
+                f"identical results: {same}",
+                file=sys.stderr,
+                flush=True,
+            )
+            if not same:
+                raise SystemExit("bench simulate: the Spark sweep differs from the serial one")
+    finally:
+        session.stop()
+    s, p = _median(serial_t), _median(spark_t)
+    return {
+        "spec": a.sweep,
+        "simulations": len(cells),
+        "master": a.master,
+        "spark_startup_s": round(startup, 1),
+        "serial_s": round(s, 2),
+        "spark_s": round(p, 2),
+        "speedup": round(s / p, 2),
+    }
+
+
+def _strip(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**r["summary"], "wall_s": None} | {"samples": r["samples"]} for r in results]
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    report: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "load_average_start": os.getloadavg()[0],
+        "runs": a.runs,
+    }
+    print(f"Machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start", flush=True)
+    if not a.skip_study:
+        r = report["study"] = study(a)
+        print(f"Study {os.path.relpath(r['spec'], ROOT)}: generating the operations {r['generate_s']:.1f} s")
+        for p in r["policies"]:
+            print(
+                f"  {p['name']:<16} {p['ops']:>9,} ops  simulation {p['sim_s']:7.1f} s ({p['sim_ops_per_s']:,} ops/s)"
+                f"  bare engine {p['bare_s']:7.1f} s ({p['bare_ops_per_s']:,} ops/s)  overhead {p['overhead']:+.1%}"
+                f"  (CPU: {p['sim_cpu_s']:.1f} s vs {p['bare_cpu_s']:.1f} s, overhead {p['overhead_cpu']:+.1%})"
+            )
+        print(f"  total (generation + simulations, no plots): {r['total_s']:.1f} s", flush=True)
+    if not a.skip_sweep:
+        r = report["sweep"] = sweep(a)
+        print(
+            f"Sweep {os.path.relpath(r['spec'], ROOT)}: {r['simulations']} simulations: serial {r['serial_s']:.1f} s, "
+            f"Spark {r['master']} {r['spark_s']:.1f} s (session start-up {r['spark_startup_s']:.1f} s excluded): "
+            f"speedup {r['speedup']:.2f}x"
+        )
+    report["load_average_end"] = os.getloadavg()[0]
+    print(f"Load average at end: {report['load_average_end']:.2f}")
+    if a.json:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

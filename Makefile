@@ -9,9 +9,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# Runtime install (the package, its console script and the Spark extra the demo uses).
+# Runtime install (the package, its console script, and the Spark and sim (plots) extras the demo uses).
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[spark]'
+	$(PY) -m pip install -q -e '.[spark,sim]'
 	touch $@
 
 # Everything the tests need: pytest, hypothesis, ruff, pyspark.

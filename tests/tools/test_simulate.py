@@ -295,3 +295,24 @@ def test_cli_without_matplotlib_still_writes_everything_else(tmp_path) -> None:
     assert p.stderr.strip() == "lsm: note: no plots: plots need matplotlib: pip install 'lsm-sim[sim]'"
     assert sorted(os.listdir(out)) == ["summary.json", "timeseries.csv"]
     assert json.loads((out / "summary.json").read_text())["plots"] == []
+
+
+def test_bench_suite_bare_run_is_the_same_engine_work(tmp_path, capsys) -> None:
+    from tools import bench_simulate
+
+    spec = parse_spec(small_spec(periodic_compaction_interval="6h"))
+    ops = generate(spec)
+    sim = Simulation(spec, spec.policies[0], ops, str(tmp_path / "sim"))
+    try:
+        res = sim.run()
+    finally:
+        sim.close()
+    _wall, _cpu, wa = bench_simulate.bare_run(spec, spec.policies[0], ops, str(tmp_path / "bare"))
+    assert round(wa, 6) == res.summary["write_amplification"]  # same flushes, same compactions
+    spec_path = _write_spec(tmp_path, small_spec())
+    assert bench_simulate.main(["--spec", spec_path, "--skip-sweep", "--json"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out[out.index("{") :])
+    (p,) = report["study"]["policies"]
+    assert p["name"] == "p" and p["ops"] == len(ops) and p["sim_s"] > 0 and p["bare_s"] > 0
+    assert "overhead" in p and "overhead_cpu" in p

@@ -66,7 +66,7 @@ SAMPLE_FIELDS = (
 )
 
 
-class _Observer(EventListener):
+class Observer(EventListener):
     """Counts flushes and finished compactions by reason; notes that a flush happened."""
 
     def __init__(self) -> None:
@@ -107,7 +107,7 @@ class Simulation:
         self.spec, self.policy, self.ops, self.directory = spec, policy, ops, directory
         self.progress = progress
         self.clock = lsm.ManualClock(spec.start_ms)
-        self.observer = _Observer()
+        self.observer = Observer()
         overrides = dict(policy.options)
         self.default_ttl = overrides.get("default_ttl")
         self.options = lsm.DbOptions(
@@ -284,4 +284,4 @@ def options_summary(policy: Policy) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Simulation", "Result", "SAMPLE_FIELDS", "REASONS", "options_summary"]
+__all__ = ["Simulation", "Result", "Observer", "SAMPLE_FIELDS", "REASONS", "options_summary"]

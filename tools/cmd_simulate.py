@@ -67,9 +67,8 @@ class _Bars:
         t0 = time.perf_counter()
 
         def update(sim_ms: int, ops: int) -> None:
-            bar.n = round(sim_ms / DAY_MS, 2)
             bar.set_postfix_str(f"{ops / max(time.perf_counter() - t0, 1e-9):,.0f} ops/s", refresh=False)
-            bar.refresh()
+            bar.update(round(sim_ms / DAY_MS, 2) - bar.n)  # redraws at most every mininterval
             if bar.n >= bar.total:
                 bar.close()
 

@@ -62,14 +62,14 @@ class _Bars:
             return None
         from tools.simulate import parse_spec
 
-        days = parse_spec(cell.raw).duration_ms / DAY_MS
-        bar = self.tqdm(total=round(days, 2), desc=cell.name, unit="day", file=sys.stderr, leave=False)
+        total_ms = parse_spec(cell.raw).duration_ms
+        bar = self.tqdm(total=round(total_ms / DAY_MS, 2), desc=cell.name, unit="day", file=sys.stderr, leave=False)
         t0 = time.perf_counter()
 
         def update(sim_ms: int, ops: int) -> None:
             bar.set_postfix_str(f"{ops / max(time.perf_counter() - t0, 1e-9):,.0f} ops/s", refresh=False)
             bar.update(round(sim_ms / DAY_MS, 2) - bar.n)  # redraws at most every mininterval
-            if bar.n >= bar.total:
+            if sim_ms >= total_ms:
                 bar.close()
 
         return update

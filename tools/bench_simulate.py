@@ -3,9 +3,10 @@
 Two figures (docs/benchmarks.md records them with the command):
 
 1. **The study**: the spec's simulations (default examples/quiet_ttl.toml: 30 simulated days, 1M
-   operations, 2 policies) as `lsm simulate` runs them, without the plots: the wall time of generating
-   the operations and of each simulation, engine operations per wall second, and the **overhead** of the
-   simulation over the same operations run bare on the engine. "Bare" is the runner's own drive of the
+   operations, 2 policies) exactly as `lsm simulate` runs them (`tools.simulate.run`; the plots only
+   with ``--out DIR``, which keeps the outputs): the total wall time, each simulation's wall and CPU
+   time, engine operations per wall second, and the **overhead** of the simulation over the same
+   operations run bare on the engine. "Bare" is the runner's own drive of the
    engine — the same DbOptions (synchronous flush, no background compaction), the clock set before each
    operation, ``db.compact()`` after each flush and every ``compact_every`` — with no sampling and no
    accounting (`bare_run`). Overhead = (simulation - bare) / bare, per policy.
@@ -44,6 +45,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--master", default="local[2]", help="Spark master for the sweep (default local[2])")
     ap.add_argument("--skip-study", action="store_true", help="only the sweep")
     ap.add_argument("--skip-sweep", action="store_true", help="only the study")
+    ap.add_argument(
+        "--out", metavar="DIR", help="keep the study's outputs (summary.json, timeseries.csv, plots) in DIR"
+    )
     ap.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     return ap.parse_args(argv)
 
@@ -114,48 +118,52 @@ def _median(xs: list[float]) -> float:
 
 
 def study(a: argparse.Namespace) -> dict[str, Any]:
+    from tools import simulate
     from tools.simulate import load_spec, parse_spec
-    from tools.simulate.runner import Simulation
     from tools.simulate.workload import generate
 
-    spec = parse_spec(load_spec(a.spec))
-    gen_times: list[float] = []
+    raw = load_spec(a.spec)
+    spec = parse_spec(raw)
     per_policy: dict[str, dict[str, Any]] = {
         p.name: {"sim": [], "bare": [], "sim_cpu": [], "bare_cpu": [], "ops": 0} for p in spec.policies
     }
+    totals: list[float] = []
     for run in range(a.runs):
+        # the simulation exactly as `lsm simulate SPEC --out DIR` runs it (plots only with --out)
+        out = a.out if a.out and run == a.runs - 1 else tempfile.mkdtemp(prefix="lsm-bench-sim-out-")
         t0 = time.perf_counter()
+        summary = simulate.run(raw, out, plots=bool(a.out))
+        totals.append(time.perf_counter() - t0)
+        if out != a.out:
+            shutil.rmtree(out, ignore_errors=True)
+        for p in summary["policies"]:
+            r = per_policy[p["name"]]
+            r["sim"].append(p["wall_s"])
+            r["sim_cpu"].append(p["cpu_s"])
+            r["ops"] = p["ops"]
+            print(
+                f"# run {run + 1}: {p['name']:<16} sim  {p['wall_s']:8.1f} s wall {p['cpu_s']:8.1f} s cpu",
+                file=sys.stderr,
+            )
         ops = generate(spec)
-        gen_times.append(time.perf_counter() - t0)
         for p in spec.policies:
-            for kind in ("sim", "bare"):
-                d = tempfile.mkdtemp(prefix="lsm-bench-sim-")
-                try:
-                    if kind == "sim":
-                        sim = Simulation(spec, p, ops, d)
-                        t1, c1 = time.perf_counter(), time.process_time()
-                        sim.run()
-                        wall, cpu = time.perf_counter() - t1, time.process_time() - c1
-                        sim.close()
-                    else:
-                        wall, cpu, _wa = bare_run(spec, p, ops, d)
-                finally:
-                    shutil.rmtree(d, ignore_errors=True)
-                per_policy[p.name][kind].append(wall)
-                per_policy[p.name][kind + "_cpu"].append(cpu)
-                per_policy[p.name]["ops"] = len(ops)
-                print(
-                    f"# run {run + 1}: {p.name:<16} {kind:<4} {wall:8.1f} s wall {cpu:8.1f} s cpu",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    out: dict[str, Any] = {"spec": a.spec, "generate_s": round(_median(gen_times), 2), "policies": []}
-    total = out["generate_s"]
+            d = tempfile.mkdtemp(prefix="lsm-bench-sim-")
+            try:
+                wall, cpu, _wa = bare_run(spec, p, ops, d)
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+            per_policy[p.name]["bare"].append(wall)
+            per_policy[p.name]["bare_cpu"].append(cpu)
+            print(
+                f"# run {run + 1}: {p.name:<16} bare {wall:8.1f} s wall {cpu:8.1f} s cpu",
+                file=sys.stderr,
+                flush=True,
+            )
+    out_report: dict[str, Any] = {"spec": a.spec, "total_s": round(_median(totals), 2), "policies": []}
     for name, r in per_policy.items():
         sim_s, bare_s = _median(r["sim"]), _median(r["bare"])
         sim_c, bare_c = _median(r["sim_cpu"]), _median(r["bare_cpu"])
-        total += sim_s
-        out["policies"].append(
+        out_report["policies"].append(
             {
                 "name": name,
                 "ops": r["ops"],
@@ -169,8 +177,7 @@ def study(a: argparse.Namespace) -> dict[str, Any]:
                 "bare_ops_per_s": round(r["ops"] / bare_s),
             }
         )
-    out["total_s"] = round(total, 2)
-    return out
+    return out_report
 
 
 def sweep(a: argparse.Namespace) -> dict[str, Any]:
@@ -217,7 +224,7 @@ def sweep(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _strip(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**r["summary"], "wall_s": None} | {"samples": r["samples"]} for r in results]
+    return [{**r["summary"], "wall_s": None, "cpu_s": None} | {"samples": r["samples"]} for r in results]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,14 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start", flush=True)
     if not a.skip_study:
         r = report["study"] = study(a)
-        print(f"Study {os.path.relpath(r['spec'], ROOT)}: generating the operations {r['generate_s']:.1f} s")
+        print(
+            f"Study {os.path.relpath(r['spec'], ROOT)}: lsm simulate's run (generation, simulations, outputs)"
+        )
         for p in r["policies"]:
             print(
                 f"  {p['name']:<16} {p['ops']:>9,} ops  simulation {p['sim_s']:7.1f} s ({p['sim_ops_per_s']:,} ops/s)"
                 f"  bare engine {p['bare_s']:7.1f} s ({p['bare_ops_per_s']:,} ops/s)  overhead {p['overhead']:+.1%}"
                 f"  (CPU: {p['sim_cpu_s']:.1f} s vs {p['bare_cpu_s']:.1f} s, overhead {p['overhead_cpu']:+.1%})"
             )
-        print(f"  total (generation + simulations, no plots): {r['total_s']:.1f} s", flush=True)
+        print(f"  total: {r['total_s']:.1f} s wall{' (with plots)' if a.out else ' (no plots)'}", flush=True)
     if not a.skip_sweep:
         r = report["sweep"] = sweep(a)
         print(

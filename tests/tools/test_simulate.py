@@ -70,6 +70,7 @@ def _strip(summary: dict) -> dict:
     s = copy.deepcopy(summary)
     for p in s["policies"]:
         p.pop("wall_s")
+        p.pop("cpu_s")
     return s
 
 

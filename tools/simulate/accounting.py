@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import os
 from collections import deque
 from typing import Any
@@ -49,18 +50,17 @@ class DiskAccount:
         self.sst_dir = os.path.join(db_path, "sst")
         self.wal_dir = os.path.join(db_path, "wal")
         self.newest: dict[bytes, int] = {}  # key -> seq of its newest write
-        # key -> expire_ts of its newest write if a put with a TTL, -1 - ts if a delete, None otherwise
-        self.due: dict[bytes, int | None] = {}
-        # key -> [seq, location, size, class, due of its write] of its stored newest row
+        # key -> [seq, location, size, class, expire_ts] of its stored newest row
         self.stored: dict[bytes, list] = {}
         self.bytes = [0, 0, 0]
         self.rows = [0, 0, 0]
-        self.ttl_tombstones = 0  # stored newest rows of TTL puts that are tombstones (the TTL filter's)
+        # stored newest rows that are tombstones with an expire_ts: the TTL filter's, for expired rows
+        self.ttl_tombstones = 0
         self.total_bytes = 0  # every stored row, shadowed ones included
         self.total_rows = 0
         self.ssts: dict[str, tuple[int, int, list[bytes]]] = {}  # name -> (row bytes, rows, newest keys)
         self.ssts_read = 0  # SSTs read row by row (the others came from the WAL rows they flushed)
-        self._wal: deque[tuple[int, bytes, int, int | None, bool]] = deque()  # (seq, key, size, exp, tomb)
+        self._wal: deque[tuple] = deque()  # (seq, key, size, ts, exp, tomb) of rows not flushed yet
         self._wal_counted = 0
         self._aging: list[tuple[int, bytes, int]] = []  # (expire_ts, key, seq) of rows stored as live
         # lazy min-heaps of (expire_ts | delete ts, key, seq): an entry counts while that row is stored
@@ -72,12 +72,16 @@ class DiskAccount:
     def on_write(self, key: bytes, seq: int, ts: int, exp: int | None, value_len: int | None) -> None:
         """A committed put (value_len = its value's length) or delete (value_len None). O(1)."""
         self.newest[key] = seq
-        tomb = value_len is None
-        self.due[key] = -1 - ts if tomb else exp
         s = self.stored.pop(key, None)
         if s is not None:  # its stored row is now an older version: shadowed
-            self._uncount(s)
-        self._wal.append((seq, key, WAL_FIXED + len(key) + (0 if tomb else value_len), exp, tomb))
+            self.bytes[s[3]] -= s[2]
+            self.rows[s[3]] -= 1
+            if s[3] == TOMBSTONE and s[4] is not None:
+                self.ttl_tombstones -= 1
+        if value_len is None:
+            self._wal.append((seq, key, WAL_FIXED + len(key), ts, None, True))
+        else:
+            self._wal.append((seq, key, WAL_FIXED + len(key) + value_len, ts, exp, False))
 
     # -- samples -------------------------------------------------------------------------------------
     def sync(self, m: Manifest, now: int) -> None:
@@ -90,7 +94,7 @@ class DiskAccount:
         they match its metadata exactly (row count, key and value bytes): a flush keeps the newest
         version of each key of the memtable and nothing else."""
         entries = {e.name: e for e in m.all_ssts()}
-        flushed: list[tuple[int, bytes, int, int | None, bool]] = []
+        flushed: list[tuple] = []
         wal = self._wal
         while wal and wal[0][0] <= m.last_seq:  # no longer WAL rows: in L0 SSTs, or purged since
             flushed.append(wal.popleft())
@@ -110,12 +114,12 @@ class DiskAccount:
                 if s is not None and s[1] == name:
                     del stored[k]
                     self._uncount(s)
-        for seq, key, size, _exp, _tomb in flushed[:counted]:
-            self.total_bytes -= size
+        for row in flushed[:counted]:
+            self.total_bytes -= row[2]
             self.total_rows -= 1
-            s = stored.get(key)
-            if s is not None and s[1] == WAL and s[0] == seq:  # not found in an SST: purged
-                del stored[key]
+            s = stored.get(row[1])
+            if s is not None and s[1] == WAL and s[0] == row[0]:  # not found in an SST: purged
+                del stored[row[1]]
                 self._uncount(s)
         self._count_wal(now)
         self._age(now)
@@ -129,14 +133,30 @@ class DiskAccount:
         self.disk_bytes = wal_bytes + sum(e.size for e in entries.values())
 
     def _count_wal(self, now: int) -> None:
-        """Count the WAL rows written since the last sample."""
-        wal, newest = self._wal, self.newest
-        for i in range(self._wal_counted, len(wal)):
-            seq, key, size, exp, tomb = wal[i]
-            self.total_bytes += size
-            self.total_rows += 1
-            if newest.get(key) == seq:
-                self._place(key, seq, WAL, size, exp, tomb, now)
+        """Count the WAL rows written since the last sample (each is new: never counted anywhere)."""
+        wal, newest_get, stored, byts, rows = self._wal, self.newest.get, self.stored, self.bytes, self.rows
+        push = heapq.heappush
+        nbytes = 0
+        for seq, key, size, ts, exp, tomb in itertools.islice(wal, self._wal_counted, None):
+            nbytes += size
+            if newest_get(key) != seq:
+                continue
+            if tomb:  # a delete (WAL tombstones carry no expire_ts)
+                cls = TOMBSTONE
+                push(self._deleted, (ts, key, seq))
+            elif exp is None:
+                cls = LIVE
+            elif now > exp:
+                cls = EXPIRED
+                push(self._expired, (exp, key, seq))
+            else:
+                cls = LIVE
+                push(self._aging, (exp, key, seq))
+            stored[key] = [seq, WAL, size, cls, exp]
+            byts[cls] += size
+            rows[cls] += 1
+        self.total_bytes += nbytes
+        self.total_rows += len(wal) - self._wal_counted
         self._wal_counted = len(wal)
 
     def _add_flushed(self, e: SstEntry, flushed: list, now: int) -> bool:
@@ -148,15 +168,15 @@ class DiskAccount:
         for row in flushed[lo:hi]:
             last[row[1]] = row  # in seq order: the newest version of each key wins
         key_bytes = value_bytes = 0
-        for _seq, key, size, _exp, tomb in last.values():
+        for _seq, key, size, _ts, _exp, tomb in last.values():
             key_bytes += len(key)
             value_bytes += 0 if tomb else size - WAL_FIXED - len(key)
         if (len(last), key_bytes, value_bytes) != (info.num_rows, info.key_bytes, info.value_bytes):
             return False
         fixed = 2 + codec_for(info.format_version, info.row_features).attrs.size + 4
-        newest_get, stored_get, byts = self.newest.get, self.stored.get, self.bytes
+        newest_get, stored_get, byts, name = self.newest.get, self.stored.get, self.bytes, e.name
         keys = []
-        for seq, key, size, exp, tomb in last.values():
+        for seq, key, size, ts, exp, tomb in last.values():
             if newest_get(key) != seq:
                 continue
             keys.append(key)
@@ -165,32 +185,29 @@ class DiskAccount:
             if s is not None and s[0] == seq:
                 cls = TOMBSTONE if tomb else EXPIRED if exp is not None and now > exp else LIVE
                 if s[3] == cls:
-                    s[1] = e.name
+                    s[1] = name
                     byts[cls] += size - s[2]
                     s[2] = size
                     continue
-            self._place(key, seq, e.name, size, exp, tomb, now)
+            self._place(key, seq, name, size, ts, exp, tomb, now)
         nbytes = fixed * info.num_rows + info.key_bytes + info.value_bytes
-        self.ssts[e.name] = (nbytes, info.num_rows, keys)
+        self.ssts[name] = (nbytes, info.num_rows, keys)
         self.total_bytes += nbytes
         self.total_rows += info.num_rows
         return True
 
     def _add_sst(self, name: str, now: int) -> None:
         newest_get, stored_get, place, byts = self.newest.get, self.stored.get, self._place, self.bytes
-        nbytes = nrows = 0
         keys: list[bytes] = []
         with SstReader(os.path.join(self.sst_dir, name)) as r:
+            info = r.info
             fixed = 2 + r.codec.attrs.size + 4
             for i in range(len(r.blocks)):
-                rows = r.block_rows(i)
-                nrows += len(rows)
-                for key, seq, _ts, exp, value in rows:
-                    size = fixed + len(key) + (len(value) if value is not None else 0)
-                    nbytes += size
+                for key, seq, ts, exp, value in r.block_rows(i):
                     if newest_get(key) != seq:
                         continue  # an older version: shadowed
                     keys.append(key)
+                    size = fixed + len(key) + (len(value) if value is not None else 0)
                     s = stored_get(key)
                     # the common case, inlined: a row that moved (a flush or a compaction), same class
                     if s is not None and s[0] == seq:
@@ -203,16 +220,20 @@ class DiskAccount:
                                 byts[cls] += size - s[2]
                                 s[2] = size
                             continue
-                    place(key, seq, name, size, exp, value is None, now)
-        self.ssts[name] = (nbytes, nrows, keys)
+                    place(key, seq, name, size, ts, exp, value is None, now)
+        nbytes = fixed * info.num_rows + info.key_bytes + info.value_bytes  # du's sizes, from the metadata
+        self.ssts[name] = (nbytes, info.num_rows, keys)
         self.total_bytes += nbytes
-        self.total_rows += nrows
+        self.total_rows += info.num_rows
         self.ssts_read += 1
 
     def _place(
-        self, key: bytes, seq: int, loc: str, size: int, exp: int | None, tomb: bool, now: int
+        self, key: bytes, seq: int, loc: str, size: int, ts: int, exp: int | None, tomb: bool, now: int
     ) -> None:
-        """The newest row of `key` is stored at `loc`: count it, or move it if it was stored elsewhere."""
+        """The newest row of `key` is stored at `loc`: count it, or move it if it was stored elsewhere.
+
+        What the row is waiting for comes from the row itself: a put with a TTL its expire_ts, a delete's
+        tombstone its ts, the TTL filter's tombstone (which keeps the expire_ts) its expire_ts."""
         if tomb:
             cls = TOMBSTONE
         elif exp is not None and now > exp:
@@ -225,26 +246,28 @@ class DiskAccount:
             if s[2] == size and s[3] == cls:
                 return
             self._uncount(s)
-            s[2], s[3] = size, cls
+            s[2], s[3], s[4] = size, cls, exp
+            if cls == EXPIRED or (cls == TOMBSTONE and exp is not None):
+                heapq.heappush(self._expired, (exp, key, seq))
         else:
-            due = self.due[key]
-            s = self.stored[key] = [seq, loc, size, cls, due]
-            if due is not None and due < 0:
-                heapq.heappush(self._deleted, (-1 - due, key, seq))
-            elif cls == LIVE and exp is not None:
+            s = self.stored[key] = [seq, loc, size, cls, exp]
+            if exp is None:
+                if tomb:
+                    heapq.heappush(self._deleted, (ts, key, seq))
+            elif cls == LIVE:
                 heapq.heappush(self._aging, (exp, key, seq))
-            elif due is not None:  # first seen already expired (or as the TTL filter's tombstone)
-                heapq.heappush(self._expired, (due, key, seq))
+            else:  # first seen already expired, or as the TTL filter's tombstone
+                heapq.heappush(self._expired, (exp, key, seq))
         self.bytes[cls] += size
         self.rows[cls] += 1
-        if cls == TOMBSTONE and s[4] is not None and s[4] >= 0:
+        if cls == TOMBSTONE and exp is not None:
             self.ttl_tombstones += 1
 
     def _uncount(self, s: list) -> None:
-        """Take a stored newest row out of its class (shadowed by a write, purged, or moving)."""
+        """Take a stored newest row out of its class (purged, or moving)."""
         self.bytes[s[3]] -= s[2]
         self.rows[s[3]] -= 1
-        if s[3] == TOMBSTONE and s[4] is not None and s[4] >= 0:
+        if s[3] == TOMBSTONE and s[4] is not None:
             self.ttl_tombstones -= 1
 
     def _age(self, now: int) -> None:

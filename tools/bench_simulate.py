@@ -38,6 +38,7 @@ DEFAULT_SWEEP = os.path.join(ROOT, "examples", "sweep.toml")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The suite's options."""
     ap = argparse.ArgumentParser(prog="lsm bench simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--spec", default=DEFAULT_SPEC, help="the study spec (default examples/quiet_ttl.toml)")
     ap.add_argument("--sweep", default=DEFAULT_SWEEP, help="the sweep spec (default examples/sweep.toml)")
@@ -118,6 +119,7 @@ def _median(xs: list[float]) -> float:
 
 
 def study(a: argparse.Namespace) -> dict[str, Any]:
+    """Figure 1: the study spec as `lsm simulate` runs it, and the same operations bare (medians)."""
     from tools import simulate
     from tools.simulate import load_spec, parse_spec
     from tools.simulate.workload import generate
@@ -181,6 +183,7 @@ def study(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def sweep(a: argparse.Namespace) -> dict[str, Any]:
+    """Figure 2: the sweep grid serially and as one Spark batch (medians; results must be identical)."""
     from compaction.spark import session_builder
     from tools.simulate import load_spec
     from tools.simulate.sweep import grid, run_cells, run_cells_spark
@@ -228,6 +231,7 @@ def _strip(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the suite; print the figures (and the JSON report with --json). Returns the exit code."""
     a = parse_args(sys.argv[1:] if argv is None else argv)
     report: dict[str, Any] = {
         "cpus": os.cpu_count(),

@@ -20,6 +20,7 @@ DAY_MS = 86_400_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``lsm simulate`` to the command tree."""
     p = sub.add_parser(
         "simulate",
         help="replay a TTL workload on a simulated clock, compaction policies side by side",
@@ -63,7 +64,9 @@ class _Bars:
         from tools.simulate import parse_spec
 
         total_ms = parse_spec(cell.raw).duration_ms
-        bar = self.tqdm(total=round(total_ms / DAY_MS, 2), desc=cell.name, unit="day", file=sys.stderr, leave=False)
+        bar = self.tqdm(
+            total=round(total_ms / DAY_MS, 2), desc=cell.name, unit="day", file=sys.stderr, leave=False
+        )
         t0 = time.perf_counter()
 
         def update(sim_ms: int, ops: int) -> None:
@@ -76,6 +79,7 @@ class _Bars:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    """Check the spec, run its simulations, print the table (or JSON) and where the files are."""
     from tools import simulate
     from tools.simulate import output, plots
     from tools.simulate.spec import SpecError

@@ -21,6 +21,7 @@ DAY_MS = 86_400_000
 
 
 def write_timeseries(path: str, results: Sequence[dict[str, Any]]) -> None:
+    """timeseries.csv: a header, then one row per sample of each simulation, in order."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(("policy", *SAMPLE_FIELDS))
@@ -31,6 +32,7 @@ def write_timeseries(path: str, results: Sequence[dict[str, Any]]) -> None:
 
 
 def write_summary(path: str, summary: dict[str, Any]) -> None:
+    """summary.json, written to a temporary name and renamed into place."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(summary, f, indent=2, sort_keys=False)

@@ -26,6 +26,7 @@ INSTALL_HINT = "plots need matplotlib: pip install 'lsm-sim[sim]'"
 
 
 def available() -> bool:
+    """True when matplotlib imports (the ``sim`` extra)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:

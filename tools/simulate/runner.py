@@ -75,11 +75,13 @@ class Observer(EventListener):
         self.compactions: Counter[str] = Counter()
 
     def on_flush_end(self, info: FlushInfo) -> None:
+        """A flush finished: count it, and note that the driver should call db.compact()."""
         if info.error is None:
             self.flushed = True
             self.flushes += 1
 
     def on_compaction_end(self, info: CompactionInfo) -> None:
+        """A compaction job finished: count it under its reason."""
         if info.error is None:
             self.compactions[str(info.reason)] += 1
 

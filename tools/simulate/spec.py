@@ -114,10 +114,12 @@ class Spec:
 
     @property
     def duration_ms(self) -> int:
+        """Simulated ms from the start to the end of the last phase."""
         return sum(p.duration_ms for p in self.phases)
 
     @property
     def expected_ops(self) -> int:
+        """Operations the phases ask for on average (the generator draws a Poisson number)."""
         return sum(round(p.duration_ms / 1000 * p.ops_per_sec) for p in self.phases)
 
 

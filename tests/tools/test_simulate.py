@@ -71,6 +71,7 @@ def _strip(summary: dict) -> dict:
     for p in s["policies"]:
         p.pop("wall_s")
         p.pop("cpu_s")
+        p.pop("sample_cpu_s")
     return s
 
 

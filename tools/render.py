@@ -141,16 +141,35 @@ def time_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def int_arg(minimum: int):
-    """argparse `type=` for an integer option of at least `minimum`: bad input is a usage error."""
+def int_arg(minimum: int | None):
+    """argparse `type=` for an integer option of at least `minimum` (None: any integer, e.g. a seed):
+    bad input is a usage error."""
 
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if v < minimum:
+        if minimum is not None and v < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} is negative" if v < 0 else f"{text!r} is below {minimum}")
+        return v
+
+    return parse
+
+
+def float_arg(minimum: float, maximum: float, *, above_minimum: bool = False):
+    """argparse `type=` for a number in [minimum, maximum] (or (minimum, maximum] with `above_minimum`):
+    bad input is a usage error, as with `int_arg`."""
+    low = f"({minimum:g}" if above_minimum else f"[{minimum:g}"
+    bounds = f"{low}, {maximum:g}]"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (minimum < v if above_minimum else minimum <= v) or not v <= maximum:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"{text!r} is not in {bounds}")
         return v
 
     return parse

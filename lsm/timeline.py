@@ -96,7 +96,14 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def parse_time(value: int | str) -> int:
-    """A time given as epoch milliseconds (int) or an RFC 3339 string, as epoch milliseconds."""
+    """A time given as epoch milliseconds (an int, or a string of digits) or an RFC 3339 string, as epoch
+    milliseconds. The one time parser: the DB's ``as_of=``/``since=`` arguments and every ``lsm`` command
+    (`tools.render.parse_time`) use it.
+
+    An RFC 3339 time must carry its offset (``Z`` or ``+01:00``): one without (``2026-01-01T00:00:00``)
+    raises ValueError instead of being guessed as UTC or as local time, because RFC 3339 requires the
+    offset and a wrong guess would silently move the time by hours. ValueError for text that is neither,
+    TypeError for other types."""
     if type(value) is int:
         return value
     if isinstance(value, str):
@@ -108,7 +115,9 @@ def parse_time(value: int | str) -> int:
         except ValueError:
             raise ValueError(f"not an RFC 3339 time or epoch milliseconds: {value!r}") from None
         if dt.tzinfo is None:
-            raise ValueError(f"RFC 3339 time needs a zone (e.g. Z): {value!r}")
+            raise ValueError(
+                f"RFC 3339 time needs a zone: add Z (UTC) or an offset such as +01:00 to {value!r}"
+            )
         # integer arithmetic: float seconds * 1000 loses a millisecond for about 1 time in 150
         return (dt - _EPOCH) // datetime.timedelta(milliseconds=1)
     raise TypeError(f"a time is int milliseconds or an RFC 3339 string, not {type(value).__name__}")

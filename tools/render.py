@@ -14,7 +14,8 @@ characters as text, anything else as lowercase hex; ``--hex`` shows every key an
 
 Times. Row and file times are integer milliseconds since the Unix epoch. JSON keeps them as integers
 under the field's own name; object views (``show``) add ``<field>_rfc3339`` strings. Tables print
-RFC 3339 in UTC with milliseconds: ``2023-11-14T22:13:20.000Z``.
+RFC 3339 in UTC with milliseconds: ``2023-11-14T22:13:20.000Z``. Time arguments are epoch ms or
+RFC 3339 with an offset (``Z``, ``+01:00``); without one they are refused (see `parse_time`).
 
 JSON. A single object is printed indented; a listing is a JSON array with one element per line, written
 as it is produced so long scans stream.
@@ -118,19 +119,13 @@ def time_detail(ms: int | None) -> str:
 
 
 def parse_time(text: str) -> int:
-    """Epoch milliseconds from an integer string or an RFC 3339 / ISO 8601 time (no offset = UTC)."""
-    t = text.strip()
-    if t.lstrip("-").isdigit():
-        return int(t)
-    try:
-        d = _dt.datetime.fromisoformat(t)
-    except ValueError:
-        raise ValueError(
-            f"cannot read {text!r} as a time: give RFC 3339 (2024-01-31T12:00:00Z) or epoch ms"
-        ) from None
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.UTC)
-    return (d - _EPOCH) // _dt.timedelta(milliseconds=1)
+    """Epoch milliseconds from an integer string or an RFC 3339 time with its offset (``Z``, ``+01:00``).
+
+    The library's parser, `lsm.timeline.parse_time` (imported here when a time is parsed: see
+    tools.cmd_manifest on importing the engine): a time without an offset is refused, not taken as UTC."""
+    from lsm.timeline import parse_time as parse
+
+    return parse(text)
 
 
 def time_arg(text: str) -> int:

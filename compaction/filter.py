@@ -97,7 +97,7 @@ class CompactionFilterFactory:
 
 
 class TtlFilter(CompactionFilter):
-    """The RFC's rule: an entry with tick > expire_ts becomes a tombstone (ts kept, expire_ts cleared)."""
+    """The SlateDB TTL RFC's rule: an entry with tick > expire_ts becomes a tombstone (ts kept, expire_ts cleared)."""
 
     name = "ttl"
 

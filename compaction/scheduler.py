@@ -13,7 +13,7 @@ Size-tiered (checked first):
      two or more runs wins (at most ``max_merge_inputs``). Run sizes thus grow geometrically and the
      number of runs stays logarithmic in the data size.
 
-Periodic (the RFC's best effort): an SST holding TTL rows or tombstones whose creation_timestamp is older
+Periodic (the SlateDB TTL RFC's best effort): an SST holding TTL rows or tombstones whose creation_timestamp is older
 than ``periodic_compaction_interval`` (stretched by a per-SST jitter of up to
 ``periodic_compaction_jitter`` x the interval, derived from its name so it is stable) is due. The job
 reaches from the newest structure holding a due SST down to the oldest run, so the output is the oldest

@@ -14,7 +14,7 @@ Payload keys (format_version 1)::
     l0                              [sst entry], newest first
     runs                            [{"id": int, "ssts": [sst entry]}], newest run first, each run's
                                     SSTs in key order
-    seq_tracker                     bytes; `lsm.seq_tracker` encoding (RFC seq-tracker)
+    seq_tracker                     bytes; `lsm.seq_tracker` encoding (SlateDB seq-tracker RFC)
     time_seq                        bytes; `lsm.time_seq` encoding
 
     sst entry = {"name": str, "info": SsTableInfo as a map}; the file is ``sst/<name>``, names unique

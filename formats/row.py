@@ -1,4 +1,5 @@
-"""Row codec: the per-row byte layouts of rfc-timestamps-and-ttl.md ("Data Format").
+"""Row codec: the per-row byte layouts of the SlateDB TTL RFC ("SlateDB Timestamps & Time-To-Live",
+slatedb/slatedb rfcs/0003-timestamps-and-ttl.md, section "Data Format"; summary in docs/sources.md).
 
 All integers are big-endian and fixed width.
 

@@ -1,13 +1,14 @@
 """The DB's two maps between sequence numbers and wall-clock time.
 
-Both are what the reclocking documents call a remap: sidecar metadata that translates one gauge of
+Both are what Materialize's reclocking design documents call a remap (docs/sources.md): sidecar
+metadata that translates one gauge of
 progress (seq) into another (time), durable with the data (in every manifest the writer commits),
 monotonic (neither map ever goes back), and compactable (each stays within a fixed size by decimating
 old history).
 
-- `SeqTracker` (rfc-seq-tracker.md): a (seq, second) pair at most every 30 s, halved when full. Answers
+- `SeqTracker` (SlateDB seq-tracker RFC, rfcs/0012-sequence-tracker.md): a (seq, second) pair at most every 30 s, halved when full. Answers
   `seq_for_timestamp` / `timestamp_for_seq` in both directions with explicit rounding.
-- `TimeSeq` (time-seq-decaying-bins.md): 60 exponentially decaying 3-hour-rounded bins. Answers
+- `TimeSeq` (CouchDB's couch_time_seq, apache/couchdb#5603): 60 exponentially decaying 3-hour-rounded bins. Answers
   "changes since <time>" and the histogram of updates over time.
 
 The write path calls `on_commit` only when the commit's time passes `next_ms`, the earliest time at
@@ -33,7 +34,7 @@ class Timeline:
 
     def on_commit(self, seq: int, ts_ms: int) -> None:
         """A commit of `seq` at `ts_ms`: record it in the tracker; the bins get the previous seq (the
-        database's update seq before this commit, as the reference does)."""
+        database's update seq before this commit, as couch_time_seq does)."""
         with self._lock:
             self._on_commit(seq, ts_ms)
 

@@ -4,7 +4,7 @@
 * The floor survives a restart: it is seeded from max(manifest clock watermark, newest WAL record), so
   a new process with a lagging clock cannot write rows older than rows already stored — after a clean
   close (watermark) and after a crash (WAL).
-* Equal times are allowed (the RFC's clock is "greater than or equal to previous"): writes resume as
+* Equal times are allowed (the SlateDB TTL RFC's clock is "greater than or equal to previous"): writes resume as
   soon as the clock reaches the floor again, not one millisecond after it.
 """
 

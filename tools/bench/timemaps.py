@@ -8,8 +8,8 @@ Three figures, each for the maps the manifest carries (lsm/seq_tracker.py, lsm/t
 2. Bits per entry, separately for the seq stream and the timestamp stream, for commit streams that make
    the tracker record a pair every 30 s: a Poisson stream of commits at several rates (the first commit
    at or after each 30-second mark is recorded, as the engine does), and a perfectly regular one. The
-   RFC expects about 7 bits each for real workloads. The last row is a tracker that has halved its
-   history several times (older tiers 60 s, 120 s, ... apart).
+   SlateDB seq-tracker RFC expects about 7 bits each for real workloads. The last row is a tracker that
+   has halved its history several times (older tiers 60 s, 120 s, ... apart).
 3. The size of an encoded manifest (formats.manifest) holding a full tracker and 60 time bins, next to
    the maps' own sizes and the same manifest without them (no SSTs: the maps' share at its largest).
 
@@ -197,7 +197,7 @@ def report(r: dict[str, Any]) -> str:
         f"  decode     {c['decode_ms_median']:8.3f} ms wall  {c['decode_cpu_ms_median']:8.3f} ms CPU   "
         f"(target < {c['target_ms']:g} ms, on CPU: {_verdict(c['decode_cpu_ms_median'], c['target_ms'])})",
         "",
-        "bits per entry (Gorilla delta-of-delta; the RFC expects ~7 each):",
+        "bits per entry (Gorilla delta-of-delta; the seq-tracker RFC expects ~7 each):",
         f"  {'workload':<58} {'pairs':>6} {'seq':>6} {'ts':>6} {'bytes':>7} {'bits/pair':>9}",
     ]
     for row in r["bits_per_entry"]:

@@ -72,6 +72,8 @@ from formats.sst import SsTableInfo, SstReader, SstWriter
 
 @dataclasses.dataclass
 class FilterCounts:
+    """What one compaction filter did in a job: rows changed, removed (tombstoned) and dropped."""
+
     changed: int = 0
     removed: int = 0
     dropped: int = 0
@@ -95,6 +97,7 @@ class CompactionStats:
     write_seconds: float = 0.0  # encoding, writing and fsyncing outputs (the rest is the merge itself)
 
     def add(self, other: CompactionStats) -> CompactionStats:
+        """Add `other`'s counts and seconds into this one (filters by name); returns self."""
         for f in dataclasses.fields(self):
             if f.name == "filters":
                 for name, c in other.filters.items():
@@ -107,6 +110,7 @@ class CompactionStats:
         return self
 
     def to_dict(self) -> dict[str, Any]:
+        """The stats as a JSON-ready dict (what Spark tasks send to the driver)."""
         return dataclasses.asdict(self)
 
 
@@ -142,11 +146,14 @@ class CompactionJob:
 
     @property
     def input_bytes(self) -> int:
+        """The total file size of the job's inputs."""
         return sum(i.file_size for i in self.inputs)
 
 
 @dataclasses.dataclass
 class MergeResult:
+    """What an executor returns: the output SSTs (name, SsTableInfo), in key order, and the stats."""
+
     outputs: list[tuple[str, SsTableInfo]]
     stats: CompactionStats
 
@@ -213,6 +220,7 @@ class Resolver:
             self.stats.filters.setdefault(f.name, FilterCounts())
 
     def resolve(self, versions: list[tuple]) -> list[tuple]:
+        """The versions of one key to keep, newest first (steps 1-4), counting what was dropped."""
         stats = self.stats
         if len(versions) == 1:
             kept = versions
@@ -283,6 +291,7 @@ class Resolver:
         return out
 
     def run(self, rows: Iterable[tuple]) -> Iterator[tuple]:
+        """Resolve every key of `rows` (sorted by key, newest version first); yield the rows to keep."""
         resolve = self.resolve
         stats = self.stats
         for versions in group_versions(rows):
@@ -320,6 +329,8 @@ class SstOutput:
         return name, w
 
     def write(self, rows: Iterable[tuple]) -> list[tuple[str, SsTableInfo]]:
+        """Write `rows` into new SSTs of about the target size, never splitting one key's versions;
+        return [(name, SsTableInfo)]. On error, every file this call wrote is removed."""
         target = self.spec.target_bytes
         name, w = None, None
         last_key = None
@@ -384,6 +395,7 @@ def open_sources(
 
 
 def make_filters(job: CompactionJob) -> list[CompactionFilter]:
+    """The job's filter chain: the built-in TTL filter first, then one filter from each factory."""
     ctx = FilterContext(job.tick, job.is_last_run, job.reason, job.inputs)
     expired_before = job.tick if job.retention_cutoff is None else min(job.tick, job.retention_cutoff)
     filters: list[CompactionFilter] = [TtlFilter(expired_before)]

@@ -203,6 +203,7 @@ def _stats_from(d: dict) -> CompactionStats:
 
 
 def ensure_picklable(job: CompactionJob) -> None:
+    """SparkJobError, before any Spark work, if a filter factory of `job` cannot be pickled."""
     from pyspark import cloudpickle
 
     for f in job.filters:

@@ -47,6 +47,8 @@ def _recv(f: BinaryIO) -> Any:
 
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
+    """The worker process's loop: read a job from `inp`, run it, write ("ok", result) or
+    ("error", exception) to `out`, until `inp` is closed."""
     from compaction.merge import run_job
 
     while True:
@@ -86,6 +88,8 @@ class Worker:
         )
 
     def run(self, job: Any) -> Any:
+        """Run `job` in the worker process (started if needed) and return its result; re-raise its error.
+        WorkerDied if the process exits during the job (the next job starts a new one)."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
@@ -102,6 +106,7 @@ class Worker:
         return value
 
     def close(self) -> None:
+        """Ask the worker process to exit (killed if it does not within 10 s)."""
         with self._lock:
             p, self._proc = self._proc, None
         if p is not None:

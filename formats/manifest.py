@@ -40,26 +40,35 @@ CHECK = struct.Struct(">Q")
 
 @dataclasses.dataclass(frozen=True)
 class SstEntry:
+    """One SST in the manifest: its file name in ``sst/`` and its SsTableInfo."""
+
     name: str
     info: SsTableInfo
 
     @property
     def size(self) -> int:
+        """The SST's file size in bytes."""
         return self.info.file_size
 
 
 @dataclasses.dataclass(frozen=True)
 class SortedRun:
+    """A sorted run: SSTs in key order whose key ranges do not overlap, with a unique id."""
+
     id: int
     ssts: tuple[SstEntry, ...]
 
     @property
     def size(self) -> int:
+        """The run's total file size in bytes."""
         return sum(s.size for s in self.ssts)
 
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
+    """One manifest version: epochs, id counters, last seq, WAL replay point, clock watermark, the
+    LSM shape (L0 newest first, sorted runs newest first) and the seq<->time maps (see the diagram above)."""
+
     writer_epoch: int = 0
     compactor_epoch: int = 0
     next_sst_id: int = 1
@@ -73,9 +82,11 @@ class Manifest:
     time_seq: bytes = b""
 
     def replace(self, **kw: Any) -> Manifest:
+        """A copy with the given fields changed."""
         return dataclasses.replace(self, **kw)
 
     def all_ssts(self) -> list[SstEntry]:
+        """Every SST the version references: L0, then each run's."""
         return list(self.l0) + [s for r in self.runs for s in r.ssts]
 
 
@@ -84,6 +95,7 @@ def _entry(e: SstEntry) -> dict:
 
 
 def encode(m: Manifest) -> bytes:
+    """The manifest file bytes of `m` (header, msgpack payload, xxh3 checksum)."""
     d = dataclasses.asdict(m)
     d["l0"] = [_entry(e) for e in m.l0]
     d["runs"] = [{"id": r.id, "ssts": [_entry(e) for e in r.ssts]} for r in m.runs]
@@ -94,6 +106,8 @@ def encode(m: Manifest) -> bytes:
 
 
 def decode(buf: bytes, path: str = "<bytes>") -> Manifest:
+    """The `Manifest` in `buf`; CorruptionError (naming `path`) if it is damaged, FormatVersionError if
+    its version is unknown."""
     if len(buf) < HEADER.size + CHECK.size:
         raise CorruptionError(path, 0, f"manifest of {len(buf)} bytes is truncated")
     magic, version, length = HEADER.unpack_from(buf, 0)

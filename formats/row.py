@@ -82,6 +82,7 @@ class Row(NamedTuple):
 
     @property
     def tombstone(self) -> bool:
+        """True for a delete (no value)."""
         return self.value is None
 
 

@@ -111,10 +111,13 @@ class SsTableInfo:
     value_bytes: int = 0  # sum of value lengths over all rows
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict (for msgpack and JSON)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SsTableInfo:
+        """The inverse of `to_dict`; fields added in later versions may be absent (ValueError if
+        another field is missing)."""
         names = {f.name for f in dataclasses.fields(cls)}
         missing = names - set(d) - {"compression", "file_size", "key_bytes", "value_bytes"}
         if missing:
@@ -125,19 +128,23 @@ class SsTableInfo:
 
     @property
     def has_ttl(self) -> bool:
+        """True when the rows carry the TimeToLive feature."""
         return RowFeature.TimeToLive in self.row_features
 
     @property
     def has_timestamps(self) -> bool:
+        """True when the rows carry the Timestamp feature."""
         return RowFeature.Timestamp in self.row_features
 
 
 class BlockCache(Protocol):
     """What the reader needs from a block cache (the engine's LRU implements it)."""
 
-    def get(self, key: Any) -> Any: ...
+    def get(self, key: Any) -> Any:
+        """The cached block for `key`, or None."""
 
-    def put(self, key: Any, value: Any, charge: int) -> None: ...
+    def put(self, key: Any, value: Any, charge: int) -> None:
+        """Cache `value` under `key`, charged `charge` bytes."""
 
 
 def _compress(payload: bytes, code: int) -> bytes:
@@ -487,6 +494,7 @@ class SstReader:
         raise CorruptionError(self.path, offset, f"unknown compression code {code}")
 
     def close(self) -> None:
+        """Release the file mapping."""
         self._map.close()
 
     def __enter__(self) -> SstReader:
@@ -539,6 +547,7 @@ class SstReader:
 
     # -- reads ------------------------------------------------------------------------------------
     def may_contain(self, key: bytes) -> bool:
+        """The bloom filter's answer for `key`: False means the SST certainly does not hold it."""
         return self.bloom.may_contain(key)
 
     def get(self, key: bytes, max_seq: int | None = None, use_bloom: bool = True) -> tuple | None:

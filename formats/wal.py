@@ -37,6 +37,8 @@ _xxh3 = xxhash.xxh3_64_intdigest
 
 
 class WalRecord(NamedTuple):
+    """One decoded WAL record: its offset in the segment, its commit seq and ts, and its rows."""
+
     offset: int
     seq: int
     ts: int
@@ -69,6 +71,7 @@ def encode_put(seq: int, ts: int, key: bytes, expire_ts: int | None, value: byte
 
 
 def decode_payload(payload: bytes, path: str, offset: int) -> tuple[int, int, list]:
+    """(seq, ts, rows) of one record payload; CorruptionError naming `path` and `offset` if malformed."""
     try:
         seq, ts, count = COMMIT.unpack_from(payload, 0)
         pos = COMMIT.size

@@ -24,6 +24,7 @@ from lsm.errors import (
     RetentionError,
 )
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions
+from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "ReadOnlyError",
     "ReadOptions",
     "RetentionError",
+    "Round",
     "Snapshot",
     "SystemClock",
     "WriteBatch",

@@ -21,6 +21,7 @@ class WriteBatch:
         self.ops: list[tuple[bytes, object, bytes | None]] = []
 
     def put(self, key: bytes, value: bytes, ttl: int | None = None) -> WriteBatch:
+        """Add a put of `key` = `value` (with its own `ttl` ms, or the default TTL when None); returns the batch."""
         check_key(key)
         check_value(value)
         check_ttl(ttl)
@@ -28,6 +29,7 @@ class WriteBatch:
         return self
 
     def delete(self, key: bytes) -> WriteBatch:
+        """Add a delete of `key` (a tombstone); returns the batch."""
         check_key(key)
         self.ops.append((key, None, None))
         return self

@@ -13,13 +13,15 @@ from lsm.errors import ClockError
 class Clock(Protocol):
     """Anything with ``now() -> int`` milliseconds. It should not go back; the engine enforces that."""
 
-    def now(self) -> int: ...
+    def now(self) -> int:
+        """The current time in milliseconds since the Unix epoch."""
 
 
 class SystemClock:
     """Wall-clock time in ms since the Unix epoch."""
 
     def now(self) -> int:
+        """`time.time_ns()` in whole milliseconds."""
         return time.time_ns() // 1_000_000
 
     def __repr__(self) -> str:
@@ -38,6 +40,7 @@ class ManualClock:
         self._lock = threading.Lock()
 
     def now(self) -> int:
+        """The time last set or advanced to (ms)."""
         return self._now
 
     def advance(self, ms: int) -> int:
@@ -79,6 +82,8 @@ class MonotonicClock:
     def tick(self) -> int:
         # Read the user clock under the lock: reads advance `last` too, and a read that slipped in
         # between our clock reading and the comparison would make time look as if it went back.
+        """The time for a write: the user clock, which must not be below any time already used
+        (ClockError otherwise, before anything is written); it becomes the last used time."""
         with self._lock:
             now = self.clock.now()
             if type(now) is not int:
@@ -91,6 +96,8 @@ class MonotonicClock:
         return now
 
     def read(self) -> int:
+        """The time for a read: max(user clock, last used time); never raises (a clock returning a
+        non-int leaves time where it was, for `tick` to report)."""
         now = self.clock.now()
         if type(now) is not int:
             return self.last  # tick() reports the bad clock; a read just does not move time

@@ -31,6 +31,9 @@ Executor = Callable[[CompactionJob], MergeResult]
 
 
 class DbCompactor:
+    """The DB's compaction driver: picks plans (scheduler), builds jobs, runs them on an executor,
+    commits their result, and owns the background compaction thread. Jobs run one at a time."""
+
     def __init__(self, db: DB) -> None:
         self.db = db
         o = db.options
@@ -101,6 +104,8 @@ class DbCompactor:
 
     # -- running -----------------------------------------------------------------------------------
     def make_job(self, plan: scheduler.Plan, m: Manifest, tick: int) -> CompactionJob:
+        """The `CompactionJob` for `plan` on manifest `m` at compaction tick `tick`: input paths and
+        SsTableInfos, a fresh output name prefix, the filters, live snapshots and the retention cutoff."""
         db = self.db
         src = plan.input_entries(m.l0, m.runs)
         return CompactionJob(
@@ -143,6 +148,7 @@ class DbCompactor:
         return stats
 
     def stop(self) -> None:
+        """Stop the background compaction thread (waits for a running job); idempotent."""
         if self.background is not None:
             self.background.stop()
             self.background = None

@@ -229,6 +229,7 @@ class DB:
 
     # -- SST bookkeeping ---------------------------------------------------------------------------
     def sst_path(self, name: str) -> str:
+        """The path of the SST file `name` in this database's ``sst/`` directory."""
         return os.path.join(self._sst_dir, name)
 
     def _reader(self, name: str) -> SstReader:
@@ -923,6 +924,8 @@ class DB:
         return self._manifest
 
     def lsm_shape(self) -> dict[str, Any]:
+        """The current shape, for tools and tests: memtable rows, immutable memtables, L0 SST names
+        (newest first) and each sorted run's SST names (newest run first)."""
         st = self._state
         return {
             "memtable_rows": len(st.mem),

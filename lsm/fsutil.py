@@ -39,6 +39,7 @@ def numbered_files(directory: str, suffix: str) -> list[tuple[int, str]]:
 
 
 def unlink_quiet(path: str) -> None:
+    """Delete `path`; a file that is already gone is not an error."""
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -27,21 +27,27 @@ EPOCH = struct.Struct(">Q")
 
 
 class ManifestStore:
+    """The manifest versions of one database: ``<db>/manifest/%020d.manifest``, each written once."""
+
     def __init__(self, db_path: str) -> None:
         self.dir = os.path.join(db_path, "manifest")
 
     def path(self, manifest_id: int) -> str:
+        """The file of version `manifest_id`."""
         return os.path.join(self.dir, f"{manifest_id:020d}{SUFFIX}")
 
     def ids(self) -> list[int]:
+        """The versions on disk, ascending."""
         return [i for i, _ in numbered_files(self.dir, SUFFIX)]
 
     def read(self, manifest_id: int) -> Manifest:
+        """Decode version `manifest_id` (CorruptionError naming the file if it does not decode)."""
         p = self.path(manifest_id)
         with open(p, "rb") as f:
             return codec.decode(f.read(), p)
 
     def latest(self) -> tuple[int, Manifest | None]:
+        """(id, manifest) of the newest version, or (0, None) when there is none."""
         ids = self.ids()
         if not ids:
             return 0, None
@@ -94,14 +100,18 @@ class FenceToken:
 
     @staticmethod
     def encode(epoch: int) -> bytes:
+        """The token bytes for `epoch` (what `view()[0:8]` holds once it is published)."""
         return EPOCH.pack(epoch)
 
     def read(self) -> int:
+        """The epoch currently published."""
         return EPOCH.unpack_from(self._map, 0)[0]
 
     def publish(self, epoch: int) -> None:
+        """Publish `epoch` as the current writer epoch (every process mapping the token sees it)."""
         self._map[0 : EPOCH.size] = EPOCH.pack(epoch)
         self._map.flush()
 
     def close(self) -> None:
+        """Unmap the token."""
         self._map.close()

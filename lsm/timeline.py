@@ -25,6 +25,9 @@ from lsm.time_seq import NOW, RESOLUTION_S, TimeSeq
 
 
 class Timeline:
+    """The DB's seq<->time maps in memory (seq tracker and time bins), guarded by one lock:
+    the write path records commits, flushes serialize the maps into the manifest, lookups read them."""
+
     def __init__(self, tracker_bytes: bytes, bins_bytes: bytes, min_time_s: int) -> None:
         self.tracker = SeqTracker.from_bytes(tracker_bytes) if tracker_bytes else SeqTracker()
         self.bins = TimeSeq.from_bytes(bins_bytes, min_time=min_time_s) if bins_bytes else TimeSeq(min_time_s)
@@ -54,26 +57,33 @@ class Timeline:
         self.next_ms = min(next_track, next_bin)
 
     def to_manifest(self) -> dict[str, bytes]:
+        """The maps' encoded bytes, as the manifest fields ``seq_tracker`` and ``time_seq``."""
         with self._lock:
             return {"seq_tracker": self.tracker.to_bytes(), "time_seq": self.bins.to_bytes()}
 
     def reset_bins(self) -> None:
+        """Forget every time bin (after a clock mishap); the seq tracker is kept."""
         with self._lock:
             self.bins.reset()
             self.next_ms = 0
 
     def histogram(self, update_seq: int) -> list[tuple[str, int]]:
+        """(RFC 3339 bin start, updates in the bin) pairs, oldest first (see `TimeSeq.histogram`)."""
         with self._lock:
             return self.bins.histogram(update_seq)
 
     # -- lookups -----------------------------------------------------------------------------------
     def timestamp_for_seq(self, seq: int, round: Round = Round.UP) -> int | None:
+        """The time (ms, a whole second) recorded for `seq`, rounded per `round`; None if the
+        tracker cannot answer in that direction."""
         with self._lock:
             ts = self.tracker.find_ts(seq, round)
         return None if ts is None else ts * 1000
 
     def seq_for_timestamp(self, ts_ms: int, round: Round = Round.DOWN) -> int | None:
         # the tracker holds whole seconds: DOWN rounds the time down, UP rounds it up
+        """The seq recorded at time `ts_ms`, rounded per `round` (DOWN: the last seq at or before
+        it; UP: the first at or after it); None if there is none."""
         ts_s = ts_ms // 1000 if round is Round.DOWN else -(-ts_ms // 1000)
         with self._lock:
             return self.tracker.find_seq(ts_s, round)

@@ -11,10 +11,12 @@ SUFFIX = ".wal"
 
 
 def segment_path(wal_dir: str, segment_id: int) -> str:
+    """The file of WAL segment `segment_id` in `wal_dir`."""
     return os.path.join(wal_dir, f"{segment_id:020d}{SUFFIX}")
 
 
 def list_segments(wal_dir: str) -> list[tuple[int, str]]:
+    """(segment id, path) of every WAL segment in `wal_dir`, ascending."""
     return numbered_files(wal_dir, SUFFIX)
 
 
@@ -39,6 +41,7 @@ class WalWriter:
         fsync_dir(wal_dir)
 
     def append(self, record: bytes, sync: bool = False) -> None:
+        """Append one encoded record with one write(2); fdatasync it too when `sync`."""
         n = os.write(self.fd, record)
         if n != len(record):  # a short write is rare: hand over the rest
             write_all(self.fd, record[n:])
@@ -46,9 +49,11 @@ class WalWriter:
             os.fdatasync(self.fd)
 
     def sync(self) -> None:
+        """fdatasync everything appended so far."""
         os.fdatasync(self.fd)
 
     def close(self) -> None:
+        """Close the segment file; idempotent."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

@@ -124,7 +124,10 @@ def parse_time(value: int | str) -> int:
         try:
             dt = datetime.datetime.fromisoformat(text)
         except ValueError:
-            raise ValueError(f"not an RFC 3339 time or epoch milliseconds: {value!r}") from None
+            raise ValueError(
+                f"cannot read {value!r} as a time: give RFC 3339 with an offset (2024-01-31T12:00:00Z) "
+                "or epoch milliseconds"
+            ) from None
         if dt.tzinfo is None:
             raise ValueError(
                 f"RFC 3339 time needs a zone: add Z (UTC) or an offset such as +01:00 to {value!r}"

@@ -19,9 +19,12 @@ from lsm.errors import (
     CorruptionError,
     FencedError,
     FormatVersionError,
+    HistoryUnavailableError,
     LsmError,
     NotADatabaseError,
     RetentionError,
+    SourceError,
+    SourceRegressedError,
 )
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions
 from lsm.seq_tracker import Round
@@ -39,6 +42,7 @@ __all__ = [
     "Entry",
     "FencedError",
     "FormatVersionError",
+    "HistoryUnavailableError",
     "LsmError",
     "ManualClock",
     "MonotonicClock",
@@ -48,6 +52,8 @@ __all__ = [
     "RetentionError",
     "Round",
     "Snapshot",
+    "SourceError",
+    "SourceRegressedError",
     "SystemClock",
     "WriteBatch",
     "WriteOptions",

@@ -18,6 +18,9 @@ __all__ = [
     "NotADatabaseError",
     "RetentionError",
     "CompactionError",
+    "SourceError",
+    "SourceRegressedError",
+    "HistoryUnavailableError",
 ]
 
 
@@ -43,3 +46,23 @@ class RetentionError(LsmError):
 
 class CompactionError(LsmError):
     """A compaction job failed; the database is unchanged."""
+
+
+class SourceError(LsmError):
+    """A source of ingested records (`lsm.sources`) cannot serve what was asked of it."""
+
+
+class SourceRegressedError(SourceError):
+    """A partition of a source went backwards: it now ends below the offset the store durably read.
+
+    The file was truncated or replaced; ingest raises this before writing anything. The message names the
+    source, the partition, the durable offset and the end found.
+    """
+
+
+class HistoryUnavailableError(SourceError):
+    """The source can no longer serve exactly the records that follow the requested offset.
+
+    For a `DatabaseLog` this means the upstream compacted away the history after the replica's frontier;
+    reading on would silently diverge, so the read stops here instead.
+    """

@@ -22,6 +22,8 @@ Per key, with the versions newest first ``v0, v1, ...`` and live snapshots ``s1 
 3. Filters. When no snapshot can see ``v0`` (its stripe is ``n``) and it is not a tombstone, the
    built-in TTL filter and then the user filters decide on it (see `compaction.filter`): KEEP,
    REMOVE (tombstone with the same seq and ts, no expire_ts), CHANGE_VALUE, DROP (no row).
+   Keys under the job's `protected_prefix` (the engine's reserved key space, e.g. the remap of an
+   ingested source) skip this step: they carry no TTL and no user filter may change them.
 4. Oldest run. When the output is the oldest sorted run nothing lies beneath it, so the oldest kept
    versions that are tombstones, or rows expired at the tick (``tick > expire_ts``), are removed —
    repeatedly, from the bottom up. A tombstone anywhere else is kept: it shadows older versions
@@ -91,6 +93,8 @@ class CompactionStats:
     versions_dropped: int = 0  # shadowed versions no snapshot needed
     tombstones_dropped: int = 0
     expired_dropped: int = 0
+    # the largest seq of a version a merge dropped or rewrote: reading history by seq is exact above it
+    history_floor: int = 0
     filters: dict[str, FilterCounts] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
     read_seconds: float = 0.0  # decoding input blocks
@@ -105,6 +109,8 @@ class CompactionStats:
                     mine.changed += c.changed
                     mine.removed += c.removed
                     mine.dropped += c.dropped
+            elif f.name == "history_floor":
+                self.history_floor = max(self.history_floor, other.history_floor)
             else:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         return self
@@ -141,6 +147,8 @@ class CompactionJob:
     filters: tuple[Any, ...] = ()  # CompactionFilterFactory objects
     snapshots: tuple[int, ...] = ()  # live snapshot seqs, ascending
     retention_cutoff: int | None = None  # keep versions whose successor has ts > cutoff
+    # keys starting with this prefix are the engine's own (lsm.syskeys): no filter ever sees them
+    protected_prefix: bytes | None = None
     start: bytes | None = None  # key range of this job (Spark tasks); None = unbounded
     end: bytes | None = None
 
@@ -207,6 +215,7 @@ class Resolver:
         retention_cutoff: int | None = None,
         filters: Sequence[CompactionFilter] = (),
         stats: CompactionStats | None = None,
+        protected_prefix: bytes | None = None,
     ) -> None:
         self.tick = tick
         self.expired_before = tick if retention_cutoff is None else min(tick, retention_cutoff)
@@ -215,6 +224,7 @@ class Resolver:
         self.top_snapshot = self.snapshots[-1] if self.snapshots else -1
         self.cutoff = retention_cutoff
         self.filters = list(filters)
+        self.protected = protected_prefix
         self.stats = stats if stats is not None else CompactionStats()
         for f in self.filters:
             self.stats.filters.setdefault(f.name, FilterCounts())
@@ -227,8 +237,15 @@ class Resolver:
         else:
             kept = self._retain(versions)
         newest = kept[0]
-        if self.filters and newest[4] is not None and newest[1] > self.top_snapshot:
+        if (
+            self.filters
+            and newest[4] is not None
+            and newest[1] > self.top_snapshot
+            and (self.protected is None or not newest[0].startswith(self.protected))
+        ):
             filtered = self._filter(newest)
+            if filtered is not newest and newest[1] > stats.history_floor:
+                stats.history_floor = newest[1]
             if filtered is None:
                 kept = kept[1:]
             elif filtered is not newest:
@@ -243,6 +260,8 @@ class Resolver:
                     stats.expired_dropped += 1
                 else:
                     break
+                if bottom[1] > stats.history_floor:
+                    stats.history_floor = bottom[1]
                 kept = kept[:-1]
         return kept
 
@@ -258,6 +277,8 @@ class Resolver:
                 kept.append(v)
             else:
                 self.stats.versions_dropped += 1
+                if v[1] > self.stats.history_floor:
+                    self.stats.history_floor = v[1]
             prev = v
             prev_stripe = stripe
         return kept
@@ -418,6 +439,7 @@ def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) ->
             retention_cutoff=job.retention_cutoff,
             filters=make_filters(job),
             stats=stats,
+            protected_prefix=job.protected_prefix,
         )
         out = SstOutput(job.output, job.tick)
         outputs = out.write(resolver.run(merge_sources(iters)))
@@ -440,9 +462,14 @@ def flush_rows(
     tick: int,
     snapshots: Sequence[int] = (),
     retention_cutoff: int | None = None,
+    stats: CompactionStats | None = None,
 ) -> list[tuple[str, SsTableInfo]]:
-    """A memtable flush: the same resolution without filters and keeping tombstones (not the oldest run)."""
-    resolver = Resolver(tick=tick, is_last_run=False, snapshots=snapshots, retention_cutoff=retention_cutoff)
+    """A memtable flush: the same resolution without filters and keeping tombstones (not the oldest run).
+
+    `stats`, if given, receives the counts (and the history floor) of what the flush dropped."""
+    resolver = Resolver(
+        tick=tick, is_last_run=False, snapshots=snapshots, retention_cutoff=retention_cutoff, stats=stats
+    )
     return SstOutput(spec, tick).write(resolver.run(rows))
 
 

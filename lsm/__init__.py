@@ -25,13 +25,19 @@ from lsm.errors import (
     RetentionError,
     SourceError,
     SourceRegressedError,
+    UnknownSourceError,
 )
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions
+from lsm.remap import Binding, IngestStats, Remap
 from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
 
 __all__ = [
     "DB",
+    "Binding",
+    "IngestStats",
+    "Remap",
+    "UnknownSourceError",
     "NO_TTL",
     "Clock",
     "ClockError",

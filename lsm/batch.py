@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from formats.row import check_key, check_value
+from formats.row import check_value
 from lsm.options import check_ttl
+from lsm.syskeys import check_user_key
 
 
 class WriteBatch:
@@ -22,7 +23,7 @@ class WriteBatch:
 
     def put(self, key: bytes, value: bytes, ttl: int | None = None) -> WriteBatch:
         """Add a put of `key` = `value` (with its own `ttl` ms, or the default TTL when None); returns the batch."""
-        check_key(key)
+        check_user_key(key)
         check_value(value)
         check_ttl(ttl)
         self.ops.append((key, ttl, value))
@@ -30,7 +31,7 @@ class WriteBatch:
 
     def delete(self, key: bytes) -> WriteBatch:
         """Add a delete of `key` (a tombstone); returns the batch."""
-        check_key(key)
+        check_user_key(key)
         self.ops.append((key, None, None))
         return self
 

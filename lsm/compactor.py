@@ -23,6 +23,7 @@ from compaction.merge import CompactionJob, CompactionStats, MergeResult
 from formats.manifest import Manifest, SortedRun, SstEntry
 from lsm.errors import CompactionError
 from lsm.fsutil import fsync_dir, unlink_quiet
+from lsm.syskeys import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
     from lsm.db import DB
@@ -118,6 +119,7 @@ class DbCompactor:
             filters=tuple(db.options.compaction_filters),
             snapshots=db.snapshot_seqs(),
             retention_cutoff=db._retention_cutoff(tick),
+            protected_prefix=SYSTEM_PREFIX,
         )
 
     def _run(self, plan: scheduler.Plan, executor: str | None, background: bool = False) -> CompactionStats:
@@ -138,7 +140,7 @@ class DbCompactor:
         self.stats.add(stats)
         try:
             fsync_dir(db._sst_dir)
-            db._commit(lambda cur: apply_plan(cur, plan, outputs, tick), db._install)
+            db._commit(lambda cur: apply_plan(cur, plan, outputs, tick, stats.history_floor), db._install)
         except BaseException:
             self.stats = before
             for e in outputs:
@@ -161,8 +163,12 @@ class DbCompactor:
         return collect_garbage(db._sst_dir, db.manifest, grace, keep=set(db._readers))
 
 
-def apply_plan(m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...], tick: int) -> Manifest:
-    """The manifest after `plan` produced `outputs` (raises CompactionError if its inputs are gone)."""
+def apply_plan(
+    m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...], tick: int, history_floor: int = 0
+) -> Manifest:
+    """The manifest after `plan` produced `outputs` (raises CompactionError if its inputs are gone).
+
+    `history_floor` is the largest seq of a version the job dropped or rewrote (`CompactionStats`)."""
     l0_names = {e.name for e in m.l0}
     if not set(plan.l0) <= l0_names or not set(plan.runs) <= {r.id for r in m.runs}:
         raise CompactionError("the compaction's inputs changed before it could commit")
@@ -186,7 +192,12 @@ def apply_plan(m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...],
         if outputs:
             runs.insert(at, SortedRun(next_run_id, outputs))
             next_run_id += 1
-    return m.replace(l0=new_l0, runs=tuple(runs), next_run_id=next_run_id)
+    return m.replace(
+        l0=new_l0,
+        runs=tuple(runs),
+        next_run_id=next_run_id,
+        history_floor=max(m.history_floor, history_floor),
+    )
 
 
 def collect_garbage(sst_dir: str, m: Manifest, grace_ms: int, keep: set[str] = frozenset()) -> list[str]:

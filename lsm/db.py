@@ -25,6 +25,7 @@ a fenced older handle appending to them can never make those writes visible.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import threading
 import weakref
@@ -39,6 +40,7 @@ from formats.manifest import Manifest, SortedRun, SstEntry
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_key, check_value
 from formats.sst import SstReader
 from formats.wal import encode_put, encode_record
+from lsm import ingest as ingest_mod
 from lsm import wal as wal_files
 from lsm.batch import WriteBatch
 from lsm.cache import LruCache
@@ -56,8 +58,11 @@ from lsm.iterators import run_iter, visible_rows
 from lsm.manifest import FenceToken, ManifestStore
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions, check_ttl
+from lsm.remap import IngestStats, Remap
+from lsm.remap_store import list_sources, load_remap
 from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
+from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, check_user_key, is_system
 from lsm.timeline import Timeline, parse_time
 
 SST_SUFFIX = ".sst"
@@ -298,8 +303,8 @@ class DB:
         """Write `key` = `value`; ttl (ms) overrides DbOptions.default_ttl, NO_TTL disables it.
 
         Returns the commit's seq."""
-        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
-            check_key(key)
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
+            check_user_key(key)
         if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
             check_value(value)
         if ttl is not None:
@@ -339,7 +344,7 @@ class DB:
 
     def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
         """Write a tombstone for `key` (it carries a ts and no expire_ts). Returns the commit's seq."""
-        check_key(key)
+        check_user_key(key)
         return self._commit_ops(((key, None, None),), options)
 
     def write(self, batch: WriteBatch, options: WriteOptions | None = None) -> int:
@@ -369,17 +374,11 @@ class DB:
             raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
 
     def _commit_ops(self, ops, options: WriteOptions | None) -> int:
-        self._check_writable()
-        sync = options is not None and options.sync
-        with self._write_lock:
-            if self._closed or self._bg_error is not None:
-                self._raise_not_writable()
-            self._check_fence()
-            ts = self._clock.tick()
-            seq = self._seq + 1
-            default_ttl = self._default_ttl
+        default_ttl = self._default_ttl
+        v0 = self.options.sst_format_version == 0
+
+        def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
             wal_ops = []
-            rows = []
             nbytes = 0
             for key, ttl, value in ops:
                 exp = None
@@ -387,19 +386,35 @@ class DB:
                     if ttl is None:
                         ttl = default_ttl
                     if ttl is not None and ttl is not NO_TTL:
-                        if self.options.sst_format_version == 0:
+                        if v0:
                             raise ValueError("sst_format_version 0 cannot store TTLs")
                         exp = ts + ttl
                     nbytes += len(key) + len(value)
                 else:
                     nbytes += len(key)
                 wal_ops.append((key, exp, value))
-                rows.append((key, seq, ts, exp, value))
+            return wal_ops, nbytes
+
+        return self._commit_rows(rows_at, options is not None and options.sync)[0]
+
+    def _commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
+        """Commit the rows ``rows_at(ts, seq)`` builds, as (key, expire_ts, value), under one seq and ts.
+
+        `rows_at` runs under the write lock once the commit's ts and seq are known (ingest needs both for
+        its binding row) and also returns the user bytes it holds. Returns (seq, ts)."""
+        self._check_writable()
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._raise_not_writable()
+            self._check_fence()
+            ts = self._clock.tick()
+            seq = self._seq + 1
+            wal_ops, nbytes = rows_at(ts, seq)
             self._wal.append(encode_record(seq, ts, wal_ops), sync)
             self._check_fence()
             mem = self._state.mem
-            for r in rows:
-                mem.add(r)
+            for key, exp, value in wal_ops:
+                mem.add((key, seq, ts, exp, value))
             self._seq = seq
             self._last_commit_ts = ts
             if ts >= self._timeline.next_ms:
@@ -407,7 +422,7 @@ class DB:
             self.user_bytes_written += nbytes
             if mem.bytes >= self._memtable_bytes:
                 self._rotate_locked()
-            return seq
+            return seq, ts
 
     def _rotate_locked(self) -> None:
         """Freeze the memtable behind a new WAL segment and hand it to the flush thread (write lock held)."""
@@ -469,8 +484,14 @@ class DB:
         """Write one frozen memtable to L0, commit, swap it into the read path, retire its WAL."""
         tick = self._clock.read()
         spec = self._output_spec(f"{self._alloc_ids():020d}", None)
+        dropped = CompactionStats()  # its history_floor: the newest version the flush dropped
         outputs = flush_rows(
-            mem.iter(), spec, tick=tick, snapshots=self.snapshot_seqs(), retention_cutoff=self._retention_cutoff(tick)
+            mem.iter(),
+            spec,
+            tick=tick,
+            snapshots=self.snapshot_seqs(),
+            retention_cutoff=self._retention_cutoff(tick),
+            stats=dropped,
         )
         fsync_dir(self._sst_dir)
         entries = tuple(SstEntry(name, info) for name, info in outputs)
@@ -482,6 +503,7 @@ class DB:
                 last_seq=max(m.last_seq, mem.max_seq),
                 wal_replay_from=max(m.wal_replay_from, mem.segment_id + 1),
                 clock_watermark=max(m.clock_watermark, watermark),
+                history_floor=max(m.history_floor, dropped.history_floor),
                 **self._manifest_extras(m),
             )
 
@@ -563,6 +585,8 @@ class DB:
             self._check_open()
         if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
             check_key(key)
+        if key >= SYSTEM_PREFIX and is_system(key):
+            return None  # the engine's own rows are not the user's to read
         if max_seq is None:
             # A batch is seen whole or not at all: its rows reach the memtable before its seq is
             # published, so rows newer than the seq are ignored. The state is read BEFORE the seq: a
@@ -632,8 +656,24 @@ class DB:
         include = options is not None and options.include_expired
         if as_of is not None:
             t = parse_time(as_of)
-            return self._scan(start, end, reverse, prefix, self._as_of_seq(t), include, t, entries)
-        return self._scan(start, end, reverse, prefix, None, include, None, entries)
+            return self._user_scan(start, end, reverse, prefix, self._as_of_seq(t), include, t, entries)
+        return self._user_scan(start, end, reverse, prefix, None, include, None, entries)
+
+    def _user_scan(self, start, end, reverse, prefix, max_seq, include_expired, now, entries) -> Iterator:
+        """`_scan` without the reserved key space [SYSTEM_PREFIX, SYSTEM_END): the parts below and above it."""
+        if prefix is not None:
+            if type(prefix) is not bytes:
+                raise TypeError(f"scan bounds must be bytes, not {type(prefix).__name__}")
+            pend = prefix_end(prefix)
+            start = prefix if start is None or (type(start) is bytes and start < prefix) else start
+            if pend is not None and (end is None or (type(end) is bytes and end > pend)):
+                end = pend
+        if (type(end) is bytes and end <= SYSTEM_PREFIX) or (type(start) is bytes and start >= SYSTEM_END):
+            return self._scan(start, end, reverse, None, max_seq, include_expired, now, entries)
+        below = self._scan(start, SYSTEM_PREFIX, reverse, None, max_seq, include_expired, now, entries)
+        above_start = SYSTEM_END if start is None or (type(start) is bytes and start < SYSTEM_END) else start
+        above = self._scan(above_start, end, reverse, None, max_seq, include_expired, now, entries)
+        return itertools.chain(above, below) if reverse else itertools.chain(below, above)
 
     def _scan(
         self,
@@ -858,7 +898,7 @@ class DB:
             out = []
             last = None
             for row in merge_sources(sources):
-                if row[0] == last or row[1] > top:
+                if row[0] == last or row[1] > top or (row[0] >= SYSTEM_PREFIX and is_system(row[0])):
                     continue
                 last = row[0]
                 if row[1] <= seq:
@@ -916,6 +956,81 @@ class DB:
         (DbOptions.gc_grace_ms, wall time): leftovers of failed jobs or crashes. Returns their names."""
         self._check_writable()
         return self._compactor.gc(grace_ms)
+
+    # -- reclocked ingest (lsm.ingest, lsm.remap) -----------------------------------------------------
+    def ingest(
+        self,
+        source: Any,
+        name: str,
+        max_records: int | None = None,
+        batch_records: int = 10_000,
+        ttl_base: str = "commit",
+        *,
+        engine: str = "stream",
+        spark: Any = None,
+        master: str | None = None,
+        sync: bool = True,
+        progress: Callable[[IngestStats], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> IngestStats:
+        """Apply the records of `source` (lsm.sources.Source) beyond the durable frontier of remap `name`,
+        exactly once: each batch of up to `batch_records` is one atomic commit of its rows and its binding.
+
+        ttl_base "commit" counts record TTLs from the commit ts, "event" from the record's event_ts.
+        `progress(stats)` runs after each batch; `should_stop()` is asked before each. Returns
+        lsm.IngestStats(records, batches, frontier). See lsm.ingest for the rules."""
+        if engine != "stream":
+            if engine in ("local", "spark"):
+                raise ValueError(f"ingest engine {engine!r} is not available yet: use engine='stream'")
+            raise ValueError(f"unknown ingest engine {engine!r}: use 'stream', 'local' or 'spark'")
+        if spark is not None or master is not None:
+            raise ValueError("spark= and master= apply to engine='spark' only")
+        return ingest_mod.ingest(
+            self, source, name, max_records=max_records, batch_records=batch_records, ttl_base=ttl_base,
+            sync=sync, progress=progress, should_stop=should_stop,
+        )
+
+    def remap(self, name: str) -> Remap:
+        """The lsm.Remap of source `name` (its bindings, frontier, as-of lookups); UnknownSourceError if
+        no ingest wrote it."""
+        self._check_open()
+        return load_remap(self, name)
+
+    def sources(self) -> list[str]:
+        """Names of the sources ingested into this database, ascending."""
+        self._check_open()
+        return list_sources(self)
+
+    def snapshot_at_seq(self, seq: int, *, read_ts: int | None = None) -> Snapshot:
+        """A snapshot of the state exactly as of `seq` (e.g. a remap binding's seq).
+
+        Any seq up to the latest is readable while the commit after it lies within
+        DbOptions.history_retention of now (judged from the seq tracker, conservatively); older ones
+        raise RetentionError. Expiry is judged at `read_ts` (ms), default now; pass a binding's ts to see
+        rows that have expired since."""
+        self._check_open()
+        if type(seq) is not int:
+            raise TypeError(f"seq must be an int, not {type(seq).__name__}")
+        if read_ts is not None and type(read_ts) is not int:
+            raise TypeError(f"read_ts must be int ms, not {type(read_ts).__name__}")
+        with self._state_lock:
+            if not 0 <= seq <= self._seq:
+                raise ValueError(f"{self.path}: seq {seq} is not in 0..{self._seq}")
+            if seq < self._seq:
+                now = self._clock.read()
+                keep = self.options.history_retention
+                after = self._timeline.timestamp_for_seq(seq + 1, Round.DOWN)  # <= the next commit's ts
+                if after is None or after <= now - keep or (read_ts is not None and read_ts <= now - keep):
+                    raise RetentionError(
+                        f"{self.path}: cannot read as of seq {seq}: the database keeps history back to "
+                        f"{now - keep} ms only (history_retention={keep} ms; the commit after seq {seq} is "
+                        f"known to be no later than {after} ms)"
+                    )
+            self._snapshots[seq] += 1
+            snap = Snapshot(self, seq, read_ts=read_ts)
+            if read_ts is not None:
+                self._as_of_snapshots.add(snap)
+        return snap
 
     # -- introspection -----------------------------------------------------------------------------
     @property

@@ -21,6 +21,7 @@ __all__ = [
     "SourceError",
     "SourceRegressedError",
     "HistoryUnavailableError",
+    "UnknownSourceError",
 ]
 
 
@@ -66,3 +67,10 @@ class HistoryUnavailableError(SourceError):
     For a `DatabaseLog` this means the upstream compacted away the history after the replica's frontier;
     reading on would silently diverge, so the read stops here instead.
     """
+
+
+class UnknownSourceError(LsmError, KeyError):
+    """`DB.remap(name)` of a name that no ingest ever wrote into this database."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown source"

@@ -55,7 +55,7 @@ class Snapshot:
         """(key, value) pairs as of the snapshot, in key order (descending with `reverse`); `end` is
         exclusive, `prefix` limits the keys, `include_expired` also yields rows whose TTL has passed."""
         self._check()
-        return self._db._scan(start, end, reverse, prefix, self.seq, include_expired, self.read_ts, False)
+        return self._db._user_scan(start, end, reverse, prefix, self.seq, include_expired, self.read_ts, False)
 
     def close(self) -> None:
         """Release the snapshot (compaction may then drop the versions only it needed); idempotent."""

@@ -25,7 +25,6 @@ a fenced older handle appending to them can never make those writes visible.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 import threading
 import weakref
@@ -673,7 +672,7 @@ class DB:
         below = self._scan(start, SYSTEM_PREFIX, reverse, None, max_seq, include_expired, now, entries)
         above_start = SYSTEM_END if start is None or (type(start) is bytes and start < SYSTEM_END) else start
         above = self._scan(above_start, end, reverse, None, max_seq, include_expired, now, entries)
-        return itertools.chain(above, below) if reverse else itertools.chain(below, above)
+        return _concat(above, below) if reverse else _concat(below, above)
 
     def _scan(
         self,
@@ -1048,6 +1047,16 @@ class DB:
             "l0": [e.name for e, _ in st.l0],
             "runs": [[e.name for e in run.record.ssts] for run in st.runs],
         }
+
+
+def _concat(first: Iterator, second: Iterator) -> Iterator:
+    """`first` then `second`; closing the result closes both (scans unpin their state on close)."""
+    try:
+        yield from first
+        yield from second
+    finally:
+        first.close()  # type: ignore[attr-defined]
+        second.close()  # type: ignore[attr-defined]
 
 
 def _prepare_dir(path: str, create: bool) -> None:

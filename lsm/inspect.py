@@ -31,6 +31,7 @@ from formats.manifest import Manifest, SstEntry
 from formats.sst import SstReader
 from formats.verify import verify_sst
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
+from lsm.syskeys import SYSTEM_PREFIX, is_system
 
 CATEGORIES = ("live", "expired", "tombstone", "shadowed")
 
@@ -347,6 +348,8 @@ def space_usage(path: str, now: int | None = None) -> SpaceReport:
         last_key = None
         for row in merge_sources(sources):
             key = row[0]
+            if key >= SYSTEM_PREFIX and is_system(key):
+                continue  # the engine's own rows (the remap of ingested sources) are not user data
             if key == last_key:
                 cat = "shadowed"
             else:

@@ -158,7 +158,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     end = None if args.end is None else render.parse_key(args.end, hex_in, "--to")
     prefix = None if args.prefix is None else render.parse_key(args.prefix, hex_in, "--prefix")
     with open_db(args.path) as db:
-        rows = db._scan(start, end, args.reverse, prefix, None, args.include_expired, args.at, True)
+        rows = db._user_scan(start, end, args.reverse, prefix, None, args.include_expired, args.at, True)
         try:
             limited: Iterator[Entry] = itertools.islice(rows, args.limit) if args.limit is not None else rows
             if args.json:

@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tools.cmd_bench",
     "tools.cmd_compact",
     "tools.cmd_time",
+    "tools.cmd_ingest",
 )
 
 EXIT_OK = 0

@@ -11,6 +11,8 @@ Payload keys (format_version 1)::
     last_seq                        int; last sequence number durable in SSTs (WAL holds the rest)
     wal_replay_from                 int; first WAL segment id not yet flushed
     clock_watermark                 int ms; largest ts ever written
+    history_floor                   int; largest seq of a version a flush or compaction dropped or
+                                    rewrote: every version with a higher seq is stored as committed
     l0                              [sst entry], newest first
     runs                            [{"id": int, "ssts": [sst entry]}], newest run first, each run's
                                     SSTs in key order
@@ -80,6 +82,7 @@ class Manifest:
     runs: tuple[SortedRun, ...] = ()
     seq_tracker: bytes = b""
     time_seq: bytes = b""
+    history_floor: int = 0
 
     def replace(self, **kw: Any) -> Manifest:
         """A copy with the given fields changed."""

@@ -1,5 +1,8 @@
 """Sources of ingested records: the `Source` protocol and the sources lsm-sim ships.
 
+`PartitionedLog` (Kafka-like partition files, written by `LogWriter`) and `DatabaseLog` (an upstream
+lsm-sim database read by its seqs). See docs/ingest.md.
+
 >>> import tempfile
 >>> from lsm.sources import LogWriter, PartitionedLog
 >>> d = tempfile.mkdtemp()
@@ -11,7 +14,8 @@
 ([0], 1, [b'k'])
 """
 
+from lsm.sources.database_log import DatabaseLog
 from lsm.sources.partitioned_log import LogWriter, PartitionedLog
 from lsm.sources.protocol import Source, SourceRecord
 
-__all__ = ["LogWriter", "PartitionedLog", "Source", "SourceRecord"]
+__all__ = ["DatabaseLog", "LogWriter", "PartitionedLog", "Source", "SourceRecord"]

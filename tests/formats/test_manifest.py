@@ -115,6 +115,7 @@ def test_layout(infos):
         "runs",
         "seq_tracker",
         "time_seq",
+        "history_floor",
     }
     assert d["l0"][0]["name"] == "000016.sst"
     assert d["l0"][0]["info"] == {**infos[0].to_dict(), "row_features": list(infos[0].row_features)}

@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tools.cmd_compact",
     "tools.cmd_time",
     "tools.cmd_ingest",
+    "tools.cmd_log",
 )
 
 EXIT_OK = 0

@@ -110,6 +110,18 @@ class PartitionedLog:
         idx = self._refresh(partition)
         return 0 if idx is None else len(idx.positions)
 
+    def torn_bytes(self, partition: int) -> int:
+        """Bytes after the last complete record of `partition`: a record a producer is still appending
+        (or one that a producer killed mid-append left, until a `LogWriter` reopens the file)."""
+        check_range(partition, 0, None)
+        idx = self._refresh(partition)
+        if idx is None:
+            return 0
+        try:
+            return max(0, os.path.getsize(partition_path(self.directory, partition)) - idx.scanned)
+        except FileNotFoundError:
+            return 0
+
     def read(self, partition: int, start: int, stop: int | None = None) -> Iterator[SourceRecord]:
         """Complete records with start <= offset < stop, in offset order (see `Source.read`).
 

@@ -278,3 +278,13 @@ def test_bad_arguments(tmp_path: Path) -> None:
     (tmp_path / "6.log").write_bytes(b"garbage!")
     with pytest.raises(CorruptionError):
         log.end(6)
+
+
+def test_torn_bytes(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as w:
+        w.append(0, b"a", b"1")
+    log = PartitionedLog(tmp_path)
+    assert log.torn_bytes(0) == 0 and log.torn_bytes(3) == 0
+    with open(partition_path(str(tmp_path), 0), "ab") as f:
+        f.write(b"\x00\x00\x00")
+    assert log.torn_bytes(0) == 3 and log.end(0) == 1

@@ -149,3 +149,48 @@ def test_missing_directory_and_usage_errors(tmp_path: Path) -> None:
     one_line_error(run_lsm("log"), 2)
     r = run_lsm("log", "show", tmp_path)  # an empty directory is an empty log
     assert r.code == 0 and r.out == "0 partitions, 0 records\n"
+
+
+def test_write_appends_each_line_as_it_is_read(tmp_path: Path) -> None:
+    """A producer streaming into `lsm log write`: each record is readable before stdin closes."""
+    import time
+
+    d = tmp_path / "log"
+    env = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
+    env["PYTHONPATH"] = str(ROOT)
+    p = subprocess.Popen(
+        [*LSM_CMD, "log", "write", str(d)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        for i in range(3):
+            p.stdin.write(json.dumps({"key": f"k{i}", "value": str(i)}) + "\n")
+            p.stdin.flush()
+            deadline = time.monotonic() + 30
+            while not (d.is_dir() and PartitionedLog(d).end(0) == i + 1):
+                assert time.monotonic() < deadline, f"record {i} never became readable"
+                time.sleep(0.02)
+        p.stdin.close()
+        assert p.wait(30) == 0
+        assert "wrote 3 records" in p.stdout.read()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_show_of_a_damaged_log_is_one_error_line(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    with LogWriter(d) as w:
+        w.append(0, b"a", b"1")
+        w.append(0, b"b", b"2")
+    path = partition_path(str(d), 0)
+    data = bytearray(Path(path).read_bytes())
+    data[6 + 3] ^= 0x40  # the first record's length field
+    Path(path).write_bytes(bytes(data))
+    err = one_line_error(run_lsm("log", "show", d), 2)
+    assert f"{path}: corruption at offset 6" in err

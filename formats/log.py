@@ -46,6 +46,8 @@ _LEN_AND_SUM = struct.Struct(">IQ")
 MAX_PAYLOAD = 0x7FFFFFFF
 _FIELDS = frozenset(("k", "v", "ttl", "ets", "tx", "end"))
 _xxh3 = xxhash.xxh3_64_intdigest
+_unpack_header = RECORD_HEADER.unpack_from
+_unpackb = msgpack.unpackb
 
 
 class LogEntry(NamedTuple):
@@ -118,62 +120,82 @@ def encode_record(
     return head + (_xxh3(head) & 0xFFFFFFFF).to_bytes(4, "big") + payload
 
 
-def record_extent(buf: bytes | memoryview, pos: int, base: int, path: str, verify: bool = True) -> int | None:
+def record_extent(buf: bytes, pos: int, base: int, path: str, verify: bool = True) -> int | None:
     """Return the end (index into `buf`) of the complete record whose header is at `buf[pos]`, or None if
     it is torn. File offsets are `base + pos`.
 
     Checks the header checksum and, with `verify`, the payload checksum (raising CorruptionError at the
     record's file offset); does not decode the payload.
     """
-    if pos + RECORD_HEADER.size > len(buf):
+    if pos + 16 > len(buf):
         return None
-    length, check, head_check = RECORD_HEADER.unpack_from(buf, pos)
-    if _xxh3(bytes(buf[pos : pos + 12])) & 0xFFFFFFFF != head_check:
+    length, check, head_check = _unpack_header(buf, pos)
+    if _xxh3(buf[pos : pos + 12]) & 0xFFFFFFFF != head_check:
         raise CorruptionError(path, base + pos, "partition log record header checksum mismatch")
-    end = pos + RECORD_HEADER.size + length
+    end = pos + 16 + length
     if end > len(buf):
         return None
-    if verify and _xxh3(bytes(buf[pos + RECORD_HEADER.size : end])) != check:
+    if verify and _xxh3(buf[pos + 16 : end]) != check:
         raise CorruptionError(path, base + pos, "partition log record checksum mismatch")
     return end
 
 
-def decode_record(buf: bytes | memoryview, pos: int, base: int, path: str) -> LogEntry | None:
-    """Decode the record at `buf[pos]`; None if it is torn (incomplete). File offsets are `base + pos`.
+def decode_fields(buf: bytes, pos: int, base: int, path: str) -> tuple | None:
+    """The record at `buf[pos]` as ``(end, key, value, ttl, event_ts, tx, tx_end)`` (`end` indexes `buf`),
+    or None if it is torn (incomplete). File offsets are `base + pos`: the hot path of every reader.
 
     Raises CorruptionError(path, offset) for a damaged record and FormatVersionError for a field this
     code does not know.
     """
-    end = record_extent(buf, pos, base, path)
-    if end is None:
+    if pos + 16 > len(buf):
         return None
-    payload = bytes(buf[pos + RECORD_HEADER.size : end])
-    at = base + pos
+    length, check, head_check = _unpack_header(buf, pos)
+    if _xxh3(buf[pos : pos + 12]) & 0xFFFFFFFF != head_check:
+        raise CorruptionError(path, base + pos, "partition log record header checksum mismatch")
+    end = pos + 16 + length
+    if end > len(buf):
+        return None
+    payload = buf[pos + 16 : end]
+    if _xxh3(payload) != check:
+        raise CorruptionError(path, base + pos, "partition log record checksum mismatch")
     try:
-        d = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+        d = _unpackb(payload, raw=False)
     except Exception as e:  # msgpack raises several unrelated types for malformed input
-        raise CorruptionError(path, at, f"malformed partition log record: {e}") from None
-    if not isinstance(d, dict) or "k" not in d or "v" not in d:
-        raise CorruptionError(path, at, "partition log record is not a map with 'k' and 'v'")
-    unknown = d.keys() - _FIELDS
-    if unknown:
-        raise FormatVersionError(
-            path, f"record at offset {at} has unknown fields {sorted(map(str, unknown))}"
-        )
-    key, value = d["k"], d["v"]
-    ttl, ets, tx, tx_end = d.get("ttl"), d.get("ets"), d.get("tx"), d.get("end", False)
+        raise CorruptionError(path, base + pos, f"malformed partition log record: {e}") from None
+    if type(d) is not dict or "k" not in d or "v" not in d:
+        raise CorruptionError(path, base + pos, "partition log record is not a map with 'k' and 'v'")
+    if len(d) > 2 and not d.keys() <= _FIELDS:
+        unknown = sorted(map(str, d.keys() - _FIELDS))
+        raise FormatVersionError(path, f"record at offset {base + pos} has unknown fields {unknown}")
+    key = d["k"]
+    value = d["v"]
     if (
         type(key) is not bytes
         or not 0 < len(key) <= MAX_KEY_LEN
-        or not (value is None or type(value) is bytes)
-        or not (ttl is None or (type(ttl) is int and ttl >= 0))
+        or (value is not None and type(value) is not bytes)
+    ):
+        raise CorruptionError(path, base + pos, f"partition log record has a bad key or value: {d!r}")
+    if len(d) == 2:
+        return end, key, value, None, None, None, False
+    ttl, ets, tx, tx_end = d.get("ttl"), d.get("ets"), d.get("tx"), d.get("end", False)
+    if (
+        not (ttl is None or (type(ttl) is int and ttl >= 0))
         or not (ets is None or type(ets) is int)
         or not (tx is None or type(tx) in (int, str))
-        or tx_end not in (False, True)
+        or tx_end is not True
+        and tx_end is not False
         or (tx_end and tx is None)
     ):
-        raise CorruptionError(path, at, f"partition log record has fields of the wrong type: {d!r}")
-    return LogEntry(base + pos, base + end, key, value, ttl, ets, tx, bool(tx_end))
+        raise CorruptionError(path, base + pos, f"partition log record has fields of the wrong type: {d!r}")
+    return end, key, value, ttl, ets, tx, tx_end
+
+
+def decode_record(buf: bytes, pos: int, base: int, path: str) -> LogEntry | None:
+    """Decode the record at `buf[pos]` into a `LogEntry`; None if it is torn (see `decode_fields`)."""
+    f = decode_fields(buf, pos, base, path)
+    if f is None:
+        return None
+    return LogEntry(base + pos, base + f[0], *f[1:])
 
 
 def decode_records(buf: bytes, base: int = 0, path: str = "<bytes>") -> tuple[list[LogEntry], int]:
@@ -181,9 +203,8 @@ def decode_records(buf: bytes, base: int = 0, path: str = "<bytes>") -> tuple[li
     header); return (entries, index into `buf` where the torn tail, or the end, starts)."""
     out: list[LogEntry] = []
     pos = 0
-    view = memoryview(buf)
     while pos < len(buf):
-        e = decode_record(view, pos, base, path)
+        e = decode_record(buf, pos, base, path)
         if e is None:
             break
         out.append(e)
@@ -198,6 +219,7 @@ __all__ = [
     "RECORD_HEADER",
     "LogEntry",
     "check_file_header",
+    "decode_fields",
     "decode_record",
     "decode_records",
     "encode_file_header",

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from lsm.errors import HistoryUnavailableError
 from lsm.history import WalTail, open_view
-from lsm.sources.protocol import SourceRecord, check_range
+from lsm.sources.protocol import SourceRecord, check_range, make_record
 from lsm.syskeys import is_system
 
 
@@ -71,7 +71,7 @@ class DatabaseLog:
             rows = view.versions(start, stop)
         return iter(
             [
-                SourceRecord(0, seq, key, value, None if exp is None else exp - ts, ts)
+                make_record(0, seq, key, value, None if exp is None else exp - ts, ts, None, False)
                 for key, seq, ts, exp, value in rows
                 if not is_system(key)
             ]

@@ -24,14 +24,14 @@ from formats.log import (
     FILE_HEADER,
     RECORD_HEADER,
     check_file_header,
-    decode_record,
+    decode_fields,
     encode_file_header,
     encode_record,
     record_extent,
 )
 from lsm.errors import SourceError
 from lsm.fsutil import fsync_dir, unlink_quiet, write_all
-from lsm.sources.protocol import SourceRecord, check_range
+from lsm.sources.protocol import SourceRecord, check_range, make_record
 
 _FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
 CHUNK = 1 << 20  # bytes read at a time while indexing or reading
@@ -153,12 +153,13 @@ class PartitionedLog:
                     j += 1
                 last = positions[j] if j < n else idx.scanned
                 buf = os.pread(fd, last - first, first)
-                view = memoryview(buf)
+                pos = 0
                 for k in range(i, j):
-                    e = decode_record(view, positions[k] - first, first, path)
-                    if e is None:  # the file shrank under us: stop at what is still there
+                    f = decode_fields(buf, pos, first, path)
+                    if f is None:  # the file shrank under us: stop at what is still there
                         return
-                    yield SourceRecord(partition, k, e.key, e.value, e.ttl, e.event_ts, e.tx, e.tx_end)
+                    pos, key, value, ttl, ets, tx, tx_end = f
+                    yield make_record(partition, k, key, value, ttl, ets, tx, tx_end)
                 i = j
 
     def _refresh(self, partition: int) -> _Index | None:

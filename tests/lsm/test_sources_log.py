@@ -288,3 +288,15 @@ def test_torn_bytes(tmp_path: Path) -> None:
     with open(partition_path(str(tmp_path), 0), "ab") as f:
         f.write(b"\x00\x00\x00")
     assert log.torn_bytes(0) == 3 and log.end(0) == 1
+
+
+def test_make_record_builds_the_same_frozen_record() -> None:
+    import dataclasses
+
+    from lsm.sources.protocol import make_record
+
+    args = (3, 9, b"k", None, 5, 7, "t", True)
+    r = make_record(*args)
+    assert r == SourceRecord(*args) and hash(r) == hash(SourceRecord(*args)) and type(r) is SourceRecord
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.offset = 10  # type: ignore[misc]

@@ -137,6 +137,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("writer_epoch", m.writer_epoch),
                 ("compactor_epoch", m.compactor_epoch),
                 ("last_seq", m.last_seq),
+                ("history_floor", m.history_floor),
                 ("wal_replay_from", f"segment {m.wal_replay_from}"),
                 ("clock_watermark", render.time_detail(m.clock_watermark)),
                 ("next_sst_id", m.next_sst_id),

@@ -35,6 +35,7 @@ from lsm.sources.protocol import SourceRecord, check_range, make_record
 
 _FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
 CHUNK = 1 << 20  # bytes read at a time while indexing or reading
+_write = os.write  # (tests replace it to fail an append half-way)
 
 
 def partition_path(directory: str, partition: int) -> str:
@@ -198,7 +199,7 @@ class LogWriter:
         self.directory = os.fspath(directory)
         self.sync = sync
         os.makedirs(self.directory, exist_ok=True)
-        self._files: dict[int, list[int]] = {}  # partition -> [fd, next offset]
+        self._files: dict[int, list[int]] = {}  # partition -> [fd, next offset, file size]
 
     def __repr__(self) -> str:
         return f"LogWriter({self.directory!r})"
@@ -221,14 +222,24 @@ class LogWriter:
         f = self._files.get(partition)
         if f is None:
             f = self._files[partition] = self._open(partition)
-        fd = f[0]
-        n = os.write(fd, record)
-        if n != len(record):
-            write_all(fd, record[n:])
+        fd, offset, size = f
+        try:
+            n = _write(fd, record)
+            if n != len(record):
+                write_all(fd, record[n:])
+        except BaseException:
+            # a failed append (disk full, an interrupt) may leave part of the record behind: cut it off,
+            # or the next append would land after a torn record, which readers rightly call corruption
+            del self._files[partition]
+            try:
+                os.ftruncate(fd, size)
+            finally:
+                os.close(fd)  # if even that failed, the next append reopens the file and cuts the tail
+            raise
+        f[1] = offset + 1
+        f[2] = size + len(record)
         if self.sync:
             os.fdatasync(fd)
-        offset = f[1]
-        f[1] = offset + 1
         return offset
 
     def end(self, partition: int) -> int:
@@ -241,8 +252,8 @@ class LogWriter:
 
     def flush(self) -> None:
         """fsync every open partition file."""
-        for fd, _ in (self._files or {}).values():
-            os.fdatasync(fd)
+        for f in (self._files or {}).values():
+            os.fdatasync(f[0])
 
     def close(self) -> None:
         """fsync and close every partition file (releasing their locks). Idempotent."""
@@ -251,8 +262,8 @@ class LogWriter:
         try:
             self.flush()
         finally:
-            for fd, _ in self._files.values():
-                os.close(fd)
+            for f in self._files.values():
+                os.close(f[0])
             self._files = None
 
     def __enter__(self) -> LogWriter:
@@ -276,7 +287,7 @@ class LogWriter:
             if os.fstat(fd).st_size > end:  # a torn tail: a producer died mid-append
                 os.ftruncate(fd, end)
                 os.fsync(fd)
-            return [fd, len(positions)]
+            return [fd, len(positions), end]
         except BaseException:
             os.close(fd)
             raise

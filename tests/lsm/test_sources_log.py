@@ -300,3 +300,25 @@ def test_make_record_builds_the_same_frozen_record() -> None:
     assert r == SourceRecord(*args) and hash(r) == hash(SourceRecord(*args)) and type(r) is SourceRecord
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.offset = 10  # type: ignore[misc]
+
+
+def test_a_failed_append_leaves_no_torn_record_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = LogWriter(tmp_path)
+    w.append(0, b"a", b"1")
+    real = plog._write
+
+    def half_then_fail(fd: int, data: bytes) -> int:
+        real(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plog, "_write", half_then_fail)
+    with pytest.raises(OSError, match="No space"):
+        w.append(0, b"b", b"2" * 100)
+    monkeypatch.setattr(plog, "_write", real)
+    log = PartitionedLog(tmp_path)
+    assert log.torn_bytes(0) == 0 and log.end(0) == 1
+    assert w.append(0, b"c", b"3") == 1  # continues right after the last complete record
+    w.close()
+    assert [(r.offset, r.key) for r in log.read(0, 0)] == [(0, b"a"), (1, b"c")]

@@ -331,3 +331,17 @@ def test_a_replica_ingesting_a_database_log_matches_the_upstream_at_every_bindin
     assert list(replica.scan()) == list(up.scan())
     replica.close()
     up.close()
+
+
+def test_ingest_stops_with_history_unavailable_and_writes_nothing(tmp_path: Path) -> None:
+    clock = lsm.ManualClock(T0)
+    up = open_db(tmp_path / "up", clock)  # no retention: the flush drops k=1
+    up.put(b"k", b"1")
+    up.put(b"k", b"2")
+    up.flush()
+    replica = open_db(tmp_path / "replica", clock)
+    with pytest.raises(HistoryUnavailableError):
+        replica.ingest(DatabaseLog(tmp_path / "up"), name="up")
+    assert list(replica.scan()) == [] and replica.sources() == [] and replica.seq == 0
+    replica.close()
+    up.close()

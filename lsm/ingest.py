@@ -49,7 +49,7 @@ from lsm.remap_store import (
     load_head,
     source_prefix,
 )
-from lsm.syskeys import is_system
+from lsm.syskeys import SYSTEM_PREFIX, is_system
 
 if TYPE_CHECKING:
     from lsm.db import DB
@@ -89,7 +89,7 @@ def durable_head(db: DB, name: str) -> Binding | None:
 
 
 class _Cursor:
-    """One partition being read in this call: a lookahead over records [start, stop)."""
+    """One partition being read in this call: records [start, stop), with one record of lookahead."""
 
     __slots__ = ("partition", "pos", "stop", "_it", "_next", "blocked")
 
@@ -103,63 +103,66 @@ class _Cursor:
         self._next: SourceRecord | None = None
         self.blocked = False  # an incomplete transaction ends the partition for this call
 
-    def peek(self) -> SourceRecord | None:
-        if self._next is None and self._it is not None:
-            self._next = next(self._it, None)
-            if self._next is None:
-                self._it = None
-        return self._next
-
-    def pop(self) -> SourceRecord:
-        rec = self._next
-        self._next = None
-        return rec  # type: ignore[return-value]
-
     @property
     def done(self) -> bool:
-        return self.blocked or self.pos >= self.stop
+        return self.blocked or (self._it is None and self._next is None)
 
     def take(self, budget: int, out: list[SourceRecord]) -> None:
-        """Move whole offsets and whole transactions into `out` until `budget` records are reached at a
-        cut or the partition ends; advance `pos` to the last cut."""
-        pending: list[SourceRecord] = []
+        """Append whole offsets and whole transactions to `out` until `budget` records are reached at a
+        cut or the partition ends; advance `pos` to the last cut. The hot loop of ingest."""
+        it = self._it
+        rec = self._next
+        self._next = None
+        cut = len(out)  # out[:cut] is committed to this batch
+        limit = cut + budget
+        pos = self.pos
+        last = -1
         open_tx: set = set()
-        taken = 0
+        append = out.append
         while True:
-            rec = self.peek()
             if rec is None:
-                if open_tx:
-                    self.blocked = True  # the trailing transaction waits; its records are read again later
-                else:
-                    out.extend(pending)
-                    self.pos = self.stop
-                return
-            if pending and rec.offset != pending[-1].offset and not open_tx:
-                out.extend(pending)
-                taken += len(pending)
-                self.pos = pending[-1].offset + 1
-                pending = []
-                if taken >= budget:
+                rec = next(it, None) if it is not None else None
+                if rec is None:
+                    self._it = None
+                    if open_tx:  # the trailing transaction waits; its records are read again later
+                        del out[cut:]
+                        self.blocked = True
+                        self.pos = pos
+                    else:
+                        self.pos = self.stop
                     return
-            if rec.offset < self.pos or (pending and rec.offset < pending[-1].offset):
-                raise ValueError(
-                    f"partition {self.partition}: offset {rec.offset} after {pending[-1].offset if pending else self.pos}"
-                    ": offsets must increase"
-                )
-            pending.append(self.pop())
-            if rec.tx is not None:
+            off = rec.offset
+            if off != last:
+                if off < last or off < pos:
+                    raise ValueError(
+                        f"partition {self.partition}: offset {off} after {max(last, pos)}: offsets must increase"
+                    )
+                if not open_tx:  # a cut: between offsets, no transaction open
+                    cut = len(out)
+                    if last >= 0:
+                        pos = last + 1
+                    if cut >= limit:
+                        self._next = rec
+                        self.pos = pos
+                        return
+                last = off
+            append(rec)
+            tx = rec.tx
+            if tx is not None:
                 if rec.tx_end:
-                    open_tx.discard(rec.tx)
+                    open_tx.discard(tx)
                 else:
-                    open_tx.add(rec.tx)
+                    open_tx.add(tx)
+            rec = None
 
 
 def _check_record(source: Source, rec: SourceRecord) -> None:
+    """Raise for a record the store cannot hold (the batch is not written)."""
     key, value = rec.key, rec.value
     where = f"{source.name}: partition {rec.partition} offset {rec.offset}"
     if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
         raise ValueError(f"{where}: key must be 1..{MAX_KEY_LEN} bytes, got {key!r:.60}")
-    if key[:1] == b"\xff" and is_system(key):
+    if is_system(key):
         raise ValueError(f"{where}: key {key!r} lies in the engine's reserved key space")
     if value is not None and (type(value) is not bytes or len(value) > MAX_VALUE_LEN):
         raise ValueError(f"{where}: value must be bytes or None")
@@ -170,7 +173,7 @@ def _check_record(source: Source, rec: SourceRecord) -> None:
 
 
 def _batch_rows(
-    db: DB, name: str, records: list[SourceRecord], frontier: dict[int, int], ttl_base: str
+    db: DB, source: Source, name: str, records: list[SourceRecord], frontier: dict[int, int], ttl_base: str
 ) -> Callable[[int, int], tuple[list[tuple], int]]:
     default_ttl = db.options.default_ttl
     event = ttl_base == "event"
@@ -180,20 +183,30 @@ def _batch_rows(
         rows: dict[bytes, tuple] = {}
         nbytes = 0
         for rec in records:
-            key, value = rec.key, rec.value
+            key, value, ttl = rec.key, rec.value, rec.ttl
+            if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
+                _check_record(source, rec)  # raises unless the key is fine after all
             exp = None
             if value is not None:
-                ttl = rec.ttl if rec.ttl is not None else default_ttl
+                if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
+                    _check_record(source, rec)
+                if ttl is None:
+                    ttl = default_ttl
+                elif type(ttl) is not int or ttl < 0:
+                    _check_record(source, rec)
                 if ttl is not None and ttl is not NO_TTL:
                     if v0:
                         raise ValueError("sst_format_version 0 cannot store TTLs")
-                    base = rec.event_ts if event and rec.event_ts is not None else ts
+                    base = ts
+                    if event and rec.event_ts is not None:
+                        base = rec.event_ts
+                        if type(base) is not int:
+                            _check_record(source, rec)
                     exp = base + ttl
                 nbytes += len(key) + len(value)
             else:
                 nbytes += len(key)
-            rows.pop(key, None)  # the last record of a key wins, in its place in the batch
-            rows[key] = (key, exp, value)
+            rows[key] = (key, exp, value)  # the last record of a key wins
         out = list(rows.values())
         out.append((binding_key(name, seq), None, encode_binding(ts, frontier)))
         return out, nbytes
@@ -259,9 +272,7 @@ def ingest(
             cursors = [c for c in cursors if not c.done]
             if new_frontier == frontier:  # every cursor ended without a cut: nothing to commit
                 break
-            for rec in records:
-                _check_record(source, rec)
-            seq, ts = db._commit_rows(_batch_rows(db, name, records, new_frontier, ttl_base), sync)
+            seq, ts = db._commit_rows(_batch_rows(db, source, name, records, new_frontier, ttl_base), sync)
             frontier = new_frontier
             st.head = Binding(ts, seq, frontier)
             records_total += len(records)

@@ -1,7 +1,7 @@
 """`lsm bench`: benchmarks of the engine, its formats and its compaction, one module per suite.
 
     lsm bench [--benchmarks fillseq,fillrandom,...] [--num N] [--compare rocksdict,plyvel] ...   (db)
-    lsm bench formats|merge|compact|time ...
+    lsm bench formats|merge|compact|time|ingest ...
     python -m tools.bench ...                                                       (the same)
 
 The first argument picks a suite from `SUITES`; without one (or when it is an option) the ``db`` suite
@@ -54,6 +54,7 @@ from tools.bench.harness import (  # noqa: F401 - re-exported for suites (see th
 
 # isort: split
 # the suites, after the re-exports above (a suite may import them from tools.bench)
+from tools import bench_ingest  # tools/bench_ingest.py (suite "ingest")
 from tools.bench import compact, db, formats, merge, timemaps
 
 Suite = Callable[[list[str]], int]
@@ -64,6 +65,7 @@ SUITES: dict[str, Suite] = {
     "merge": merge.main,
     "compact": compact.main,
     "time": timemaps.main,
+    "ingest": bench_ingest.main,
 }
 
 

@@ -322,3 +322,39 @@ def test_a_failed_append_leaves_no_torn_record_behind(
     assert w.append(0, b"c", b"3") == 1  # continues right after the last complete record
     w.close()
     assert [(r.offset, r.key) for r in log.read(0, 0)] == [(0, b"a"), (1, b"c")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.binary(max_size=200), min_size=1, max_size=12),
+    st.data(),
+    st.sampled_from([16, 64, 1 << 20]),
+)
+def test_a_file_growing_by_arbitrary_pieces_is_indexed_exactly(
+    tmp_path_factory: pytest.TempPathFactory, values: list[bytes], data: st.DataObject, chunk: int
+) -> None:
+    """Whatever prefix of its appends a reader sees (cut anywhere, read in chunks of any size), end() is
+    the number of complete records, and the same reader catches up as the rest arrives."""
+    from formats.log import encode_file_header, encode_record
+
+    d = tmp_path_factory.mktemp("log")
+    body = encode_file_header() + b"".join(encode_record(b"k%d" % i, v) for i, v in enumerate(values))
+    bounds = [len(encode_file_header())]
+    for i, v in enumerate(values):
+        bounds.append(bounds[-1] + len(encode_record(b"k%d" % i, v)))
+    cuts = sorted(data.draw(st.lists(st.integers(bounds[0], len(body)), max_size=4)))
+    path = partition_path(str(d), 0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plog, "CHUNK", chunk)
+        log = PartitionedLog(d)
+        with open(path, "wb") as f:
+            f.write(body[: bounds[0]])
+        written = bounds[0]
+        for cut in [*cuts, len(body)]:
+            with open(path, "ab") as f:
+                f.write(body[written:cut])
+            written = max(written, cut)
+            complete = sum(1 for b in bounds[1:] if b <= written)
+            assert log.end(0) == complete
+            assert log.torn_bytes(0) == written - bounds[complete]
+        assert [r.value for r in log.read(0, 0)] == values

@@ -34,6 +34,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from lsm.errors import RetentionError
+from lsm.timeline import parse_time
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,18 +112,19 @@ class Remap:
         return len(self._bindings)
 
     # -- questions ---------------------------------------------------------------------------------
-    def _check_time(self, ts_ms: int) -> None:
-        if type(ts_ms) is not int:
-            raise TypeError(f"a time is int milliseconds, not {type(ts_ms).__name__}")
+    def _check_time(self, ts_ms: int | str) -> int:
+        ts_ms = parse_time(ts_ms)
         if self.since is not None and ts_ms < self.since:
             raise RetentionError(
                 f"remap {self.name!r}: cannot answer as of {ts_ms} ms: bindings before {self.since} ms "
                 "were consolidated (history retention)"
             )
+        return ts_ms
 
-    def as_of(self, ts_ms: int) -> Binding | None:
-        """The newest binding with ts <= ts_ms; None before the first. RetentionError before `since`."""
-        self._check_time(ts_ms)
+    def as_of(self, ts_ms: int | str) -> Binding | None:
+        """The newest binding with ts <= ts_ms (ms or RFC 3339); None before the first. RetentionError
+        before `since`."""
+        ts_ms = self._check_time(ts_ms)
         i = bisect.bisect_right(self._ts, ts_ms)
         return self._bindings[i - 1] if i else None
 
@@ -141,12 +143,12 @@ class Remap:
                 lo = mid + 1
         return bs[lo] if lo < len(bs) else None
 
-    def rows(self, as_of: int | None = None) -> list[tuple[int, int, int]]:
+    def rows(self, as_of: int | str | None = None) -> list[tuple[int, int, int]]:
         """The progress relation: (ts, partition, next_offset), one row per partition per binding, oldest
         binding first and partitions ascending; with `as_of`, only bindings with ts <= as_of."""
         bs = self._bindings
         if as_of is not None:
-            self._check_time(as_of)
+            as_of = self._check_time(as_of)
             bs = bs[: bisect.bisect_right(self._ts, as_of)]
         return [(b.ts, p, off) for b in bs for p, off in sorted(b.frontier.items())]
 

@@ -66,6 +66,7 @@ def test_design_worked_example() -> None:
     assert r.binding_for(0, 7) is None and r.binding_for(1, 0) is None
     assert r.rows() == [(1000, 0, 3), (2000, 0, 5), (3000, 0, 7)]
     assert r.rows(as_of=2500) == [(1000, 0, 3), (2000, 0, 5)]
+    assert r.as_of("1970-01-01T00:00:02.999Z") == r.as_of(2999)  # RFC 3339 works too
     c = r.compact(2500)
     assert c.since == 2500
     assert c.bindings() == [Binding(2500, 2, {0: 5}), Binding(3000, 3, {0: 7})]

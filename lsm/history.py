@@ -36,31 +36,38 @@ ATTEMPTS = 100  # of reading a consistent view while the upstream flushes and co
 
 
 class HistoryView:
-    """A consistent read-only view of a database's files at one manifest version, plus its WAL tail.
+    """A consistent read-only view of a database's files at one manifest version, plus its WAL tail,
+    holding the SSTs whose seqs overlap the range it was opened for (`open_view`).
 
     `last_seq`: the last durable seq (in an SST or a complete WAL record). `floor`: versions with
     seq > floor are stored exactly as committed (0: nothing was ever dropped or rewritten).
     """
 
     def __init__(
-        self, path: str, manifest_id: int, manifest: Manifest, readers: list[SstReader], wal: list[WalRecord]
+        self,
+        path: str,
+        manifest_id: int,
+        manifest: Manifest,
+        readers: list[SstReader],
+        wal: list[WalRecord],
+        seqs: tuple[int, int | None] = (0, None),
     ) -> None:
         self.path = path
         self.manifest_id = manifest_id
         self.manifest = manifest
         self.readers = readers
         self.wal = wal
-        floor = manifest.history_floor
-        for r in readers:
-            feats = r.info.row_features
-            if r.info.format_version == 0 or RowFeature.Seq not in feats or RowFeature.Timestamp not in feats:
-                floor = max(floor, r.info.max_seq)
-        self.floor = floor
+        self.seqs = seqs
+        self.floor = history_floor(manifest)
         self.last_seq = max([manifest.last_seq] + [rec.seq for rec in wal])
 
     def versions(self, start: int, stop: int | None = None) -> list[tuple]:
         """Every stored version ``(key, seq, ts, expire_ts, value)`` with start <= seq < stop (stop None:
-        no bound), ordered by (seq, key). Exact history only when start > floor."""
+        no bound), ordered by (seq, key), within the range the view was opened for. Exact history only
+        when start > floor."""
+        lo, hi_open = self.seqs
+        if start < lo or (hi_open is not None and (stop is None or stop > hi_open)):
+            raise ValueError(f"seqs [{start}, {stop}) lie outside the view's range [{lo}, {hi_open})")
         hi = self.last_seq + 1 if stop is None else stop
         out: list[tuple] = []
         if start >= hi:
@@ -86,6 +93,26 @@ class HistoryView:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def history_floor(m: Manifest) -> int:
+    """Versions with seq above this are stored exactly as committed in the database of manifest `m`: its
+    recorded floor, raised to the max_seq of any SST whose rows lack a seq or a commit ts."""
+    floor = m.history_floor
+    for e in m.all_ssts():
+        info = e.info
+        feats = info.row_features
+        if info.format_version == 0 or RowFeature.Seq not in feats or RowFeature.Timestamp not in feats:
+            floor = max(floor, info.max_seq)
+    return floor
+
+
+def latest_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """The newest manifest of the database at `path` (NotADatabaseError if there is none)."""
+    path = os.fspath(path)
+    if not os.path.isdir(os.path.join(path, "manifest")):
+        raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest directory)")
+    return _latest(ManifestStore(path), path)[1]
 
 
 def _seq_key(row: tuple) -> tuple:
@@ -122,8 +149,10 @@ def _wal_records(path: str, man: Manifest) -> list[WalRecord]:
     return out
 
 
-def open_view(path: str | os.PathLike[str]) -> HistoryView:
-    """A consistent `HistoryView` of the database at `path` (which another process may be writing)."""
+def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = None) -> HistoryView:
+    """A consistent `HistoryView` of the database at `path` (which another process may be writing), for
+    reading the versions with start <= seq < stop: only the SSTs whose seqs overlap that range are
+    opened (a follower reading the newest commits opens the newest SSTs, if any)."""
     path = os.fspath(path)
     if not os.path.isdir(os.path.join(path, "manifest")):
         raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest directory)")
@@ -133,13 +162,14 @@ def open_view(path: str | os.PathLike[str]) -> HistoryView:
         readers: list[SstReader] = []
         try:
             for e in man.all_ssts():
-                readers.append(SstReader(os.path.join(path, "sst", e.name)))
+                if e.info.max_seq >= start and (stop is None or e.info.min_seq < stop):
+                    readers.append(SstReader(os.path.join(path, "sst", e.name)))
             wal = _wal_records(path, man)
             # a flush commits its manifest before retiring the segments it flushed: if the manifest did
             # not move while we read the WAL, no segment we needed was gone
             if _latest(store, path)[0] != mid:
                 raise _Changed
-            return HistoryView(path, mid, man, readers, wal)
+            return HistoryView(path, mid, man, readers, wal, (start, stop))
         except (_Changed, FileNotFoundError):
             for r in readers:
                 r.close()
@@ -159,18 +189,24 @@ class WalTail:
 
     def last_seq(self) -> int:
         """The last seq durable in the database: in an SST or in a complete WAL record."""
-        _mid, man = _latest(self._store, self.path)
-        top = man.last_seq
-        seen: dict[str, tuple[tuple[int, int], int, int]] = {}
-        for sid, seg in wal_files.list_segments(os.path.join(self.path, "wal")):
-            if sid < man.wal_replay_from:
-                continue
-            state = self._scan(seg)
-            if state is not None:
-                seen[seg] = state
-                top = max(top, state[2])
-        self._segments = seen
-        return top
+        for _ in range(ATTEMPTS):
+            mid, man = _latest(self._store, self.path)
+            top = man.last_seq
+            seen: dict[str, tuple[tuple[int, int], int, int]] = {}
+            for sid, seg in wal_files.list_segments(os.path.join(self.path, "wal")):
+                if sid < man.wal_replay_from:
+                    continue
+                state = self._scan(seg)
+                if state is not None:
+                    seen[seg] = state
+                    top = max(top, state[2])
+            self._segments.update(seen)
+            # a flush that committed meanwhile may have retired a segment before we read it, its rows
+            # now in an SST our manifest does not show: only an unchanged manifest makes the sum whole
+            if _latest(self._store, self.path)[0] == mid:
+                self._segments = seen
+                return top
+        raise LsmError(f"{self.path}: the database kept changing while its WAL was being read")
 
     def _scan(self, seg: str) -> tuple[tuple[int, int], int, int] | None:
         try:
@@ -198,4 +234,4 @@ class WalTail:
             os.close(fd)
 
 
-__all__ = ["HistoryView", "WalTail", "open_view"]
+__all__ = ["HistoryView", "WalTail", "history_floor", "latest_manifest", "open_view"]

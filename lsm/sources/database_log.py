@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator
 
 from lsm.errors import HistoryUnavailableError
-from lsm.history import WalTail, open_view
+from lsm.history import WalTail, history_floor, latest_manifest, open_view
 from lsm.sources.protocol import SourceRecord, check_range, make_record
 from lsm.syskeys import is_system
 
@@ -52,8 +52,7 @@ class DatabaseLog:
 
     def floor(self) -> int:
         """The upstream's history floor: reads must start above it (0: the whole history is there)."""
-        with open_view(self.path) as view:
-            return view.floor
+        return history_floor(latest_manifest(self.path))
 
     def read(self, partition: int, start: int, stop: int | None = None) -> Iterator[SourceRecord]:
         """Records of the upstream commits with start <= seq < stop, in seq order (rows of one commit by
@@ -61,7 +60,7 @@ class DatabaseLog:
         check_range(partition, start, stop)
         if partition != 0 or (stop is not None and stop <= start):
             return iter(())
-        with open_view(self.path) as view:
+        with open_view(self.path, start, stop) as view:
             if view.floor > 0 and start <= view.floor and start <= view.last_seq:
                 raise HistoryUnavailableError(
                     f"{self.name}: cannot read history from seq {start}: the upstream dropped or rewrote "

@@ -345,3 +345,24 @@ def test_ingest_stops_with_history_unavailable_and_writes_nothing(tmp_path: Path
     assert list(replica.scan()) == [] and replica.sources() == [] and replica.seq == 0
     replica.close()
     up.close()
+
+
+def test_a_view_opens_only_the_ssts_its_range_needs(tmp_path: Path) -> None:
+    clock = lsm.ManualClock(T0)
+    with open_db(tmp_path, clock, history_retention=YEAR) as db:
+        for i in range(3):  # three L0 SSTs: seqs 1-2, 3-4, 5-6
+            db.put(b"a%d" % i, b"1")
+            db.put(b"b%d" % i, b"2")
+            db.flush()
+        db.put(b"c", b"3")  # seq 7, in the WAL
+        with open_view(tmp_path, 5) as view:
+            assert len(view.readers) == 1 and view.last_seq == 7
+            assert [r[1] for r in view.versions(5)] == [5, 6, 7]
+            with pytest.raises(ValueError, match="outside the view's range"):
+                view.versions(3)
+        with open_view(tmp_path, 2, 4) as view:
+            assert len(view.readers) == 2
+            assert [(r[0], r[1]) for r in view.versions(2, 4)] == [(b"b0", 2), (b"a1", 3)]
+            with pytest.raises(ValueError):
+                view.versions(2)
+        assert DatabaseLog(tmp_path).floor() == 0

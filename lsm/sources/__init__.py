@@ -14,8 +14,9 @@ lsm-sim database read by its seqs). See docs/ingest.md.
 ([0], 1, [b'k'])
 """
 
+from lsm.sources.conformance import verify_source
 from lsm.sources.database_log import DatabaseLog
 from lsm.sources.partitioned_log import LogWriter, PartitionedLog
 from lsm.sources.protocol import Source, SourceRecord
 
-__all__ = ["DatabaseLog", "LogWriter", "PartitionedLog", "Source", "SourceRecord"]
+__all__ = ["DatabaseLog", "LogWriter", "PartitionedLog", "Source", "SourceRecord", "verify_source"]

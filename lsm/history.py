@@ -84,6 +84,7 @@ class HistoryView:
         return out
 
     def close(self) -> None:
+        """Close the SST readers (their mmaps). Idempotent."""
         for r in self.readers:
             r.close()
         self.readers = []

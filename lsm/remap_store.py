@@ -52,19 +52,23 @@ def source_prefix(name: str) -> bytes:
 
 
 def binding_key(name: str, seq: int) -> bytes:
+    """The key of the binding committed at `seq` of source `name`."""
     return source_prefix(name) + SEQ.pack(seq)
 
 
 def since_key(name: str) -> bytes:
+    """The key of the since row of source `name` (sorts before its bindings)."""
     return source_prefix(name) + SEQ.pack(0)
 
 
 def encode_binding(ts: int, frontier: dict[int, int]) -> bytes:
+    """The value of a binding row: msgpack [ts, partitions ascending, their next offsets]."""
     parts = sorted(frontier)
     return msgpack.packb([ts, parts, [frontier[p] for p in parts]])
 
 
 def encode_since(since: int) -> bytes:
+    """The value of a since row: msgpack [since]."""
     return msgpack.packb([since])
 
 
@@ -76,6 +80,7 @@ def _split_key(key: bytes) -> tuple[str, int]:
 
 
 def decode_binding(key: bytes, value: bytes) -> Binding:
+    """The Binding a binding row holds (its seq from the key); CorruptionError if undecodable."""
     _name, seq = _split_key(key)
     try:
         ts, parts, offs = msgpack.unpackb(value)
@@ -86,6 +91,7 @@ def decode_binding(key: bytes, value: bytes) -> Binding:
 
 
 def decode_since(key: bytes, value: bytes) -> int:
+    """The since (ms) a since row holds; CorruptionError if undecodable."""
     try:
         (since,) = msgpack.unpackb(value)
     except Exception as e:  # noqa: BLE001

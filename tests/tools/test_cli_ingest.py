@@ -54,6 +54,10 @@ def test_ingest_then_remap(tmp_path) -> None:
     assert "seq       3" in b and f"({last_ts})" in b
     with lsm.DB.open(db, read_only=True) as d:  # what ingest wrote is the log, once
         assert dict(d.scan()) == {b"k%04d" % i: b"v%d" % i for i in range(25)}
+    du = run_lsm("du", db, "--json").json()  # the 3 binding rows are the engine's, not counted
+    assert du["total"]["live_rows"] == 25
+    scan = run_lsm("scan", db, "--json").json()
+    assert len(scan) == 25 and all(not row["key"].startswith("0xffffffff") for row in scan)
 
 
 def test_remap_lookups_without_an_answer_and_bad_input(tmp_path) -> None:

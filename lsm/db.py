@@ -7,8 +7,11 @@ Directory layout::
     PATH/wal/%020d.wal             WAL segments, one per memtable (formats.wal)
     PATH/sst/<name>.sst            SSTs (formats.sst); only those the manifest names are live
 
-Write path: a commit takes the write lock, reads the clock (never backwards), takes the next seq, appends
-one WAL record (one write(2); fsync when sync=True), then adds its rows to the memtable. A full memtable
+Write path: a commit takes the write lock and a shared flock on the active WAL segment, checks the fence,
+reads the clock (never backwards), takes the next seq, appends one WAL record (one write(2); fsync when
+sync=True), releases the flock, then adds its rows to the memtable. An opener publishes its epoch before
+it locks and reads the segments, so an append either passed its fence check before the publish (the
+opener waits for it and replays it: the write succeeded) or fails that check (nothing written). A full memtable
 is frozen behind a new WAL segment and flushed to an L0 SST by the flush thread while writes go on; the
 manifest then records the SST and the new WAL replay point, and only after that commit are the
 flushed segments deleted.
@@ -17,14 +20,20 @@ Read path: the active memtable, frozen memtables newest first, L0 SSTs newest fi
 newest first; the first version with seq <= the read's seq decides. Structures are searched in that
 order because their seq ranges are ordered the same way.
 
+Failure: an I/O error on the write path (WAL append or sync, flush, manifest commit, compaction, close)
+puts the DB into the failed state (`DbFailedError`, naming the file and the call): writes are refused
+until it is reopened, reads go on, nothing is appended after a possibly partial record, and no file a
+possibly published manifest references is deleted. The failed write's seq is never given to another write.
+
 Recovery: open replays WAL segments from the manifest's replay point (records past the manifest's
-last_seq), dropping a torn final record, flushes what it replayed to L0 and retires the old segments, so
+last_seq), dropping a torn final record (DbOptions.wal_recovery_mode), flushes what it replayed to L0 and retires the old segments, so
 a fenced older handle appending to them can never make those writes visible.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import threading
 import weakref
@@ -42,10 +51,11 @@ from formats.wal import encode_put, encode_record
 from lsm import wal as wal_files
 from lsm.batch import WriteBatch
 from lsm.cache import LruCache
-from lsm.clock import MonotonicClock
+from lsm.clock import I64_MAX, MonotonicClock
 from lsm.compactor import DbCompactor
 from lsm.errors import (
     ClosedError,
+    DbFailedError,
     FencedError,
     LsmError,
     NotADatabaseError,
@@ -53,7 +63,7 @@ from lsm.errors import (
 )
 from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.iterators import run_iter, visible_rows
-from lsm.manifest import FenceToken, ManifestStore
+from lsm.manifest import FenceToken, ManifestStore, PublishUnknownError
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions, check_ttl
 from lsm.seq_tracker import Round
@@ -147,6 +157,8 @@ class DB:
 
         man_id, man = self._open_manifest()
         self._manifest_id, self._manifest = man_id, man
+        if not read_only:
+            self._store.remove_stale_tmp()
         self._writer_epoch = man.writer_epoch
         self._compactor_epoch = man.compactor_epoch
         self._next_id = max(man.next_sst_id, _max_sst_number(self._sst_dir) + 1)
@@ -214,8 +226,10 @@ class DB:
         last_seg = segments[-1][0] if segments else man.wal_replay_from - 1
         mem = Memtable(last_seg)
         max_ts = 0
+        mode = self.options.wal_recovery_mode
         for _sid, path in segments:
-            records, _torn = wal_files.read_segment(path)
+            # exclusive (writable open): waits out an append whose fence check passed before our publish
+            records, stop = wal_files.replay_segment(path, mode, exclusive=not self.read_only)
             for rec in records:
                 if rec.ts > max_ts:
                     max_ts = rec.ts
@@ -225,6 +239,8 @@ class DB:
                     mem.add(row)
                 if rec.ts >= self._timeline.next_ms:
                     self._timeline.on_commit(rec.seq, rec.ts)
+            if stop:
+                break
         return mem, max_ts, last_seg
 
     # -- SST bookkeeping ---------------------------------------------------------------------------
@@ -273,7 +289,13 @@ class DB:
                 base = self._manifest
                 new = edit(base)
                 new = new.replace(next_sst_id=max(new.next_sst_id, self._next_id))
-                if self._store.try_create(self._manifest_id + 1, new):
+                try:
+                    created = self._store.try_create(self._manifest_id + 1, new)
+                except PublishUnknownError as e:
+                    raise self._fail(e.error, published=None) from e.error
+                except OSError as e:
+                    raise self._fail(e) from e
+                if created:
                     self._manifest_id += 1
                     self._manifest = new
                     if self._manifest_id % 16 == 0:
@@ -311,21 +333,30 @@ class DB:
         with self._write_lock:
             if self._closed or self._bg_error is not None:
                 self._raise_not_writable()
+            wal = self._wal
+            fd = wal.fd
             token, epoch = self._token_bytes, self._epoch_bytes
-            if token[0:8] != epoch:
-                self._check_fence()
-            ts = self._clock.tick()
-            if ttl is None:
-                ttl = self._default_ttl
-            exp = None
-            if ttl is not None and ttl is not NO_TTL:
-                if self.options.sst_format_version == 0:
-                    raise ValueError("sst_format_version 0 cannot store TTLs")
-                exp = ts + ttl
-            seq = self._seq + 1
-            self._wal.append(encode_put(seq, ts, key, exp, value), sync)
-            if token[0:8] != epoch:
-                self._check_fence()
+            _flock(fd, LOCK_SH)  # see the module docstring: held from the fence check to the append
+            try:
+                if token[0:8] != epoch:
+                    self._check_fence()
+                ts = self._clock.tick()
+                if ttl is None:
+                    ttl = self._default_ttl
+                exp = None
+                if ttl is not None and ttl is not NO_TTL:
+                    if self.options.sst_format_version == 0:
+                        raise ValueError("sst_format_version 0 cannot store TTLs")
+                    exp = ts + ttl
+                    if exp > I64_MAX:
+                        _expiry_overflow(ts, ttl)
+                seq = self._seq + 1
+                try:
+                    wal.append(encode_put(seq, ts, key, exp, value), sync)
+                except OSError as e:
+                    raise self._fail(e) from e
+            finally:
+                _flock(fd, LOCK_UN)
             mem = self._state.mem
             mem.add((key, seq, ts, exp, value))
             self._seq = seq
@@ -374,29 +405,12 @@ class DB:
         with self._write_lock:
             if self._closed or self._bg_error is not None:
                 self._raise_not_writable()
-            self._check_fence()
-            ts = self._clock.tick()
-            seq = self._seq + 1
-            default_ttl = self._default_ttl
-            wal_ops = []
-            rows = []
-            nbytes = 0
-            for key, ttl, value in ops:
-                exp = None
-                if value is not None:
-                    if ttl is None:
-                        ttl = default_ttl
-                    if ttl is not None and ttl is not NO_TTL:
-                        if self.options.sst_format_version == 0:
-                            raise ValueError("sst_format_version 0 cannot store TTLs")
-                        exp = ts + ttl
-                    nbytes += len(key) + len(value)
-                else:
-                    nbytes += len(key)
-                wal_ops.append((key, exp, value))
-                rows.append((key, seq, ts, exp, value))
-            self._wal.append(encode_record(seq, ts, wal_ops), sync)
-            self._check_fence()
+            wal = self._wal
+            _flock(wal.fd, LOCK_SH)  # as in put
+            try:
+                seq, ts, rows, nbytes = self._append_ops(wal, ops, sync)
+            finally:
+                _flock(wal.fd, LOCK_UN)
             mem = self._state.mem
             for r in rows:
                 mem.add(r)
@@ -408,6 +422,37 @@ class DB:
             if mem.bytes >= self._memtable_bytes:
                 self._rotate_locked()
             return seq
+
+    def _append_ops(self, wal: wal_files.WalWriter, ops, sync: bool) -> tuple[int, int, list, int]:
+        """Fence check, clock, seq and the WAL append of one commit (write lock and flock held)."""
+        self._check_fence()
+        ts = self._clock.tick()
+        seq = self._seq + 1
+        default_ttl = self._default_ttl
+        wal_ops = []
+        rows = []
+        nbytes = 0
+        for key, ttl, value in ops:
+            exp = None
+            if value is not None:
+                if ttl is None:
+                    ttl = default_ttl
+                if ttl is not None and ttl is not NO_TTL:
+                    if self.options.sst_format_version == 0:
+                        raise ValueError("sst_format_version 0 cannot store TTLs")
+                    exp = ts + ttl
+                    if exp > I64_MAX:
+                        _expiry_overflow(ts, ttl)
+                nbytes += len(key) + len(value)
+            else:
+                nbytes += len(key)
+            wal_ops.append((key, exp, value))
+            rows.append((key, seq, ts, exp, value))
+        try:
+            wal.append(encode_record(seq, ts, wal_ops), sync)
+        except OSError as e:
+            raise self._fail(e) from e
+        return seq, ts, rows, nbytes
 
     def _rotate_locked(self) -> None:
         """Freeze the memtable behind a new WAL segment and hand it to the flush thread (write lock held)."""
@@ -421,6 +466,8 @@ class DB:
             raise FencedError(
                 f"{self.path}: WAL segment {new.segment_id} belongs to another handle; this one is fenced"
             ) from None
+        except OSError as e:
+            raise self._fail(e) from e
         old_wal, self._wal = self._wal, new_wal
         old_wal.close()
         with self._state_lock:
@@ -469,11 +516,19 @@ class DB:
         """Write one frozen memtable to L0, commit, swap it into the read path, retire its WAL."""
         tick = self._clock.read()
         spec = self._output_spec(f"{self._alloc_ids():020d}", None)
-        outputs = flush_rows(
-            mem.iter(), spec, tick=tick, snapshots=self.snapshot_seqs(), retention_cutoff=self._retention_cutoff(tick)
-        )
-        fsync_dir(self._sst_dir)
+        try:
+            # on failure flush_rows removes what it wrote: nothing references it yet
+            outputs = flush_rows(
+                mem.iter(), spec, tick=tick, snapshots=self.snapshot_seqs(), retention_cutoff=self._retention_cutoff(tick)
+            )
+        except OSError as e:
+            raise self._fail(e) from e
         entries = tuple(SstEntry(name, info) for name, info in outputs)
+        try:
+            fsync_dir(self._sst_dir)
+        except OSError as e:
+            self._discard_outputs(entries)
+            raise self._fail(e) from e
         watermark = max(mem.max_ts, self._clock.last)
 
         def edit(m: Manifest) -> Manifest:
@@ -487,13 +542,35 @@ class DB:
 
         try:
             self._commit(edit, lambda m: self._install(m, drop_imm=mem))
+        except DbFailedError as e:
+            if e.published is not None:  # known unpublished; otherwise a manifest on disk may name them
+                self._discard_outputs(entries)
+            raise
         except BaseException:
-            for e in entries:
-                unlink_quiet(self.sst_path(e.name))
-                self._readers.pop(e.name, None)
+            self._discard_outputs(entries)
             raise
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
         self._delete_wal_below(mem.segment_id + 1)
+
+    def _discard_outputs(self, entries: tuple[SstEntry, ...]) -> None:
+        """Delete SSTs of a flush no manifest references (its commit failed before publishing)."""
+        for e in entries:
+            r = self._readers.pop(e.name, None)
+            if r is not None:
+                r.close()
+            unlink_quiet(self.sst_path(e.name))
+
+    def _fail(self, error: BaseException, published: bool | None = False) -> DbFailedError:
+        """Enter the failed state for `error` (an I/O error on the write path); return the error to raise.
+
+        Later writes raise the first failure's error (the ones after it are its consequences)."""
+        err = DbFailedError(self.path, error, published)
+        err.__cause__ = error
+        with self._cv:
+            if self._bg_error is None:
+                self._bg_error = err
+            self._cv.notify_all()
+        return err
 
     def _install(self, m: Manifest, drop_imm: Memtable | None = None) -> None:
         """Point the read path at manifest `m` (called under the commit lock, in commit order)."""
@@ -754,23 +831,36 @@ class DB:
             self._release()
 
     def _release(self) -> None:
-        if self._compactor is not None:
-            self._compactor.stop()
-        with self._cv:
-            self._stopping = True
-            self._cv.notify_all()
-        if self._flush_thread is not None and self._flush_thread is not threading.current_thread():
-            self._flush_thread.join()
-        if self._wal is not None:
-            try:
-                self._wal.sync()
-            finally:
-                self._wal.close()
-            self._wal = None
-        if self._token is not None:
-            self._token.close()
-            self._token = None
-        self._closed = True
+        """Stop the threads and close every file this handle holds, whatever fails on the way."""
+        failure: DbFailedError | None = None
+        try:
+            if self._compactor is not None:
+                self._compactor.stop()
+        finally:
+            with self._cv:
+                self._stopping = True
+                self._cv.notify_all()
+            if self._flush_thread is not None and self._flush_thread is not threading.current_thread():
+                self._flush_thread.join()
+            if self._wal is not None:
+                try:
+                    if self._wal.broken is None:
+                        self._wal.sync()
+                except OSError as e:
+                    err = self._fail(e)
+                    failure = err if self._bg_error is err else None
+                finally:
+                    self._wal.close()
+                    self._wal = None
+            if self._token is not None:
+                self._token.close()
+                self._token = None
+            for r in list(self._readers.values()):
+                r.close()
+            self._readers.clear()
+            self._closed = True
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> DB:
         return self
@@ -963,3 +1053,13 @@ def _max_sst_number(sst_dir: str) -> int:
 
 
 __all__ = ["DB", "Entry", "ReadOnlyError", "State", "Run", "prefix_end"]
+
+
+LOCK_SH, LOCK_UN = fcntl.LOCK_SH, fcntl.LOCK_UN
+_flock = fcntl.flock
+
+
+def _expiry_overflow(ts: int, ttl: int) -> None:
+    raise ValueError(
+        f"expiry {ts} + ttl {ttl} = {ts + ttl} ms does not fit a signed 64-bit integer; nothing was written"
+    )

@@ -389,6 +389,8 @@ class DB:
             raise ClosedError(f"{self.path}: DB is closed")
         if self.read_only:
             raise ReadOnlyError(f"{self.path}: opened read-only")
+        if self._bg_error is not None:
+            raise self._bg_error
 
     def _raise_not_writable(self) -> None:
         if self._closed:
@@ -987,6 +989,11 @@ class DB:
     def compaction_stats(self) -> CompactionStats:
         """CompactionStats accumulated over every job this handle ran (background ones included)."""
         return self._compactor.stats if self._compactor is not None else CompactionStats()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why writes are refused (the failed state's `DbFailedError`, or a flush error), else None."""
+        return self._bg_error
 
     @property
     def compaction_error(self) -> BaseException | None:

@@ -170,6 +170,16 @@ def create(path: str, flags: int, mode: int = 0o644) -> int:
 
 def write(fd: int, data: Any, path: str) -> None:
     """Write every byte of `data` to `fd` (retrying short counts); raise if any byte cannot be written."""
+    if _plan is None and not _pending_enospc:  # the fast path of every WAL append
+        try:
+            n = os.write(fd, data)
+        except OSError as e:
+            raise _wrap("write", path, e) from None
+        if n == len(data):
+            return
+        data = memoryview(data)[n:]
+        if n == 0:
+            raise _fail("write", path, errno_mod.ENOSPC)
     view = memoryview(data)
     while view:
         if fd in _pending_enospc:

@@ -42,6 +42,7 @@ import bisect
 import dataclasses
 import mmap
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -396,9 +397,12 @@ class SstReader:
         self.cache = cache
         self.cache_id = cache_id if cache_id is not None else self.path
         self.verify_checksums = verify_checksums
-        fd = os.open(self.path, os.O_RDONLY)
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang the open
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{self.path}: not a regular file, so not an SST")
+            size = st.st_size
             if size < FOOTER.size:
                 raise CorruptionError(self.path, 0, f"file of {size} bytes is too short to be an SST")
             self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)

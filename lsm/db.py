@@ -7,9 +7,10 @@ Directory layout::
     PATH/wal/%020d.wal             WAL segments, one per memtable (formats.wal)
     PATH/sst/<name>.sst            SSTs (formats.sst); only those the manifest names are live
 
-Write path: a commit takes the write lock and a shared flock on the active WAL segment, checks the fence,
-reads the clock (never backwards), takes the next seq, appends one WAL record (one write(2); fsync when
-sync=True), releases the flock, then adds its rows to the memtable. An opener publishes its epoch before
+Write path: a commit takes the write lock and (if it does not hold it yet) a shared flock on the active
+WAL segment, checks the fence, reads the clock (never backwards), takes the next seq, appends one WAL
+record (one write(2); fsync when sync=True), then adds its rows to the memtable. The flock is kept
+across writes and dropped when idle or fenced (lsm.wal_lock). An opener publishes its epoch before
 it locks and reads the segments, so an append either passed its fence check before the publish (the
 opener waits for it and replays it: the write succeeded) or fails that check (nothing written). A full memtable
 is frozen behind a new WAL segment and flushed to an L0 SST by the flush thread while writes go on; the
@@ -33,7 +34,6 @@ a fenced older handle appending to them can never make those writes visible.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import threading
 import weakref
@@ -69,6 +69,7 @@ from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions, check_ttl
 from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
 from lsm.timeline import Timeline, parse_time
+from lsm.wal_lock import IdleReleaser
 
 SST_SUFFIX = ".sst"
 
@@ -150,6 +151,7 @@ class DB:
         self._on_flush_hooks: list[Callable[[], None]] = []
         self._on_close_hooks: list[Callable[[], None]] = []
         self._compactor: DbCompactor | None = None
+        self._lock_releaser: IdleReleaser | None = None
         self._memtable_bytes = options.memtable_bytes
         self._default_ttl = options.default_ttl
         self.user_bytes_written = 0
@@ -192,6 +194,7 @@ class DB:
             self._state = dataclasses.replace(self._state, mem=new_mem)
             self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
             self._flush_thread.start()
+            self._lock_releaser = IdleReleaser(self)
             self._compactor = DbCompactor(self)
             if self._compactor.background is not None:
                 self._on_flush_hooks.append(self._compactor.background.wake)
@@ -285,6 +288,10 @@ class DB:
         `on_commit(new)` runs under the commit lock right after the commit, so read-path state swaps
         happen in commit order."""
         with self._commit_lock:
+            if isinstance(self._bg_error, DbFailedError):
+                # the store's files may be ahead of what this handle knows (a maybe-published version):
+                # only a reopen may commit again
+                raise self._bg_error
             for _ in range(100):
                 base = self._manifest
                 new = edit(base)
@@ -334,29 +341,27 @@ class DB:
             if self._closed or self._bg_error is not None:
                 self._raise_not_writable()
             wal = self._wal
-            fd = wal.fd
+            if not wal.held:  # the segment lock of the fencing protocol (lsm.wal_lock): kept across writes
+                wal.hold()
             token, epoch = self._token_bytes, self._epoch_bytes
-            _flock(fd, LOCK_SH)  # see the module docstring: held from the fence check to the append
+            if token[0:8] != epoch:
+                self._fenced(wal)
+            ts = self._clock.tick()
+            if ttl is None:
+                ttl = self._default_ttl
+            exp = None
+            if ttl is not None and ttl is not NO_TTL:
+                if self.options.sst_format_version == 0:
+                    raise ValueError("sst_format_version 0 cannot store TTLs")
+                exp = ts + ttl
+                if exp > I64_MAX:
+                    _expiry_overflow(ts, ttl)
+            seq = self._seq + 1
             try:
-                if token[0:8] != epoch:
-                    self._check_fence()
-                ts = self._clock.tick()
-                if ttl is None:
-                    ttl = self._default_ttl
-                exp = None
-                if ttl is not None and ttl is not NO_TTL:
-                    if self.options.sst_format_version == 0:
-                        raise ValueError("sst_format_version 0 cannot store TTLs")
-                    exp = ts + ttl
-                    if exp > I64_MAX:
-                        _expiry_overflow(ts, ttl)
-                seq = self._seq + 1
-                try:
-                    wal.append(encode_put(seq, ts, key, exp, value), sync)
-                except OSError as e:
-                    raise self._fail(e) from e
-            finally:
-                _flock(fd, LOCK_UN)
+                wal.append(encode_put(seq, ts, key, exp, value), sync)
+            except OSError as e:
+                wal.release()
+                raise self._fail(e) from e
             mem = self._state.mem
             mem.add((key, seq, ts, exp, value))
             self._seq = seq
@@ -401,6 +406,12 @@ class DB:
         if self._token.read() != self._writer_epoch:
             raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
 
+    def _fenced(self, wal: wal_files.WalWriter) -> None:
+        """A write found a newer epoch: give the segment lock to the opener waiting for it, then raise."""
+        wal.release()
+        self._check_fence()
+        raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
+
     def _commit_ops(self, ops, options: WriteOptions | None) -> int:
         self._check_writable()
         sync = options is not None and options.sync
@@ -408,11 +419,9 @@ class DB:
             if self._closed or self._bg_error is not None:
                 self._raise_not_writable()
             wal = self._wal
-            _flock(wal.fd, LOCK_SH)  # as in put
-            try:
-                seq, ts, rows, nbytes = self._append_ops(wal, ops, sync)
-            finally:
-                _flock(wal.fd, LOCK_UN)
+            if not wal.held:  # as in put
+                wal.hold()
+            seq, ts, rows, nbytes = self._append_ops(wal, ops, sync)
             mem = self._state.mem
             for r in rows:
                 mem.add(r)
@@ -427,7 +436,8 @@ class DB:
 
     def _append_ops(self, wal: wal_files.WalWriter, ops, sync: bool) -> tuple[int, int, list, int]:
         """Fence check, clock, seq and the WAL append of one commit (write lock and flock held)."""
-        self._check_fence()
+        if self._token.read() != self._writer_epoch:
+            self._fenced(wal)
         ts = self._clock.tick()
         seq = self._seq + 1
         default_ttl = self._default_ttl
@@ -453,6 +463,7 @@ class DB:
         try:
             wal.append(encode_record(seq, ts, wal_ops), sync)
         except OSError as e:
+            wal.release()
             raise self._fail(e) from e
         return seq, ts, rows, nbytes
 
@@ -506,7 +517,8 @@ class DB:
                 self._flush_memtable(self._state.imm[-1])
             except BaseException as e:  # noqa: BLE001 - surfaced to writers as the background error
                 with self._cv:
-                    self._bg_error = e
+                    if self._bg_error is None:  # the first failure is the one to report
+                        self._bg_error = e
                     self._cv.notify_all()
                 return
             with self._cv:
@@ -844,6 +856,9 @@ class DB:
                 self._cv.notify_all()
             if self._flush_thread is not None and self._flush_thread is not threading.current_thread():
                 self._flush_thread.join()
+            if self._lock_releaser is not None:
+                self._lock_releaser.stop()
+                self._lock_releaser = None
             if self._wal is not None:
                 try:
                     if self._wal.broken is None:
@@ -1061,9 +1076,6 @@ def _max_sst_number(sst_dir: str) -> int:
 
 __all__ = ["DB", "Entry", "ReadOnlyError", "State", "Run", "prefix_end"]
 
-
-LOCK_SH, LOCK_UN = fcntl.LOCK_SH, fcntl.LOCK_UN
-_flock = fcntl.flock
 
 
 def _expiry_overflow(ts: int, ttl: int) -> None:

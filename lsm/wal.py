@@ -4,10 +4,11 @@ Failure rule: an append that fails (a short write, ENOSPC, EIO, a failed fdatasy
 for good. Nothing is ever appended after a record that may be partial: the half record stays the
 segment's torn tail, which recovery drops, instead of becoming a damaged record in the middle of the log.
 
-Fencing (see `lsm.db`): a writer holds a shared ``flock`` on its active segment from before its fence
-check until its append returns (`locked`); an opener publishes its new writer epoch first and then takes
-an exclusive ``flock`` on each segment before reading it (`read_segment(..., exclusive=True)`). So an
-append the opener could miss is one whose fence check ran after the publish, and that check fails.
+Fencing (see `lsm.db`): a writer holds a shared ``flock`` on its active segment whenever it checks the
+fence and appends (`WalWriter.hold`, kept across writes and dropped as `lsm.wal_lock` describes); an
+opener publishes its new writer epoch first and then takes an exclusive ``flock`` on each segment before
+reading it (`replay_segment(..., exclusive=True)`). So an append the opener could miss is one whose fence
+check ran after the publish, and that check fails.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class WalWriter:
         self.segment_id = segment_id
         self.path = segment_path(wal_dir, segment_id)
         self.broken: OSError | None = None  # the error that broke this writer (see module docstring)
+        self.held = False  # the shared flock of the fencing protocol
         # O_EXCL: a segment belongs to exactly one handle; finding it already there means another
         # handle (the one that fenced us, or one we fenced) created it, and two writers must never
         # append to one file
@@ -91,13 +93,16 @@ class WalWriter:
             self.fd = -1
             raise
 
-    def lock(self) -> None:
-        """Shared flock: held from before the fence check until the append returns."""
+    def hold(self) -> None:
+        """Take the shared flock (it may wait for an opener that is reading this segment)."""
         fcntl.flock(self.fd, fcntl.LOCK_SH)
+        self.held = True
 
-    def unlock(self) -> None:
-        """Drop the shared flock."""
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
+    def release(self) -> None:
+        """Drop the shared flock if this writer holds it."""
+        if self.held:
+            self.held = False
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def append(self, record: bytes, sync: bool = False) -> None:
         """Append one encoded record with one write(2); fdatasync it too when `sync`. Any failure breaks
@@ -125,5 +130,6 @@ class WalWriter:
     def close(self) -> None:
         """Close the segment file; idempotent."""
         if self.fd >= 0:
-            os.close(self.fd)
+            os.close(self.fd)  # drops the flock too
             self.fd = -1
+        self.held = False

@@ -213,8 +213,8 @@ def collect_garbage(sst_dir: str, m: Manifest, grace_ms: int, keep: set[str] = f
                 continue
         except FileNotFoundError:
             continue
-        unlink_quiet(p)
-        removed.append(name)
+        if unlink_quiet(p):  # a file that could not be deleted is left for the next gc
+            removed.append(name)
     if removed:
         fsync_dir(sst_dir)
     return removed

@@ -820,7 +820,10 @@ class DB:
 
     # -- close -------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Flush the memtable, record the clock watermark, stop threads, release files. Idempotent."""
+        """Flush the memtable, record the clock watermark, stop threads, release files. Idempotent.
+
+        In the failed state it writes nothing and just releases; an I/O error during close raises
+        DbFailedError after everything is released."""
         if self._closed:
             return
         try:

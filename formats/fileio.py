@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import errno as errno_mod
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -88,6 +89,7 @@ class FaultPlan:
 
 
 _plan: FaultPlan | None = None
+_plan_lock = threading.Lock()
 _pending_enospc: set[int] = set()  # fds whose next write fails: the rest of a short write
 
 
@@ -144,7 +146,8 @@ def _gate(op: str, path: str) -> str | None:
     plan = _plan
     if plan is None:
         return None
-    kind = plan.check(op, path)
+    with _plan_lock:  # the flush thread and a writer may count at once
+        kind = plan.check(op, path)
     if kind is None or (kind == "short" and op in WRITE_OPS):
         return kind
     raise _fail(op, path, errno_mod.EIO if kind == "eio" else errno_mod.ENOSPC)

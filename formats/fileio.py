@@ -72,6 +72,7 @@ class FaultPlan:
                 raise ValueError(f"unknown ops {sorted(self.ops - OPS)}; known: {sorted(OPS)}")
 
     def matches(self, op: str, path: str) -> bool:
+        """Whether a call of `op` on `path` is one this plan counts."""
         if self.ops is not None and op not in self.ops:
             return False
         return self.path is None or self.path in path
@@ -220,6 +221,7 @@ def pwrite(fd: int, data: bytes, offset: int, path: str) -> None:
 
 
 def fsync(fd: int, path: str) -> None:
+    """os.fsync(fd) of the file `path`."""
     _gate("fsync", path)
     try:
         os.fsync(fd)
@@ -228,6 +230,7 @@ def fsync(fd: int, path: str) -> None:
 
 
 def fdatasync(fd: int, path: str) -> None:
+    """os.fdatasync(fd) of the file `path`."""
     _gate("fdatasync", path)
     try:
         os.fdatasync(fd)
@@ -260,6 +263,7 @@ def link(src: str, dst: str) -> None:
 
 
 def rename(src: str, dst: str) -> None:
+    """os.replace(src, dst)."""
     _gate("rename", dst)
     try:
         os.replace(src, dst)

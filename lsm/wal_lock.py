@@ -54,6 +54,7 @@ class IdleReleaser:
             last = seq
 
     def stop(self) -> None:
+        """Stop the thread and wait for it."""
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()

@@ -30,7 +30,7 @@ import pytest
 
 import lsm
 from formats import fileio
-from tools.cmd_db import check_database
+from lsm.inspect import check_database
 
 T0 = 1_700_000_000_000
 KINDS = ("enospc", "eio", "short")
@@ -239,7 +239,7 @@ def one_case(tmp, w: Workload, kind: str | None, nth: int) -> tuple[int, fileio.
         crash(db)
     with lsm.DB.open(path, opts()) as db2:
         o.check(db2, case)
-    check_database(str(path))  # raises tools.cmd_db.Problem on anything `lsm check` would report
+    check_database(str(path))  # raises lsm.inspect.CheckError on anything `lsm check` would report
     return plan.fired, plan
 
 

@@ -13,8 +13,8 @@ import pytest
 
 import lsm
 from formats.wal import HEADER
+from lsm.inspect import CheckError, check_database
 from tests.tools._cli import one_line_error, run_lsm
-from tools.cmd_db import Problem, check_database
 
 T0 = 1_700_000_000_000
 
@@ -58,7 +58,7 @@ def test_complete_last_record_with_bad_checksum_is_corruption_by_default(tmp_pat
     assert (ei.value.path, ei.value.offset) == (seg, at)
     with pytest.raises(lsm.CorruptionError):
         lsm.DB.open(path, opts(), read_only=True)
-    with pytest.raises(Problem, match=f"offset {at}"):
+    with pytest.raises(CheckError, match=f"offset {at}"):
         check_database(str(path))
     assert "corruption at offset" in one_line_error(run_lsm("check", path), 1)
     # the caller may choose to drop it: the delete is lost, knowingly

@@ -69,6 +69,7 @@ from compaction.filter import (
     Reason,
     TtlFilter,
 )
+from formats import fileio
 from formats.sst import SsTableInfo, SstReader, SstWriter
 
 
@@ -375,9 +376,9 @@ class SstOutput:
         """Delete files this output wrote (after a failure): nothing partial is left behind."""
         for name, _ in self.outputs:
             try:
-                os.unlink(os.path.join(self.spec.directory, name))
-            except FileNotFoundError:
-                pass
+                fileio.unlink(os.path.join(self.spec.directory, name))
+            except OSError:
+                pass  # unreferenced: garbage collection removes it later
         self.outputs = []
 
 

@@ -4,7 +4,8 @@
 what only the DB can do — reading the manifest, choosing the executor, committing one manifest edit under
 the DB's epochs (compare-and-swap), pointing the read path at the new shape, and deleting the inputs once
 no iterator still reads them. A job that fails (a filter raising, an executor error, a fenced commit)
-removes its outputs and leaves the manifest as it was.
+removes its outputs and leaves the manifest as it was. An I/O error puts the DB into the failed state
+(`lsm.errors.DbFailedError`); when it struck while publishing the manifest, the outputs are kept.
 """
 
 from __future__ import annotations
@@ -129,7 +130,10 @@ class DbCompactor:
         tick = db._clock.read()
         m = db.manifest
         job = self.make_job(plan, m, tick)
-        result = self._executor(job, executor, background)(job)
+        try:
+            result = self._executor(job, executor, background)(job)
+        except OSError as e:  # the merge removed what it wrote; the DB's files are as they were
+            raise db._fail(e) from e
         outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
         input_names = [e.name for s in plan.input_entries(m.l0, m.runs) for e in s]
         stats = result.stats
@@ -139,12 +143,18 @@ class DbCompactor:
         before = copy.deepcopy(self.stats)
         self.stats.add(stats)
         try:
-            fsync_dir(db._sst_dir)
+            try:
+                fsync_dir(db._sst_dir)
+            except OSError as e:
+                raise db._fail(e) from e
             db._commit(lambda cur: apply_plan(cur, plan, outputs, tick, stats.history_floor), db._install)
-        except BaseException:
+        except BaseException as e:
             self.stats = before
-            for e in outputs:
-                unlink_quiet(db.sst_path(e.name))
+            # a commit that may have been published (DbFailedError.published None) keeps its outputs:
+            # a manifest on disk may reference them, and the next open decides
+            if getattr(e, "published", False) is not None:
+                for o in outputs:
+                    unlink_quiet(db.sst_path(o.name))
             raise
         db._retire_files(input_names)
         return stats
@@ -214,8 +224,8 @@ def collect_garbage(sst_dir: str, m: Manifest, grace_ms: int, keep: set[str] = f
                 continue
         except FileNotFoundError:
             continue
-        unlink_quiet(p)
-        removed.append(name)
+        if unlink_quiet(p):  # a file that could not be deleted is left for the next gc
+            removed.append(name)
     if removed:
         fsync_dir(sst_dir)
     return removed

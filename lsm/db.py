@@ -7,8 +7,12 @@ Directory layout::
     PATH/wal/%020d.wal             WAL segments, one per memtable (formats.wal)
     PATH/sst/<name>.sst            SSTs (formats.sst); only those the manifest names are live
 
-Write path: a commit takes the write lock, reads the clock (never backwards), takes the next seq, appends
-one WAL record (one write(2); fsync when sync=True), then adds its rows to the memtable. A full memtable
+Write path: a commit takes the write lock and (if it does not hold it yet) a shared flock on the active
+WAL segment, checks the fence, reads the clock (never backwards), takes the next seq, appends one WAL
+record (one write(2); fsync when sync=True), then adds its rows to the memtable. The flock is kept
+across writes and dropped when idle or fenced (lsm.wal_lock). An opener publishes its epoch before
+it locks and reads the segments, so an append either passed its fence check before the publish (the
+opener waits for it and replays it: the write succeeded) or fails that check (nothing written). A full memtable
 is frozen behind a new WAL segment and flushed to an L0 SST by the flush thread while writes go on; the
 manifest then records the SST and the new WAL replay point, and only after that commit are the
 flushed segments deleted.
@@ -17,8 +21,13 @@ Read path: the active memtable, frozen memtables newest first, L0 SSTs newest fi
 newest first; the first version with seq <= the read's seq decides. Structures are searched in that
 order because their seq ranges are ordered the same way.
 
+Failure: an I/O error on the write path (WAL append or sync, flush, manifest commit, compaction, close)
+puts the DB into the failed state (`DbFailedError`, naming the file and the call): writes are refused
+until it is reopened, reads go on, nothing is appended after a possibly partial record, and no file a
+possibly published manifest references is deleted. The failed write's seq is never given to another write.
+
 Recovery: open replays WAL segments from the manifest's replay point (records past the manifest's
-last_seq), dropping a torn final record, flushes what it replayed to L0 and retires the old segments, so
+last_seq), dropping a torn final record (DbOptions.wal_recovery_mode), flushes what it replayed to L0 and retires the old segments, so
 a fenced older handle appending to them can never make those writes visible.
 """
 
@@ -43,10 +52,11 @@ from lsm import ingest as ingest_mod
 from lsm import wal as wal_files
 from lsm.batch import WriteBatch
 from lsm.cache import LruCache
-from lsm.clock import MonotonicClock
+from lsm.clock import I64_MAX, MonotonicClock
 from lsm.compactor import DbCompactor
 from lsm.errors import (
     ClosedError,
+    DbFailedError,
     FencedError,
     LsmError,
     NotADatabaseError,
@@ -54,7 +64,7 @@ from lsm.errors import (
 )
 from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.iterators import run_iter, visible_rows
-from lsm.manifest import FenceToken, ManifestStore
+from lsm.manifest import FenceToken, ManifestStore, PublishUnknownError
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions, check_ttl
 from lsm.remap import IngestStats, Remap
@@ -63,6 +73,7 @@ from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
 from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, check_user_key, is_system
 from lsm.timeline import Timeline, parse_time
+from lsm.wal_lock import IdleReleaser
 
 SST_SUFFIX = ".sst"
 
@@ -144,6 +155,7 @@ class DB:
         self._on_flush_hooks: list[Callable[[], None]] = []
         self._on_close_hooks: list[Callable[[], None]] = []
         self._compactor: DbCompactor | None = None
+        self._lock_releaser: IdleReleaser | None = None
         self._memtable_bytes = options.memtable_bytes
         self._default_ttl = options.default_ttl
         self.user_bytes_written = 0
@@ -151,6 +163,8 @@ class DB:
 
         man_id, man = self._open_manifest()
         self._manifest_id, self._manifest = man_id, man
+        if not read_only:
+            self._store.remove_stale_tmp()
         self._writer_epoch = man.writer_epoch
         self._compactor_epoch = man.compactor_epoch
         self._next_id = max(man.next_sst_id, _max_sst_number(self._sst_dir) + 1)
@@ -184,6 +198,7 @@ class DB:
             self._state = dataclasses.replace(self._state, mem=new_mem)
             self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
             self._flush_thread.start()
+            self._lock_releaser = IdleReleaser(self)
             self._compactor = DbCompactor(self)
             if self._compactor.background is not None:
                 self._on_flush_hooks.append(self._compactor.background.wake)
@@ -218,8 +233,10 @@ class DB:
         last_seg = segments[-1][0] if segments else man.wal_replay_from - 1
         mem = Memtable(last_seg)
         max_ts = 0
+        mode = self.options.wal_recovery_mode
         for _sid, path in segments:
-            records, _torn = wal_files.read_segment(path)
+            # exclusive (writable open): waits out an append whose fence check passed before our publish
+            records, stop = wal_files.replay_segment(path, mode, exclusive=not self.read_only)
             for rec in records:
                 if rec.ts > max_ts:
                     max_ts = rec.ts
@@ -229,6 +246,8 @@ class DB:
                     mem.add(row)
                 if rec.ts >= self._timeline.next_ms:
                     self._timeline.on_commit(rec.seq, rec.ts)
+            if stop:
+                break
         return mem, max_ts, last_seg
 
     # -- SST bookkeeping ---------------------------------------------------------------------------
@@ -273,11 +292,21 @@ class DB:
         `on_commit(new)` runs under the commit lock right after the commit, so read-path state swaps
         happen in commit order."""
         with self._commit_lock:
+            if isinstance(self._bg_error, DbFailedError):
+                # the store's files may be ahead of what this handle knows (a maybe-published version):
+                # only a reopen may commit again
+                raise self._bg_error
             for _ in range(100):
                 base = self._manifest
                 new = edit(base)
                 new = new.replace(next_sst_id=max(new.next_sst_id, self._next_id))
-                if self._store.try_create(self._manifest_id + 1, new):
+                try:
+                    created = self._store.try_create(self._manifest_id + 1, new)
+                except PublishUnknownError as e:
+                    raise self._fail(e.error, published=None) from e.error
+                except OSError as e:
+                    raise self._fail(e) from e
+                if created:
                     self._manifest_id += 1
                     self._manifest = new
                     if self._manifest_id % 16 == 0:
@@ -315,9 +344,12 @@ class DB:
         with self._write_lock:
             if self._closed or self._bg_error is not None:
                 self._raise_not_writable()
+            wal = self._wal
+            if not wal.held:  # the segment lock of the fencing protocol (lsm.wal_lock): kept across writes
+                wal.hold()
             token, epoch = self._token_bytes, self._epoch_bytes
             if token[0:8] != epoch:
-                self._check_fence()
+                self._fenced(wal)
             ts = self._clock.tick()
             if ttl is None:
                 ttl = self._default_ttl
@@ -326,10 +358,14 @@ class DB:
                 if self.options.sst_format_version == 0:
                     raise ValueError("sst_format_version 0 cannot store TTLs")
                 exp = ts + ttl
+                if exp > I64_MAX:
+                    _expiry_overflow(ts, ttl)
             seq = self._seq + 1
-            self._wal.append(encode_put(seq, ts, key, exp, value), sync)
-            if token[0:8] != epoch:
-                self._check_fence()
+            try:
+                wal.append(encode_put(seq, ts, key, exp, value), sync)
+            except OSError as e:
+                wal.release()
+                raise self._fail(e) from e
             mem = self._state.mem
             mem.add((key, seq, ts, exp, value))
             self._seq = seq
@@ -362,6 +398,8 @@ class DB:
             raise ClosedError(f"{self.path}: DB is closed")
         if self.read_only:
             raise ReadOnlyError(f"{self.path}: opened read-only")
+        if self._bg_error is not None:
+            raise self._bg_error
 
     def _raise_not_writable(self) -> None:
         if self._closed:
@@ -371,6 +409,12 @@ class DB:
     def _check_fence(self) -> None:
         if self._token.read() != self._writer_epoch:
             raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
+
+    def _fenced(self, wal: wal_files.WalWriter) -> None:
+        """A write found a newer epoch: give the segment lock to the opener waiting for it, then raise."""
+        wal.release()
+        self._check_fence()
+        raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
 
     def _commit_ops(self, ops, options: WriteOptions | None) -> int:
         default_ttl = self._default_ttl
@@ -388,6 +432,8 @@ class DB:
                         if v0:
                             raise ValueError("sst_format_version 0 cannot store TTLs")
                         exp = ts + ttl
+                        if exp > I64_MAX:
+                            _expiry_overflow(ts, ttl)
                     nbytes += len(key) + len(value)
                 else:
                     nbytes += len(key)
@@ -399,18 +445,25 @@ class DB:
     def _commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
         """Commit the rows ``rows_at(ts, seq)`` builds, as (key, expire_ts, value), under one seq and ts.
 
-        `rows_at` runs under the write lock once the commit's ts and seq are known (ingest needs both for
-        its binding row) and also returns the user bytes it holds. Returns (seq, ts)."""
+        `rows_at` runs under the write lock and the segment flock once the commit's ts and seq are known
+        (ingest needs both for its binding row) and also returns the user bytes it holds. Returns (seq, ts)."""
         self._check_writable()
         with self._write_lock:
             if self._closed or self._bg_error is not None:
                 self._raise_not_writable()
-            self._check_fence()
+            wal = self._wal
+            if not wal.held:  # as in put
+                wal.hold()
+            if self._token.read() != self._writer_epoch:
+                self._fenced(wal)
             ts = self._clock.tick()
             seq = self._seq + 1
             wal_ops, nbytes = rows_at(ts, seq)
-            self._wal.append(encode_record(seq, ts, wal_ops), sync)
-            self._check_fence()
+            try:
+                wal.append(encode_record(seq, ts, wal_ops), sync)
+            except OSError as e:
+                wal.release()
+                raise self._fail(e) from e
             mem = self._state.mem
             for key, exp, value in wal_ops:
                 mem.add((key, seq, ts, exp, value))
@@ -435,6 +488,8 @@ class DB:
             raise FencedError(
                 f"{self.path}: WAL segment {new.segment_id} belongs to another handle; this one is fenced"
             ) from None
+        except OSError as e:
+            raise self._fail(e) from e
         old_wal, self._wal = self._wal, new_wal
         old_wal.close()
         with self._state_lock:
@@ -471,7 +526,8 @@ class DB:
                 self._flush_memtable(self._state.imm[-1])
             except BaseException as e:  # noqa: BLE001 - surfaced to writers as the background error
                 with self._cv:
-                    self._bg_error = e
+                    if self._bg_error is None:  # the first failure is the one to report
+                        self._bg_error = e
                     self._cv.notify_all()
                 return
             with self._cv:
@@ -484,16 +540,24 @@ class DB:
         tick = self._clock.read()
         spec = self._output_spec(f"{self._alloc_ids():020d}", None)
         dropped = CompactionStats()  # its history_floor: the newest version the flush dropped
-        outputs = flush_rows(
-            mem.iter(),
-            spec,
-            tick=tick,
-            snapshots=self.snapshot_seqs(),
-            retention_cutoff=self._retention_cutoff(tick),
-            stats=dropped,
-        )
-        fsync_dir(self._sst_dir)
+        try:
+            # on failure flush_rows removes what it wrote: nothing references it yet
+            outputs = flush_rows(
+                mem.iter(),
+                spec,
+                tick=tick,
+                snapshots=self.snapshot_seqs(),
+                retention_cutoff=self._retention_cutoff(tick),
+                stats=dropped,
+            )
+        except OSError as e:
+            raise self._fail(e) from e
         entries = tuple(SstEntry(name, info) for name, info in outputs)
+        try:
+            fsync_dir(self._sst_dir)
+        except OSError as e:
+            self._discard_outputs(entries)
+            raise self._fail(e) from e
         watermark = max(mem.max_ts, self._clock.last)
 
         def edit(m: Manifest) -> Manifest:
@@ -508,13 +572,35 @@ class DB:
 
         try:
             self._commit(edit, lambda m: self._install(m, drop_imm=mem))
+        except DbFailedError as e:
+            if e.published is not None:  # known unpublished; otherwise a manifest on disk may name them
+                self._discard_outputs(entries)
+            raise
         except BaseException:
-            for e in entries:
-                unlink_quiet(self.sst_path(e.name))
-                self._readers.pop(e.name, None)
+            self._discard_outputs(entries)
             raise
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
         self._delete_wal_below(mem.segment_id + 1)
+
+    def _discard_outputs(self, entries: tuple[SstEntry, ...]) -> None:
+        """Delete SSTs of a flush no manifest references (its commit failed before publishing)."""
+        for e in entries:
+            r = self._readers.pop(e.name, None)
+            if r is not None:
+                r.close()
+            unlink_quiet(self.sst_path(e.name))
+
+    def _fail(self, error: BaseException, published: bool | None = False) -> DbFailedError:
+        """Enter the failed state for `error` (an I/O error on the write path); return the error to raise.
+
+        Later writes raise the first failure's error (the ones after it are its consequences)."""
+        err = DbFailedError(self.path, error, published)
+        err.__cause__ = error
+        with self._cv:
+            if self._bg_error is None:
+                self._bg_error = err
+            self._cv.notify_all()
+        return err
 
     def _install(self, m: Manifest, drop_imm: Memtable | None = None) -> None:
         """Point the read path at manifest `m` (called under the commit lock, in commit order)."""
@@ -768,7 +854,10 @@ class DB:
 
     # -- close -------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Flush the memtable, record the clock watermark, stop threads, release files. Idempotent."""
+        """Flush the memtable, record the clock watermark, stop threads, release files. Idempotent.
+
+        In the failed state it writes nothing and just releases; an I/O error during close raises
+        DbFailedError after everything is released."""
         if self._closed:
             return
         try:
@@ -793,23 +882,39 @@ class DB:
             self._release()
 
     def _release(self) -> None:
-        if self._compactor is not None:
-            self._compactor.stop()
-        with self._cv:
-            self._stopping = True
-            self._cv.notify_all()
-        if self._flush_thread is not None and self._flush_thread is not threading.current_thread():
-            self._flush_thread.join()
-        if self._wal is not None:
-            try:
-                self._wal.sync()
-            finally:
-                self._wal.close()
-            self._wal = None
-        if self._token is not None:
-            self._token.close()
-            self._token = None
-        self._closed = True
+        """Stop the threads and close every file this handle holds, whatever fails on the way."""
+        failure: DbFailedError | None = None
+        try:
+            if self._compactor is not None:
+                self._compactor.stop()
+        finally:
+            with self._cv:
+                self._stopping = True
+                self._cv.notify_all()
+            if self._flush_thread is not None and self._flush_thread is not threading.current_thread():
+                self._flush_thread.join()
+            if self._lock_releaser is not None:
+                self._lock_releaser.stop()
+                self._lock_releaser = None
+            if self._wal is not None:
+                try:
+                    if self._wal.broken is None:
+                        self._wal.sync()
+                except OSError as e:
+                    err = self._fail(e)
+                    failure = err if self._bg_error is err else None
+                finally:
+                    self._wal.close()
+                    self._wal = None
+            if self._token is not None:
+                self._token.close()
+                self._token = None
+            for r in list(self._readers.values()):
+                r.close()
+            self._readers.clear()
+            self._closed = True
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> DB:
         return self
@@ -936,6 +1041,11 @@ class DB:
     def compaction_stats(self) -> CompactionStats:
         """CompactionStats accumulated over every job this handle ran (background ones included)."""
         return self._compactor.stats if self._compactor is not None else CompactionStats()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why writes are refused (the failed state's `DbFailedError`, or a flush error), else None."""
+        return self._bg_error
 
     @property
     def compaction_error(self) -> BaseException | None:
@@ -1087,3 +1197,10 @@ def _max_sst_number(sst_dir: str) -> int:
 
 
 __all__ = ["DB", "Entry", "ReadOnlyError", "State", "Run", "prefix_end"]
+
+
+
+def _expiry_overflow(ts: int, ttl: int) -> None:
+    raise ValueError(
+        f"expiry {ts} + ttl {ttl} = {ts + ttl} ms does not fit a signed 64-bit integer; nothing was written"
+    )

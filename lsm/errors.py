@@ -22,6 +22,7 @@ __all__ = [
     "SourceRegressedError",
     "HistoryUnavailableError",
     "UnknownSourceError",
+    "DbFailedError",
 ]
 
 
@@ -74,3 +75,26 @@ class UnknownSourceError(LsmError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else "unknown source"
+
+
+class DbFailedError(LsmError):
+    """An I/O error on the write path put the DB into the failed state (RocksDB's "background error").
+
+    `op` ("write", "fdatasync", "link", ...) and `file` name the call that failed; the OSError is chained
+    as ``__cause__``. From then on every write raises this error until the database is reopened; reads
+    keep working and ``close()`` releases everything. `published` is False when the failed step is known
+    not to have reached disk, None when it may have (a manifest link or directory fsync that failed):
+    the next open decides from what is on disk.
+    """
+
+    def __init__(self, db_path: str, error: BaseException, published: bool | None = False) -> None:
+        self.op = getattr(error, "op", None) or "I/O"
+        self.file = getattr(error, "filename", None)
+        self.published = published
+        code = getattr(error, "errno", None)
+        detail = f"[Errno {code}] {getattr(error, 'strerror', None) or error}" if code else str(error)
+        where = f"{self.op} of {self.file}" if self.file else self.op
+        super().__init__(
+            f"{db_path}: the database is in the failed state: {where} failed ({detail}); writes are "
+            "refused until it is reopened"
+        )

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN
+from lsm.clock import I64_MAX, I64_MIN
 from lsm.errors import SourceRegressedError
 from lsm.options import NO_TTL, check_ttl
 from lsm.remap import Binding, IngestStats, Remap
@@ -203,6 +204,11 @@ def _batch_rows(
                         if type(base) is not int:
                             _check_record(source, rec)
                     exp = base + ttl
+                    if not I64_MIN <= exp <= I64_MAX:
+                        raise ValueError(
+                            f"{source.name}: partition {rec.partition} offset {rec.offset}: expiry {base} + ttl "
+                            f"{ttl} does not fit the format's i64"
+                        )
                 nbytes += len(key) + len(value)
             else:
                 nbytes += len(key)

@@ -51,6 +51,10 @@ def database_dir(path: str) -> str:
         raise NotADatabaseError(f"{path}: is a file, not a database directory")
     if not os.path.isdir(os.path.join(path, "manifest")):
         raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest/ directory)")
+    from lsm.manifest import ManifestStore
+
+    if not ManifestStore(path).ids():  # commands that write (gc, time-seq --reset) must not create one
+        raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest version in manifest/)")
     return path
 
 

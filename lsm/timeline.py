@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import threading
 
+from lsm.clock import check_i64_ms
 from lsm.seq_tracker import Round, SeqTracker
 from lsm.time_seq import NOW, RESOLUTION_S, TimeSeq
 
@@ -113,14 +114,14 @@ def parse_time(value: int | str) -> int:
 
     An RFC 3339 time must carry its offset (``Z`` or ``+01:00``): one without (``2026-01-01T00:00:00``)
     raises ValueError instead of being guessed as UTC or as local time, because RFC 3339 requires the
-    offset and a wrong guess would silently move the time by hours. ValueError for text that is neither,
-    TypeError for other types."""
+    offset and a wrong guess would silently move the time by hours. ValueError for text that is neither
+    and for a time outside the formats' i64 milliseconds, TypeError for other types."""
     if type(value) is int:
-        return value
+        return check_i64_ms(value, "time")
     if isinstance(value, str):
         text = value.strip()
         if text.lstrip("-").isdigit():
-            return int(text)
+            return check_i64_ms(int(text), "time")
         try:
             dt = datetime.datetime.fromisoformat(text)
         except ValueError:

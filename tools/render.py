@@ -105,7 +105,10 @@ def rfc3339(ms: int | None) -> str | None:
     """Epoch milliseconds as RFC 3339 UTC with milliseconds; None stays None."""
     if ms is None:
         return None
-    t = _EPOCH + _dt.timedelta(milliseconds=ms)
+    try:
+        t = _EPOCH + _dt.timedelta(milliseconds=ms)
+    except OverflowError:  # a stored i64 time beyond the calendar (years 1-9999): show the number
+        return f"{ms}ms"
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
@@ -131,9 +134,14 @@ def parse_time(text: str) -> int:
 def time_arg(text: str) -> int:
     """argparse `type=` for time options: bad input becomes a usage error."""
     try:
-        return parse_time(text)
-    except ValueError as e:
+        ms = parse_time(text)
+    except (ValueError, OverflowError) as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    try:
+        _EPOCH + _dt.timedelta(milliseconds=ms)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"time {text!r} is outside the calendar (years 1 to 9999)") from None
+    return ms
 
 
 def int_arg(minimum: int | None):

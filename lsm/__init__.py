@@ -13,6 +13,7 @@ from lsm.batch import WriteBatch
 from lsm.clock import Clock, ManualClock, MonotonicClock, SystemClock
 from lsm.db import DB, Entry, ReadOnlyError
 from lsm.errors import (
+    BulkLoadConflictError,
     ClockError,
     ClosedError,
     CompactionError,
@@ -41,6 +42,7 @@ __all__ = [
     "UnknownSourceError",
     "NO_TTL",
     "Clock",
+    "BulkLoadConflictError",
     "ClockError",
     "ClosedError",
     "CompactionError",

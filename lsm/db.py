@@ -48,6 +48,7 @@ from formats.manifest import Manifest, SortedRun, SstEntry
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_key, check_value
 from formats.sst import SstReader
 from formats.wal import encode_put, encode_record
+from lsm import bulk as bulk_mod
 from lsm import ingest as ingest_mod
 from lsm import wal as wal_files
 from lsm.batch import WriteBatch
@@ -1078,6 +1079,7 @@ class DB:
         engine: str = "stream",
         spark: Any = None,
         master: str | None = None,
+        tasks: int | None = None,
         sync: bool = True,
         progress: Callable[[IngestStats], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
@@ -1087,17 +1089,72 @@ class DB:
 
         ttl_base "commit" counts record TTLs from the commit ts, "event" from the record's event_ts.
         `progress(stats)` runs after each batch; `should_stop()` is asked before each. Returns
-        lsm.IngestStats(records, batches, frontier). See lsm.ingest for the rules."""
+        lsm.IngestStats(records, batches, frontier). See lsm.ingest for the rules.
+
+        engine "local" (threads of this process) or "spark" (`spark=` session or `master=` URL) runs a bulk
+        load instead: `tasks` slices written to SSTs in parallel, committed as ONE batch (lsm.bulk)."""
         if engine != "stream":
             if engine in ("local", "spark"):
-                raise ValueError(f"ingest engine {engine!r} is not available yet: use engine='stream'")
+                if max_records is not None:
+                    raise ValueError("max_records applies to engine='stream' only: a bulk load takes everything")
+                return bulk_mod.bulk_ingest(
+                    self, source, name, engine=engine, spark=spark, master=master, tasks=tasks, ttl_base=ttl_base
+                )
             raise ValueError(f"unknown ingest engine {engine!r}: use 'stream', 'local' or 'spark'")
+        if tasks is not None:
+            raise ValueError("tasks= applies to engine='local' or 'spark' only")
         if spark is not None or master is not None:
             raise ValueError("spark= and master= apply to engine='spark' only")
         return ingest_mod.ingest(
             self, source, name, max_records=max_records, batch_records=batch_records, ttl_base=ttl_base,
             sync=sync, progress=progress, should_stop=should_stop,
         )
+
+    def reserve_seqs(self, n: int) -> tuple[int, int]:
+        """Reserve `n` consecutive seqs for a bulk load (lsm.bulk); return (first seq, the load's ts).
+
+        Freezes the memtable and waits for its flush, so every L0 file lies wholly below or above the
+        range; later commits take seqs above it. The range is published (recovery never hands it out
+        again) by the `commit_bulk` that uses it; an unused range is a gap in the seqs."""
+        if type(n) is not int or n < 1:
+            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        self._check_writable()
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._raise_not_writable()
+            self._check_fence()
+            self._rotate_locked()
+            ts = self._clock.tick()
+            base = self._seq + 1
+            self._seq = base + n - 1
+            self._last_commit_ts = ts
+            if ts >= self._timeline.next_ms:
+                self._timeline.on_commit(self._seq, ts)
+        self._wait_flushed()
+        return base, ts
+
+    def bulk_output_spec(self) -> OutputSpec:
+        """Where and how a bulk load writes its SSTs (tasks add attempt-unique suffixes to the prefix)."""
+        self._check_writable()
+        return self._output_spec(f"{self._alloc_ids():020d}-bulk", self.options.target_sst_bytes)
+
+    def commit_bulk(self, entries: list[SstEntry], base: int, last: int, ts: int) -> None:
+        """Commit a bulk load's SSTs (seqs in [base, last], from `reserve_seqs`; newest first) in ONE
+        manifest edit, placed in L0 in seq order (lsm.bulk.place_bulk; BulkLoadConflictError if it cannot
+        be). Pauses compaction for the edit, so none can commit across it."""
+        self._check_writable()
+        fsync_dir(self._sst_dir)
+        with self._compactor._lock:
+
+            def edit(m: Manifest) -> Manifest:
+                return m.replace(
+                    l0=bulk_mod.place_bulk(m, entries, base, last),
+                    last_seq=max(m.last_seq, last),
+                    clock_watermark=max(m.clock_watermark, ts),
+                    **self._manifest_extras(m),
+                )
+
+            self._commit(edit, self._install)
 
     def remap(self, name: str) -> Remap:
         """The lsm.Remap of source `name` (its bindings, frontier, as-of lookups); UnknownSourceError if

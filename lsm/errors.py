@@ -9,6 +9,7 @@ from __future__ import annotations
 from formats.errors import CorruptionError, FormatVersionError, LsmError
 
 __all__ = [
+    "BulkLoadConflictError",
     "LsmError",
     "CorruptionError",
     "FormatVersionError",
@@ -98,3 +99,9 @@ class DbFailedError(LsmError):
             f"{db_path}: the database is in the failed state: {where} failed ({detail}); writes are "
             "refused until it is reopened"
         )
+
+
+class BulkLoadConflictError(LsmError):
+    """A bulk load (`DB.ingest(engine="local"|"spark")`) could not take its place in the seq order: a
+    compaction merged files from before and after its reserved seqs while it ran. Nothing was committed;
+    running the load again resumes from the unchanged frontier."""

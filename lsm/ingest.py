@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN
@@ -157,6 +157,17 @@ class _Cursor:
             rec = None
 
 
+def check_frontier(source: Source, name: str, frontier: dict[int, int]) -> None:
+    """Rule 1: `SourceRegressedError` unless every partition of `frontier` still reaches its offset."""
+    for p, off in sorted(frontier.items()):
+        end = source.end(p)
+        if end < off:
+            raise SourceRegressedError(
+                f"{source.name}: partition {p} went backwards: ingest {name!r} durably read it up to "
+                f"offset {off}, the source now ends at {end} (truncated or replaced?)"
+            )
+
+
 def _check_record(source: Source, rec: SourceRecord) -> None:
     """Raise for a record the store cannot hold (the batch is not written)."""
     key, value = rec.key, rec.value
@@ -173,46 +184,57 @@ def _check_record(source: Source, rec: SourceRecord) -> None:
         raise ValueError(f"{where}: event_ts must be int ms, got {rec.event_ts!r}")
 
 
+def resolve_records(
+    source: Source, records: Iterable[SourceRecord], ts: int, ttl_base: str, default_ttl: int | None, v0: bool
+) -> tuple[dict[bytes, tuple], int]:
+    """The rows of `records` committed at `ts`: {key: (key, expire_ts, value)} (the last record of a key
+    wins; value None is a delete), and the user bytes they hold. Raises for a record the store cannot hold.
+
+    Shared by streaming ingest and the bulk-load tasks (lsm.bulk_task): rules 5 and 6 above."""
+    event = ttl_base == "event"
+    rows: dict[bytes, tuple] = {}
+    nbytes = 0
+    for rec in records:
+        key, value, ttl = rec.key, rec.value, rec.ttl
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
+            _check_record(source, rec)  # raises unless the key is fine after all
+        exp = None
+        if value is not None:
+            if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
+                _check_record(source, rec)
+            if ttl is None:
+                ttl = default_ttl
+            elif type(ttl) is not int or ttl < 0:
+                _check_record(source, rec)
+            if ttl is not None and ttl is not NO_TTL:
+                if v0:
+                    raise ValueError("sst_format_version 0 cannot store TTLs")
+                base = ts
+                if event and rec.event_ts is not None:
+                    base = rec.event_ts
+                    if type(base) is not int:
+                        _check_record(source, rec)
+                exp = base + ttl
+                if not I64_MIN <= exp <= I64_MAX:
+                    raise ValueError(
+                        f"{source.name}: partition {rec.partition} offset {rec.offset}: expiry {base} + ttl "
+                        f"{ttl} does not fit the format's i64"
+                    )
+            nbytes += len(key) + len(value)
+        else:
+            nbytes += len(key)
+        rows[key] = (key, exp, value)  # the last record of a key wins
+    return rows, nbytes
+
+
 def _batch_rows(
     db: DB, source: Source, name: str, records: list[SourceRecord], frontier: dict[int, int], ttl_base: str
 ) -> Callable[[int, int], tuple[list[tuple], int]]:
     default_ttl = db.options.default_ttl
-    event = ttl_base == "event"
     v0 = db.options.sst_format_version == 0
 
     def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
-        rows: dict[bytes, tuple] = {}
-        nbytes = 0
-        for rec in records:
-            key, value, ttl = rec.key, rec.value, rec.ttl
-            if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
-                _check_record(source, rec)  # raises unless the key is fine after all
-            exp = None
-            if value is not None:
-                if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
-                    _check_record(source, rec)
-                if ttl is None:
-                    ttl = default_ttl
-                elif type(ttl) is not int or ttl < 0:
-                    _check_record(source, rec)
-                if ttl is not None and ttl is not NO_TTL:
-                    if v0:
-                        raise ValueError("sst_format_version 0 cannot store TTLs")
-                    base = ts
-                    if event and rec.event_ts is not None:
-                        base = rec.event_ts
-                        if type(base) is not int:
-                            _check_record(source, rec)
-                    exp = base + ttl
-                    if not I64_MIN <= exp <= I64_MAX:
-                        raise ValueError(
-                            f"{source.name}: partition {rec.partition} offset {rec.offset}: expiry {base} + ttl "
-                            f"{ttl} does not fit the format's i64"
-                        )
-                nbytes += len(key) + len(value)
-            else:
-                nbytes += len(key)
-            rows[key] = (key, exp, value)  # the last record of a key wins
+        rows, nbytes = resolve_records(source, records, ts, ttl_base, default_ttl, v0)
         out = list(rows.values())
         out.append((binding_key(name, seq), None, encode_binding(ts, frontier)))
         return out, nbytes
@@ -245,13 +267,7 @@ def ingest(
     with st.lock:
         head = durable_head(db, name)
         frontier = dict(head.frontier) if head is not None else {}
-        for p, off in sorted(frontier.items()):  # rule 1: nothing is written past a regression
-            end = source.end(p)
-            if end < off:
-                raise SourceRegressedError(
-                    f"{source.name}: partition {p} went backwards: ingest {name!r} durably read it up to "
-                    f"offset {off}, the source now ends at {end} (truncated or replaced?)"
-                )
+        check_frontier(source, name, frontier)  # rule 1: nothing is written past a regression
         parts = sorted(set(source.partitions()) | set(frontier))
         cursors = [_Cursor(source, p, frontier.get(p, 0), source.end(p)) for p in parts]
         records_total = batches = 0
@@ -330,4 +346,13 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
     return remap.compact(since)
 
 
-__all__ = ["BATCH_RECORDS", "REMAP_COMPACT_EVERY", "TTL_BASES", "compact_remap", "durable_head", "ingest"]
+__all__ = [
+    "BATCH_RECORDS",
+    "REMAP_COMPACT_EVERY",
+    "TTL_BASES",
+    "check_frontier",
+    "compact_remap",
+    "durable_head",
+    "ingest",
+    "resolve_records",
+]

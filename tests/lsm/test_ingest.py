@@ -340,8 +340,12 @@ def test_bad_arguments(env) -> None:
         ({"name": "s", "batch_records": 0}, ValueError),
         ({"name": "s", "max_records": -1}, ValueError),
         ({"name": "s", "ttl_base": "wall"}, ValueError),
-        ({"name": "s", "engine": "spark"}, ValueError),
-        ({"name": "s", "engine": "local"}, ValueError),
+        ({"name": "s", "engine": "bulk"}, ValueError),
+        ({"name": "s", "engine": "local", "max_records": 5}, ValueError),
+        ({"name": "s", "engine": "local", "master": "local[2]"}, ValueError),
+        ({"name": "s", "engine": "local", "tasks": 0}, ValueError),
+        ({"name": "s", "engine": "local", "ttl_base": "wall"}, ValueError),
+        ({"name": "s", "tasks": 2}, ValueError),
     ):
         with pytest.raises(exc):
             db.ingest(log, **kw)

@@ -66,13 +66,14 @@ def contents(db: lsm.DB, name: str = "events") -> dict:
     return {"rows": rows, "visible": dict(db.scan()), "bindings": bindings}
 
 
-def load(path: str, log_dir: str, engine: str, **kw: Any) -> dict:
-    """Open `path`, ingest LOG as source "events" with `engine` (stream: one batch), return contents."""
+def load(path: str, log_dir: str, engine: str, source: Any = None, **kw: Any) -> dict:
+    """Open `path`, ingest `source` (default: the PartitionedLog in `log_dir`) as source "events" with
+    `engine` (stream: in one batch), return contents."""
     db = open_db(path)
     try:
         if engine == "stream":
             kw.setdefault("batch_records", 10**9)
-        db.ingest(PartitionedLog(log_dir), name="events", engine=engine, **kw)
+        db.ingest(source or PartitionedLog(log_dir), name="events", engine=engine, **kw)
         return contents(db)
     finally:
         db.close()

@@ -67,6 +67,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="MS",
         help="DbOptions.history_retention: old versions and remap bindings younger than MS stay queryable",
     )
+    ing.add_argument(
+        "--engine",
+        choices=("stream", "local", "spark"),
+        default="stream",
+        help="stream (default): batches through the write path; local or spark: a bulk load, every new "
+        "record in one commit, written to SSTs by parallel tasks (threads here, or Spark tasks)",
+    )
+    ing.add_argument(
+        "--master", metavar="URL", help="Spark master for --engine spark (default local[*]), e.g. local[2]"
+    )
+    ing.add_argument(
+        "--tasks",
+        type=render.int_arg(1),
+        metavar="K",
+        help="bulk load slices (tasks); default: the CPUs (local) or Spark's default parallelism",
+    )
     render.add_output_args(ing, bytes_args=False)
     ing.set_defaults(func=cmd_ingest)
 
@@ -151,6 +167,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     if not os.path.isdir(args.log):
         raise ValueError(f"{args.log}: no such log directory")
+    if args.engine != "stream":
+        return _bulk(args)
+    if args.master is not None or args.tasks is not None:
+        raise ValueError("--master and --tasks apply to --engine local or spark only")
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -210,6 +230,85 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                     ("seq", seq),
                     ("seconds", f"{elapsed:.3f}"),
                     ("stopped by", "signal" if stop.is_set() else "end of log"),
+                ]
+            )
+        )
+    return 0
+
+
+def _bulk(args: argparse.Namespace) -> int:
+    """``--engine local|spark``: one bulk load (lsm.bulk), then the same summary as a streaming ingest."""
+    import os
+    import tempfile
+
+    import lsm
+    from lsm.sources import PartitionedLog
+    from tools.cmd_compact import SparkCompactionError, SparkStartError, _stderr_to, start_spark
+
+    if args.follow or args.max_records is not None:
+        raise ValueError("--follow and --max-records apply to --engine stream only (a bulk load takes all)")
+    if args.master is not None and args.engine != "spark":
+        raise ValueError("--master applies to --engine spark only")
+    session = None
+    log = None
+    t0 = time.monotonic()
+    try:
+        # the database first: a bad path fails before a JVM is started
+        with lsm.DB.open(args.path, lsm.DbOptions(history_retention=args.history_retention)) as db:
+            if args.engine == "spark":
+                fd, log = tempfile.mkstemp(prefix="lsm-ingest-spark-", suffix=".log")
+                try:
+                    with _stderr_to(fd):  # the JVM and its workers log there, not on our stderr
+                        session = start_spark(args.master or "local[*]")
+                except SparkStartError as e:
+                    raise SparkStartError(f"{e} (Spark log: {log})") from None
+                finally:
+                    os.close(fd)
+            stats = db.ingest(
+                PartitionedLog(args.log),
+                name=args.name,
+                ttl_base=args.ttl_base,
+                engine=args.engine,
+                spark=session,
+                tasks=args.tasks,
+            )
+            seq = db.seq
+    except SparkStartError:
+        raise
+    except lsm.LsmError as e:
+        if log is None:
+            raise
+        raise SparkCompactionError(f"{e} (Spark log: {log})") from e
+    finally:
+        if session is not None:
+            session.stop()
+    if log is not None:
+        os.unlink(log)
+    elapsed = time.monotonic() - t0
+    frontier = stats.frontier
+    summary = {
+        "name": args.name,
+        "engine": args.engine,
+        "records": stats.records,
+        "batches": stats.batches,
+        "frontier": {str(p): o for p, o in sorted(frontier.items())},
+        "seq": seq,
+        "seconds": round(elapsed, 3),
+        "interrupted": False,
+    }
+    if args.json:
+        render.print_json(summary)
+    else:
+        render.print_text(
+            render.properties(
+                [
+                    ("name", args.name),
+                    ("engine", args.engine),
+                    ("records", stats.records),
+                    ("batches", stats.batches),
+                    ("frontier", _frontier_text(frontier)),
+                    ("seq", seq),
+                    ("seconds", f"{elapsed:.3f}"),
                 ]
             )
         )

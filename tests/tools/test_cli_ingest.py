@@ -113,3 +113,27 @@ def test_follow_tails_until_sigint_and_stops_cleanly(tmp_path) -> None:
     assert summary["interrupted"] and summary["records"] == 40 and summary["frontier"] == {"0": 20, "1": 20}
     with lsm.DB.open(db, lsm.DbOptions(clock=lsm.ManualClock(T0 * 2))) as d:  # closed cleanly: reopens
         assert len(list(d.scan())) == 40 and d.remap("ev").frontier == {0: 20, 1: 20}
+
+
+def test_bulk_ingest_with_the_local_engine(tmp_path) -> None:
+    log, db = tmp_path / "log", tmp_path / "db"
+    write_log(log, 40, parts=3)
+    r = run_lsm("ingest", db, log, "--name", "ev", "--engine", "local", "--tasks", "5", "--json")
+    assert r.code == 0, r.err
+    out = r.json()
+    assert (out["engine"], out["records"], out["batches"]) == ("local", 40, 1)
+    assert out["frontier"] == {"0": 14, "1": 13, "2": 13}
+    with lsm.DB.open(db, read_only=True) as d:
+        assert dict(d.scan()) == {b"k%04d" % i: b"v%d" % i for i in range(40)}
+        assert [b.frontier for b in d.remap("ev").bindings()] == [{0: 14, 1: 13, 2: 13}]
+    write_log(log, 5, parts=3, start=40)
+    r = run_lsm("ingest", db, log, "--name", "ev", "--engine", "local")
+    assert r.code == 0 and "records   5" in r.out and "batches   1" in r.out, r.out
+    for bad in (
+        ("--engine", "local", "--follow"),
+        ("--engine", "local", "--max-records", "3"),
+        ("--engine", "local", "--master", "local[2]"),
+        ("--tasks", "2"),
+        ("--engine", "local", "--tasks", "0"),
+    ):
+        one_line_error(run_lsm("ingest", db, log, "--name", "ev", *bad), 2)

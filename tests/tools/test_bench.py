@@ -136,7 +136,7 @@ def test_unknown_benchmark_is_a_usage_error():
 def test_merge_suite_and_the_registry(tmp_path):
     """Every suite is reachable through the one registry; the merge suite prints its three figures."""
     import tools.bench
-    from tools import bench_ingest
+    from tools import bench_ingest, bench_load
     from tools.bench import compact, db, formats, merge, timemaps
 
     assert tools.bench.SUITES == {
@@ -146,6 +146,7 @@ def test_merge_suite_and_the_registry(tmp_path):
         "compact": compact.main,
         "time": timemaps.main,
         "ingest": bench_ingest.main,
+        "load": bench_load.main,
     }
     p = bench("merge", "--num", "2000", "--repeat", "1", "--no-wa", tmp_path=tmp_path)
     assert p.returncode == 0, p.stderr

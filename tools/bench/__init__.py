@@ -54,7 +54,10 @@ from tools.bench.harness import (  # noqa: F401 - re-exported for suites (see th
 
 # isort: split
 # the suites, after the re-exports above (a suite may import them from tools.bench)
-from tools import bench_ingest  # tools/bench_ingest.py (suite "ingest")
+from tools import (
+    bench_ingest,  # tools/bench_ingest.py (suite "ingest")
+    bench_load,  # tools/bench_load.py (suite "load")
+)
 from tools.bench import compact, db, formats, merge, timemaps
 
 Suite = Callable[[list[str]], int]
@@ -66,6 +69,7 @@ SUITES: dict[str, Suite] = {
     "compact": compact.main,
     "time": timemaps.main,
     "ingest": bench_ingest.main,
+    "load": bench_load.main,
 }
 
 

@@ -47,6 +47,7 @@ when the load commits, so take such a pin before the load or after its commit.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -63,7 +64,7 @@ from lsm.fsutil import unlink_quiet
 from lsm.ingest import TTL_BASES, _state, check_frontier, durable_head
 from lsm.remap import Binding, IngestStats
 from lsm.remap_store import binding_key, check_name, encode_binding
-from lsm.sources.slices import cut_slices
+from lsm.sources.slices import SourceSlice, cut_slices
 
 if TYPE_CHECKING:
     from lsm.db import DB
@@ -128,12 +129,20 @@ def place_bulk(m: Manifest, entries: list[SstEntry], base: int, last: int) -> tu
 
 
 def local_runner(workers: int | None) -> Runner:
-    """Runs tasks in a pool of `workers` threads of this process (default: one per CPU, at most 8)."""
+    """Runs tasks in a pool of `workers` threads of this process (default: one per CPU, at most 8).
+
+    A task over a generic source gets its own copy of it (sources are not thread-safe), as a Spark task
+    gets its own unpickled one."""
+
+    def own(task: BulkTask) -> dict:
+        if isinstance(task.slice, SourceSlice):
+            task = dataclasses.replace(task, slice=copy.deepcopy(task.slice))
+        return run_task(task)
 
     def run(tasks: list[BulkTask]) -> list[dict]:
         n = workers or min(8, os.cpu_count() or 1)
         with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="lsm-bulk") as pool:
-            return list(pool.map(run_task, tasks))
+            return list(pool.map(own, tasks))
 
     return run
 

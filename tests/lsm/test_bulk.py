@@ -275,3 +275,31 @@ def test_a_driver_killed_mid_job_leaves_the_old_frontier_and_a_rerun_loads_once(
     finally:
         db.close()
     assert got == stream_in_two(str(tmp_path / "stream"), log, 200)
+
+
+def test_a_database_log_bulk_loads_like_streaming(tmp_path) -> None:
+    from lsm.sources import DatabaseLog
+
+    up = open_db(str(tmp_path / "up"), history_retention=10**12)
+    try:
+        for i in range(300):
+            b = lsm.WriteBatch()
+            b.put(b"u%03d" % (i % 97), b"v%d" % i)
+            if i % 7 == 0:
+                b.delete(b"u%03d" % ((i + 3) % 97))
+            up.write(b)
+        up.flush()
+        for i in range(40):
+            up.put(b"w%02d" % i, b"late", ttl=60_000)
+    finally:
+        up.close()
+    got = []
+    for engine, kw in (("stream", {"batch_records": 10**9}), ("local", {"tasks": 4})):
+        db = open_db(str(tmp_path / engine))
+        try:
+            db.ingest(DatabaseLog(str(tmp_path / "up")), name="events", engine=engine, ttl_base="event", **kw)
+            got.append(contents(db))
+        finally:
+            db.close()
+    assert got[0] == got[1] and len(got[0]["rows"]) > 100
+    assert got[1]["bindings"][0][1] == {0: 341}

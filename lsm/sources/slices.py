@@ -93,6 +93,7 @@ class SourceSlice:
 
     @property
     def name(self) -> str:
+        """The source's name, for error messages."""
         return self.source.name
 
     def records(self) -> Iterator[SourceRecord]:

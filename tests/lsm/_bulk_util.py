@@ -102,7 +102,7 @@ class WrappedLog:
 
 class FailFirstAttempt(WrappedLog):
     """Spark: the first attempt of every task fails half-way through its slice (task 0 raises, the others
-    kill their Python worker, as a lost executor would)."""
+    kill their Python worker, as a lost executor would), leaving `<directory>/../failed-<task>`."""
 
     def read(self, partition: int, start: int, stop: int | None = None):
         from pyspark import TaskContext
@@ -110,6 +110,9 @@ class FailFirstAttempt(WrappedLog):
         tc = TaskContext.get()
         for i, rec in enumerate(self._log().read(partition, start, stop)):
             if tc is not None and tc.attemptNumber() == 0 and i == 20:
+                mark = os.path.join(os.path.dirname(self.directory), f"failed-{tc.partitionId()}")
+                with open(mark, "w"):  # the test checks that every task did fail once
+                    pass
                 if tc.partitionId() == 0:
                     raise RuntimeError("injected failure on the first attempt")
                 os._exit(17)

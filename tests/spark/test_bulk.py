@@ -44,6 +44,8 @@ def test_a_task_failing_its_first_attempt_is_retried_with_the_same_rows(spark, t
     path = str(tmp_path / "spark")
     got = load(path, log, "spark", spark=spark, tasks=2, source=FailFirstAttempt(log))
     assert got == want
+    failed = sorted(p.name for p in tmp_path.glob("failed-*"))  # every task failed once, then succeeded
+    assert len(failed) >= 2 and set(failed) == {f"failed-{i}" for i in range(len(failed))}
     db = open_db(path)
     try:
         live = {e.name for e in db.manifest.all_ssts()}

@@ -185,7 +185,10 @@ def bulk_ingest(
     tasks: int | None = None,
     ttl_base: str = "commit",
 ) -> IngestStats:
-    """Load what `source` holds beyond the durable frontier of `name` as one bulk commit (module docstring)."""
+    """Load what `source` holds beyond the durable frontier of `name` as one bulk commit (module docstring).
+
+    engine "spark" runs on `spark`, else on a session for `master`, else on DbOptions.spark_session (or
+    one for DbOptions.spark_master); `tasks` defaults to DbOptions.spark_tasks, then Spark's parallelism."""
     check_name(name)
     if engine not in ENGINES:
         raise ValueError(f"unknown bulk engine {engine!r}: use one of {ENGINES}")
@@ -196,6 +199,11 @@ def bulk_ingest(
     if engine == "local" and (spark is not None or master is not None):
         raise ValueError("spark= and master= apply to engine='spark' only")
     if engine == "spark":
+        # like compaction: the given session, else DbOptions.spark_session, else one for the master
+        o = db.options
+        if spark is None and master is None:
+            spark, master = o.spark_session, o.spark_master
+        tasks = tasks if tasks is not None else o.spark_tasks
         runner = spark_runner(spark, master)
         if tasks is None:
             from compaction.spark import get_session

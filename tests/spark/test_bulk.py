@@ -65,7 +65,7 @@ def test_a_failing_job_changes_nothing_visible(spark, tmp_path) -> None:
         db.flush()  # the reservation would flush the memtable (already committed rows) itself
         before, manifest = contents(db), db.manifest
         with pytest.raises(SparkJobError, match="exploded on purpose"):
-            db.ingest(FailsOn(log, bad=1), name="events", engine="spark", spark=spark, tasks=1)
+            db.ingest(FailsOn(log, bad=1), name="events", engine="spark", tasks=1)  # DbOptions.spark_session
         assert contents(db) == before
         assert (db.manifest.l0, db.manifest.runs, db.manifest.last_seq) == (
             manifest.l0,

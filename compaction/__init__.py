@@ -1,0 +1,7 @@
+"""What to compact and how: the filter API, the scheduler, the one merge, and the executors.
+
+`filter` (CompactionFilter API, the TTL filter), `scheduler` (size-tiered and periodic picking),
+`merge` (inputs -> resolved, filtered rows -> output SSTs; every executor runs it), `local` (in-process
+and background thread), `worker` (the worker process), `spark` (a job as one Spark batch). Knows
+nothing of the DB object: it takes a `CompactionJob` and returns output SSTs; the DB commits them.
+"""

@@ -36,6 +36,8 @@ class Entry(NamedTuple):
 
 
 class DecisionKind(enum.Enum):
+    """The four outcomes of a filter (see the module docstring); a `Decision` carries one."""
+
     KEEP = "keep"
     REMOVE = "remove"
     CHANGE_VALUE = "change_value"
@@ -57,12 +59,15 @@ class Decision:
 
     @staticmethod
     def change_value(value: bytes) -> _Decision:
+        """Keep the row with `value` instead (bytes; later filters see the new value)."""
         if type(value) is not bytes:
             raise TypeError(f"change_value needs bytes, not {type(value).__name__}")
         return _Decision(DecisionKind.CHANGE_VALUE, value)
 
 
 class Reason(enum.StrEnum):
+    """Why a compaction job runs, as its filters see it in `FilterContext.reason`."""
+
     SIZE_TIERED = "size_tiered"
     PERIODIC = "periodic"
     MANUAL = "manual"
@@ -83,9 +88,11 @@ class CompactionFilter:
 
     @property
     def name(self) -> str:
+        """The name the job's per-filter counts are reported under (the class name by default)."""
         return type(self).__name__
 
     def filter(self, entry: Entry) -> _Decision:
+        """The decision for `entry`, the newest version of its key; the default keeps every row."""
         return Decision.KEEP
 
 
@@ -93,14 +100,16 @@ class CompactionFilterFactory:
     """Subclass and override `create`."""
 
     def create(self, ctx: FilterContext) -> CompactionFilter:
+        """A new filter for one job, given what the job is (`ctx`); must be overridden."""
         raise NotImplementedError("CompactionFilterFactory.create must be overridden")
 
 
 class TtlFilter(CompactionFilter):
-    """The RFC's rule: an entry with tick > expire_ts becomes a tombstone (ts kept).
+    """The SlateDB TTL RFC's rule: an entry with tick > expire_ts becomes a tombstone (ts kept).
 
-    The merge inlines this filter and, unlike the RFC, keeps expire_ts on the tombstone it makes, so the
-    purge lag of the expired row is counted from its expiry when the tombstone is finally dropped."""
+    The merge inlines this filter and, unlike the RFC (which clears expire_ts), keeps expire_ts on the
+    tombstone it makes, so the purge lag of the expired row is counted from its expiry when the tombstone
+    is finally dropped."""
 
     name = "ttl"
 
@@ -108,6 +117,7 @@ class TtlFilter(CompactionFilter):
         self.tick = tick
 
     def filter(self, entry: Entry) -> _Decision:
+        """REMOVE a row whose expire_ts is before the job's tick (it becomes a tombstone), else KEEP."""
         e = entry.expire_ts
         if e is not None and self.tick > e:
             return Decision.REMOVE

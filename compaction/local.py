@@ -25,6 +25,7 @@ atexit.register(_worker.close)
 
 
 def run_local(job: CompactionJob) -> MergeResult:
+    """Run `job` in this process (the local executor)."""
     return run_job(job)
 
 
@@ -38,6 +39,9 @@ def run_in_worker(job: CompactionJob) -> MergeResult:
 
 
 class BackgroundCompactor:
+    """A daemon thread that calls `step()` while it finds work, then sleeps until `wake()`
+    (or, with `poll_seconds`, until the next poll). An exception from `step` stops it and is kept in `error`."""
+
     def __init__(self, step: Callable[[], bool], poll_seconds: float | None = None, name: str = "lsm-compact"):
         """`step()` runs one job and returns True if it did something (then it is called again)."""
         self._step = step
@@ -50,6 +54,7 @@ class BackgroundCompactor:
         self._thread.start()
 
     def wake(self) -> None:
+        """Ask the thread to look for work now."""
         with self._cv:
             self._wake = True
             self._cv.notify()
@@ -73,6 +78,7 @@ class BackgroundCompactor:
                         self._cv.wait()
 
     def stop(self) -> None:
+        """Stop the thread and wait for it (unless called from it); idempotent."""
         with self._cv:
             self._stop = True
             self._cv.notify()

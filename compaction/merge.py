@@ -24,6 +24,8 @@ Per key, with the versions newest first ``v0, v1, ...`` and live snapshots ``s1 
    REMOVE (tombstone with the same seq and ts, no expire_ts), CHANGE_VALUE, DROP (no row). The TTL
    filter's tombstone keeps the row's expire_ts (RowFlags bit 1 on a tombstone): readers treat it as
    any tombstone, and the oldest-run step below can count its purge lag from the expiry.
+   Keys under the job's `protected_prefix` (the engine's reserved key space, e.g. the remap of an
+   ingested source) skip this step: they carry no TTL and no user filter may change them.
 4. Oldest run. When the output is the oldest sorted run nothing lies beneath it, so the oldest kept
    versions that are tombstones, or rows expired at the tick (``tick > expire_ts``), are removed —
    repeatedly, from the bottom up. A tombstone anywhere else is kept: it shadows older versions
@@ -72,11 +74,14 @@ from compaction.filter import (
     TtlFilter,
 )
 from compaction.purge_lag import PurgeLag
+from formats import fileio
 from formats.sst import SsTableInfo, SstReader, SstWriter
 
 
 @dataclasses.dataclass
 class FilterCounts:
+    """What one compaction filter did in a job: rows changed, removed (tombstoned) and dropped."""
+
     changed: int = 0
     removed: int = 0
     dropped: int = 0
@@ -94,6 +99,8 @@ class CompactionStats:
     versions_dropped: int = 0  # shadowed versions no snapshot needed
     tombstones_dropped: int = 0
     expired_dropped: int = 0
+    # the largest seq of a version a merge dropped or rewrote: reading history by seq is exact above it
+    history_floor: int = 0
     filters: dict[str, FilterCounts] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
     read_seconds: float = 0.0  # decoding input blocks
@@ -117,6 +124,8 @@ class CompactionStats:
                     mine.changed += c.changed
                     mine.removed += c.removed
                     mine.dropped += c.dropped
+            elif f.name == "history_floor":
+                self.history_floor = max(self.history_floor, other.history_floor)
             else:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         return self
@@ -129,6 +138,7 @@ class CompactionStats:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CompactionStats:
+        """The stats `to_dict` gave (what a Spark task or the worker process sends back)."""
         d = dict(d)
         d["filters"] = {k: FilterCounts(**v) for k, v in d.get("filters", {}).items()}
         if "purge_lag" in d:
@@ -163,16 +173,21 @@ class CompactionJob:
     filters: tuple[Any, ...] = ()  # CompactionFilterFactory objects
     snapshots: tuple[int, ...] = ()  # live snapshot seqs, ascending
     retention_cutoff: int | None = None  # keep versions whose successor has ts > cutoff
+    # keys starting with this prefix are the engine's own (lsm.syskeys): no filter ever sees them
+    protected_prefix: bytes | None = None
     start: bytes | None = None  # key range of this job (Spark tasks); None = unbounded
     end: bytes | None = None
 
     @property
     def input_bytes(self) -> int:
+        """The total file size of the job's inputs."""
         return sum(i.file_size for i in self.inputs)
 
 
 @dataclasses.dataclass
 class MergeResult:
+    """What an executor returns: the output SSTs (name, SsTableInfo), in key order, and the stats."""
+
     outputs: list[tuple[str, SsTableInfo]]
     stats: CompactionStats
 
@@ -226,6 +241,7 @@ class Resolver:
         retention_cutoff: int | None = None,
         filters: Sequence[CompactionFilter] = (),
         stats: CompactionStats | None = None,
+        protected_prefix: bytes | None = None,
     ) -> None:
         self.tick = tick
         self.expired_before = tick if retention_cutoff is None else min(tick, retention_cutoff)
@@ -234,19 +250,28 @@ class Resolver:
         self.top_snapshot = self.snapshots[-1] if self.snapshots else -1
         self.cutoff = retention_cutoff
         self.filters = list(filters)
+        self.protected = protected_prefix
         self.stats = stats if stats is not None else CompactionStats()
         for f in self.filters:
             self.stats.filters.setdefault(f.name, FilterCounts())
 
     def resolve(self, versions: list[tuple]) -> list[tuple]:
+        """The versions of one key to keep, newest first (steps 1-4), counting what was dropped."""
         stats = self.stats
         if len(versions) == 1:
             kept = versions
         else:
             kept = self._retain(versions)
         newest = kept[0]
-        if self.filters and newest[4] is not None and newest[1] > self.top_snapshot:
+        if (
+            self.filters
+            and newest[4] is not None
+            and newest[1] > self.top_snapshot
+            and (self.protected is None or not newest[0].startswith(self.protected))
+        ):
             filtered = self._filter(newest)
+            if filtered is not newest and newest[1] > stats.history_floor:
+                stats.history_floor = newest[1]
             if filtered is None:
                 kept = kept[1:]
             elif filtered is not newest:
@@ -266,6 +291,8 @@ class Resolver:
                 if since is not None:
                     lag = self.tick - since
                     stats.purge_lag.record(lag if lag > 0 else 0)
+                if bottom[1] > stats.history_floor:
+                    stats.history_floor = bottom[1]
                 kept = kept[:-1]
         return kept
 
@@ -281,6 +308,8 @@ class Resolver:
                 kept.append(v)
             else:
                 self.stats.versions_dropped += 1
+                if v[1] > self.stats.history_floor:
+                    self.stats.history_floor = v[1]
             prev = v
             prev_stripe = stripe
         return kept
@@ -314,6 +343,7 @@ class Resolver:
         return out
 
     def run(self, rows: Iterable[tuple]) -> Iterator[tuple]:
+        """Resolve every key of `rows` (sorted by key, newest version first); yield the rows to keep."""
         resolve = self.resolve
         stats = self.stats
         for versions in group_versions(rows):
@@ -351,6 +381,8 @@ class SstOutput:
         return name, w
 
     def write(self, rows: Iterable[tuple]) -> list[tuple[str, SsTableInfo]]:
+        """Write `rows` into new SSTs of about the target size, never splitting one key's versions;
+        return [(name, SsTableInfo)]. On error, every file this call wrote is removed."""
         target = self.spec.target_bytes
         name, w = None, None
         last_key = None
@@ -374,9 +406,9 @@ class SstOutput:
         """Delete files this output wrote (after a failure): nothing partial is left behind."""
         for name, _ in self.outputs:
             try:
-                os.unlink(os.path.join(self.spec.directory, name))
-            except FileNotFoundError:
-                pass
+                fileio.unlink(os.path.join(self.spec.directory, name))
+            except OSError:
+                pass  # unreferenced: garbage collection removes it later
         self.outputs = []
 
 
@@ -415,6 +447,7 @@ def open_sources(
 
 
 def make_filters(job: CompactionJob) -> list[CompactionFilter]:
+    """The job's filter chain: the built-in TTL filter first, then one filter from each factory."""
     ctx = FilterContext(job.tick, job.is_last_run, job.reason, job.inputs)
     expired_before = job.tick if job.retention_cutoff is None else min(job.tick, job.retention_cutoff)
     filters: list[CompactionFilter] = [TtlFilter(expired_before)]
@@ -437,6 +470,7 @@ def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) ->
             retention_cutoff=job.retention_cutoff,
             filters=make_filters(job),
             stats=stats,
+            protected_prefix=job.protected_prefix,
         )
         out = SstOutput(job.output, job.tick)
         outputs = out.write(resolver.run(merge_sources(iters)))
@@ -459,9 +493,14 @@ def flush_rows(
     tick: int,
     snapshots: Sequence[int] = (),
     retention_cutoff: int | None = None,
+    stats: CompactionStats | None = None,
 ) -> list[tuple[str, SsTableInfo]]:
-    """A memtable flush: the same resolution without filters and keeping tombstones (not the oldest run)."""
-    resolver = Resolver(tick=tick, is_last_run=False, snapshots=snapshots, retention_cutoff=retention_cutoff)
+    """A memtable flush: the same resolution without filters and keeping tombstones (not the oldest run).
+
+    `stats`, if given, receives the counts (and the history floor) of what the flush dropped."""
+    resolver = Resolver(
+        tick=tick, is_last_run=False, snapshots=snapshots, retention_cutoff=retention_cutoff, stats=stats
+    )
     return SstOutput(spec, tick).write(resolver.run(rows))
 
 

@@ -94,6 +94,7 @@ class PurgeLag:
         return self
 
     def copy(self) -> PurgeLag:
+        """An independent copy."""
         return PurgeLag().merge(self)
 
     def quantile(self, q: float) -> int | None:
@@ -113,6 +114,7 @@ class PurgeLag:
 
     @property
     def mean(self) -> float | None:
+        """The exact mean lag in ms (None while empty)."""
         return self.total / self.count if self.count else None
 
     def __bool__(self) -> bool:

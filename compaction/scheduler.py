@@ -13,7 +13,7 @@ Size-tiered (checked first):
      two or more runs wins (at most ``max_merge_inputs``). Run sizes thus grow geometrically and the
      number of runs stays logarithmic in the data size.
 
-Periodic (the RFC's best effort): an SST holding TTL rows or tombstones whose creation_timestamp is older
+Periodic (the SlateDB TTL RFC's best effort): an SST holding TTL rows or tombstones whose creation_timestamp is older
 than ``periodic_compaction_interval`` (stretched by a per-SST jitter of up to
 ``periodic_compaction_jitter`` x the interval, derived from its name so it is stable) is due. The job
 reaches from the newest structure holding a due SST down to the oldest run, so the output is the oldest
@@ -42,6 +42,8 @@ from formats.manifest import SortedRun, SstEntry
 
 @dataclasses.dataclass(frozen=True)
 class SchedulerOptions:
+    """The scheduler's knobs, copied from `DbOptions` (same names, same meaning)."""
+
     l0_compaction_threshold: int = 4
     size_ratio: float = 2.0
     max_merge_inputs: int = 8
@@ -89,6 +91,9 @@ def pick_full(l0: Sequence[SstEntry], runs: Sequence[SortedRun]) -> Plan | None:
 
 
 def pick_size_tiered(l0: Sequence[SstEntry], runs: Sequence[SortedRun], o: SchedulerOptions) -> Plan | None:
+    """A size-tiered job: when L0 holds `l0_compaction_threshold` SSTs, all of L0 plus the newest runs
+    while each is at most `size_ratio` times what is merged above it; otherwise the first group of two
+    or more adjacent runs that fits the same ratio (at most `max_merge_inputs`); else None."""
     if len(l0) >= o.l0_compaction_threshold:
         acc = _size(l0)
         take: list[int] = []
@@ -140,6 +145,9 @@ def is_due(e: SstEntry, tick: int, o: SchedulerOptions, *, by_rows: bool = False
 def pick_periodic(
     l0: Sequence[SstEntry], runs: Sequence[SortedRun], tick: int, o: SchedulerOptions
 ) -> Plan | None:
+    """A periodic job when an SST with TTL rows or tombstones is older than
+    `periodic_compaction_interval` (plus jitter): it rewrites down to the oldest run, or, when that would
+    exceed `periodic_compaction_max_bytes`, a window of the oldest run; else None."""
     if o.periodic_compaction_interval is None:
         return None
     due_l0 = [k for k, e in enumerate(l0) if is_due(e, tick, o, by_rows=True)]

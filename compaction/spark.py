@@ -20,15 +20,22 @@ a name nobody references and `gc` removes them later. A retried attempt writes n
 zombie attempt can never overwrite a committed file. A job that fails raises before any commit.
 
 The task count defaults to the session's default parallelism, at most one task per input block.
+
+Observing jobs: `observe_jobs()` (or `add_job_listener`) receives a `SparkJobReport` after every Spark
+compaction job this driver runs: the ranges, the plan and job seconds, and each task's outputs and
+stats. Benchmarks and tools use it to split a compaction's time without reaching into the executor.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
 import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from compaction.merge import CompactionJob, CompactionStats, MergeResult, run_job
@@ -41,6 +48,64 @@ _sessions: dict[str, Any] = {}
 
 class SparkJobError(LsmError):
     """The Spark job failed; nothing was committed."""
+
+
+@dataclasses.dataclass
+class TaskReport:
+    """What one Spark task returned: its index (= its key range), its output SSTs and its merge stats."""
+
+    index: int
+    outputs: list[tuple[str, SsTableInfo]]
+    stats: CompactionStats
+
+
+@dataclasses.dataclass
+class SparkJobReport:
+    """One Spark compaction job as the driver saw it (passed to job listeners once it succeeded).
+
+    `plan_seconds` is `plan_ranges` (the driver reading block indexes), `job_seconds` the Spark job with
+    its tasks and the output check, `seconds` the whole executor call; the DB's commit comes after."""
+
+    ranges: list[tuple[bytes | None, bytes | None]]
+    plan_seconds: float
+    job_seconds: float
+    seconds: float
+    tasks: list[TaskReport]
+
+
+JobListener = Callable[[SparkJobReport], None]
+_listeners_lock = threading.Lock()
+_listeners: list[JobListener] = []
+
+
+def add_job_listener(fn: JobListener) -> None:
+    """Call `fn(report)` after every successful Spark compaction job run from this process (any DB)."""
+    with _listeners_lock:
+        _listeners.append(fn)
+
+
+def remove_job_listener(fn: JobListener) -> None:
+    """Stop calling `fn` (ValueError if it was not added)."""
+    with _listeners_lock:
+        _listeners.remove(fn)
+
+
+@contextlib.contextmanager
+def observe_jobs() -> Iterator[list[SparkJobReport]]:
+    """``with observe_jobs() as reports:`` collects the `SparkJobReport` of every job run in the block."""
+    reports: list[SparkJobReport] = []
+    add_job_listener(reports.append)
+    try:
+        yield reports
+    finally:
+        remove_job_listener(reports.append)
+
+
+def _notify(report: SparkJobReport) -> None:
+    with _listeners_lock:
+        listeners = list(_listeners)
+    for fn in listeners:
+        fn(report)
 
 
 def session_builder(master: str = "local[*]", app: str = "lsm-compact") -> Any:
@@ -134,6 +199,7 @@ def _stats_from(d: dict) -> CompactionStats:
 
 
 def ensure_picklable(job: CompactionJob) -> None:
+    """SparkJobError, before any Spark work, if a filter factory of `job` cannot be pickled."""
     from pyspark import cloudpickle
 
     for f in job.filters:
@@ -156,14 +222,15 @@ class SparkExecutor:
         self.last_ranges: list[tuple[bytes | None, bytes | None]] = []
 
     def __call__(self, job: CompactionJob) -> MergeResult:
-        import time
-
+        """Plan, run the Spark job, check its outputs; return them with the summed stats (no commit)."""
         t0 = time.perf_counter()
         ensure_picklable(job)
         session = self.session if self.session is not None else get_session(self.master)
         sc = session.sparkContext
         k = self.tasks or sc.defaultParallelism
+        t_plan = time.perf_counter()
         ranges = plan_ranges(job, k)
+        t_job = time.perf_counter()
         self.last_ranges = ranges
         os.makedirs(job.output.directory, exist_ok=True)
 
@@ -184,11 +251,18 @@ class SparkExecutor:
                     _unlink(os.path.join(job.output.directory, name))
             raise
         stats = CompactionStats()
-        for res in results:
-            stats.add(_stats_from(res["stats"]))
+        tasks = []
+        for res in sorted(results, key=lambda r: r["index"]):
+            task_stats = _stats_from(res["stats"])
+            stats.add(task_stats)
+            names = [(name, SsTableInfo.from_dict(d)) for name, d in res["outputs"]]
+            tasks.append(TaskReport(res["index"], names, task_stats))
         stats.jobs = 1
         stats.bytes_in = job.input_bytes
-        stats.seconds = time.perf_counter() - t0
+        t_end = time.perf_counter()
+        stats.seconds = t_end - t0
+        if _listeners:
+            _notify(SparkJobReport(ranges, t_job - t_plan, t_end - t_job, t_end - t0, tasks))
         return MergeResult(outputs, stats)
 
 
@@ -215,4 +289,15 @@ def _unlink(path: str) -> None:
         pass
 
 
-__all__ = ["SparkExecutor", "SparkJobError", "check_outputs", "get_session", "plan_ranges"]
+__all__ = [
+    "SparkExecutor",
+    "SparkJobError",
+    "SparkJobReport",
+    "TaskReport",
+    "add_job_listener",
+    "check_outputs",
+    "get_session",
+    "observe_jobs",
+    "plan_ranges",
+    "remove_job_listener",
+]

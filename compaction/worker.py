@@ -2,8 +2,12 @@
 
 Protocol over the worker's stdin/stdout, one request at a time::
 
-    request  = | u64 length | pickle(CompactionJob) |
-    response = | u64 length | pickle(("ok", MergeResult) or ("error", exception)) |
+    request  = | u64 length | pickle((CompactionJob, FaultPlan or None)) |
+    response = | u64 length | pickle((("ok", MergeResult) or ("error", exception)), FaultPlan or None) |
+
+The fault plan is the parent's `formats.fileio` plan (tests only): the worker arms it for the job and
+sends it back with its counters advanced, so the Nth-call count spans both processes. A worker whose
+parent is gone (its pipe closed) exits quietly, without a BrokenPipeError traceback on a shared stderr.
 
 The worker is started as ``python -m compaction.worker`` (never with multiprocessing's spawn, which
 would re-run the embedding program's unguarded main module), with the parent's ``sys.path``, so filter
@@ -47,21 +51,31 @@ def _recv(f: BinaryIO) -> Any:
 
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
+    """The worker process's loop: read a job from `inp`, run it, write ("ok", result) or
+    ("error", exception) to `out`, until `inp` is closed."""
     from compaction.merge import run_job
+    from formats import fileio
 
     while True:
         try:
-            job = _recv(inp)
-        except EOFError:
+            job, plan = _recv(inp)
+        except (EOFError, OSError):
             return
+        fileio.install(plan)
         try:
             reply: tuple = ("ok", run_job(job))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             reply = ("error", e)
+        finally:
+            plan = fileio.current()
+            fileio.clear()
         try:
-            _send(out, reply)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            _send(out, ("error", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+            try:
+                _send(out, (reply, plan))
+            except (pickle.PicklingError, TypeError, AttributeError):
+                _send(out, (("error", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")), plan))
+        except OSError:  # the parent is gone (BrokenPipeError): nobody is waiting for the answer
+            return
 
 
 class WorkerDied(RuntimeError):
@@ -86,13 +100,18 @@ class Worker:
         )
 
     def run(self, job: Any) -> Any:
+        """Run `job` in the worker process (started if needed) and return its result; re-raise its error.
+        WorkerDied if the process exits during the job (the next job starts a new one)."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
             p = self._proc
+            from formats import fileio
+
             try:
-                _send(p.stdin, job)
-                kind, value = _recv(p.stdout)
+                _send(p.stdin, (job, fileio.current()))
+                (kind, value), plan = _recv(p.stdout)
+                fileio.absorb(plan)
             except (EOFError, BrokenPipeError, OSError):
                 p.kill()
                 self._proc = None
@@ -102,6 +121,7 @@ class Worker:
         return value
 
     def close(self) -> None:
+        """Ask the worker process to exit (killed if it does not within 10 s)."""
         with self._lock:
             p, self._proc = self._proc, None
         if p is not None:
@@ -112,5 +132,18 @@ class Worker:
                 p.kill()
 
 
+def main() -> None:
+    """Serve jobs on stdin/stdout; exit quietly when the parent goes away."""
+    try:
+        serve(sys.stdin.buffer, sys.stdout.buffer)
+    finally:
+        # stdout may be a broken pipe: flushing it at exit would print a BrokenPipeError traceback
+        try:
+            sys.stdout.flush()
+        except OSError:
+            pass
+        os._exit(0)
+
+
 if __name__ == "__main__":
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    main()

@@ -50,6 +50,7 @@ class BloomFilter:
             raise ValueError("bloom filter header does not match its size")
 
     def may_contain(self, key: bytes) -> bool:
+        """False only if `key` was certainly not added (no false negatives)."""
         h = _hash(key)
         h1 = h & 0xFFFFFFFF
         h2 = h >> 32

@@ -11,10 +11,12 @@ Payload keys (format_version 1)::
     last_seq                        int; last sequence number durable in SSTs (WAL holds the rest)
     wal_replay_from                 int; first WAL segment id not yet flushed
     clock_watermark                 int ms; largest ts ever written
+    history_floor                   int; largest seq of a version a flush or compaction dropped or
+                                    rewrote: every version with a higher seq is stored as committed
     l0                              [sst entry], newest first
     runs                            [{"id": int, "ssts": [sst entry]}], newest run first, each run's
                                     SSTs in key order
-    seq_tracker                     bytes; `lsm.seq_tracker` encoding (RFC seq-tracker)
+    seq_tracker                     bytes; `lsm.seq_tracker` encoding (SlateDB seq-tracker RFC)
     time_seq                        bytes; `lsm.time_seq` encoding
     purge_lag                       optional map; cumulative purge-lag histogram of every compaction
                                     committed (`compaction.purge_lag.PurgeLag.to_dict`); absent until a
@@ -44,26 +46,35 @@ CHECK = struct.Struct(">Q")
 
 @dataclasses.dataclass(frozen=True)
 class SstEntry:
+    """One SST in the manifest: its file name in ``sst/`` and its SsTableInfo."""
+
     name: str
     info: SsTableInfo
 
     @property
     def size(self) -> int:
+        """The SST's file size in bytes."""
         return self.info.file_size
 
 
 @dataclasses.dataclass(frozen=True)
 class SortedRun:
+    """A sorted run: SSTs in key order whose key ranges do not overlap, with a unique id."""
+
     id: int
     ssts: tuple[SstEntry, ...]
 
     @property
     def size(self) -> int:
+        """The run's total file size in bytes."""
         return sum(s.size for s in self.ssts)
 
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
+    """One manifest version: epochs, id counters, last seq, WAL replay point, clock watermark, the
+    LSM shape (L0 newest first, sorted runs newest first) and the seq<->time maps (see the diagram above)."""
+
     writer_epoch: int = 0
     compactor_epoch: int = 0
     next_sst_id: int = 1
@@ -75,12 +86,15 @@ class Manifest:
     runs: tuple[SortedRun, ...] = ()
     seq_tracker: bytes = b""
     time_seq: bytes = b""
+    history_floor: int = 0
     purge_lag: dict[str, Any] | None = None  # PurgeLag.to_dict(); formats imports nothing of ours
 
     def replace(self, **kw: Any) -> Manifest:
+        """A copy with the given fields changed."""
         return dataclasses.replace(self, **kw)
 
     def all_ssts(self) -> list[SstEntry]:
+        """Every SST the version references: L0, then each run's."""
         return list(self.l0) + [s for r in self.runs for s in r.ssts]
 
 
@@ -89,11 +103,16 @@ def _entry(e: SstEntry) -> dict:
 
 
 def encode(m: Manifest) -> bytes:
+    """The manifest file bytes of `m` (header, msgpack payload, xxh3 checksum)."""
     d = dataclasses.asdict(m)
     d["l0"] = [_entry(e) for e in m.l0]
     d["runs"] = [{"id": r.id, "ssts": [_entry(e) for e in r.ssts]} for r in m.runs]
+    # optional keys, omitted while empty: manifests that need neither are byte-identical to those from
+    # before the keys existed, and decode defaults them
     if d["purge_lag"] is None:
-        del d["purge_lag"]  # optional: omitted while empty (byte-identical to manifests from before it)
+        del d["purge_lag"]
+    if d["history_floor"] == 0:
+        del d["history_floor"]
     payload = msgpack.packb(d, use_bin_type=True)
     head = HEADER.pack(MAGIC, FORMAT_VERSION, len(payload))
     body = head + payload
@@ -101,6 +120,8 @@ def encode(m: Manifest) -> bytes:
 
 
 def decode(buf: bytes, path: str = "<bytes>") -> Manifest:
+    """The `Manifest` in `buf`; CorruptionError (naming `path`) if it is damaged, FormatVersionError if
+    its version is unknown."""
     if len(buf) < HEADER.size + CHECK.size:
         raise CorruptionError(path, 0, f"manifest of {len(buf)} bytes is truncated")
     magic, version, length = HEADER.unpack_from(buf, 0)

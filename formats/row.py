@@ -1,4 +1,5 @@
-"""Row codec: the per-row byte layouts of rfc-timestamps-and-ttl.md ("Data Format").
+"""Row codec: the per-row byte layouts of the SlateDB TTL RFC ("SlateDB Timestamps & Time-To-Live",
+slatedb/slatedb rfcs/0003-timestamps-and-ttl.md, section "Data Format"; summary in docs/sources.md).
 
 All integers are big-endian and fixed width.
 
@@ -81,6 +82,7 @@ class Row(NamedTuple):
 
     @property
     def tombstone(self) -> bool:
+        """True for a delete (no value)."""
         return self.value is None
 
 

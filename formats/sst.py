@@ -42,6 +42,7 @@ import bisect
 import dataclasses
 import mmap
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,7 +51,7 @@ from typing import Any, Protocol
 import msgpack
 import xxhash
 
-from formats import bloom
+from formats import bloom, fileio
 from formats.errors import CorruptionError, FormatVersionError
 from formats.row import (
     FORMAT_V0,
@@ -111,10 +112,13 @@ class SsTableInfo:
     value_bytes: int = 0  # sum of value lengths over all rows
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict (for msgpack and JSON)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SsTableInfo:
+        """The inverse of `to_dict`; fields added in later versions may be absent (ValueError if
+        another field is missing)."""
         names = {f.name for f in dataclasses.fields(cls)}
         missing = names - set(d) - {"compression", "file_size", "key_bytes", "value_bytes"}
         if missing:
@@ -125,19 +129,23 @@ class SsTableInfo:
 
     @property
     def has_ttl(self) -> bool:
+        """True when the rows carry the TimeToLive feature."""
         return RowFeature.TimeToLive in self.row_features
 
     @property
     def has_timestamps(self) -> bool:
+        """True when the rows carry the Timestamp feature."""
         return RowFeature.Timestamp in self.row_features
 
 
 class BlockCache(Protocol):
     """What the reader needs from a block cache (the engine's LRU implements it)."""
 
-    def get(self, key: Any) -> Any: ...
+    def get(self, key: Any) -> Any:
+        """The cached block for `key`, or None."""
 
-    def put(self, key: Any, value: Any, charge: int) -> None: ...
+    def put(self, key: Any, value: Any, charge: int) -> None:
+        """Cache `value` under `key`, charged `charge` bytes."""
 
 
 def _compress(payload: bytes, code: int) -> bytes:
@@ -323,15 +331,21 @@ class SstWriter:
         footer = body + U32.pack(xxhash.xxh32_intdigest(body))
         chunks += (index, filt, meta, footer)
         file_size = meta_offset + len(meta) + len(footer)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # through formats.fileio: every byte or an error naming the file, and tests can inject faults
+        fd = fileio.create(self.path, os.O_WRONLY | os.O_TRUNC)
         try:
-            with os.fdopen(fd, "wb", closefd=False) as f:
-                f.writelines(chunks)
-                f.flush()
-            if self.sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+            try:
+                fileio.write(fd, b"".join(chunks), self.path)
+                if self.sync:
+                    fileio.fsync(fd, self.path)
+            finally:
+                os.close(fd)
+        except BaseException:
+            try:  # a partial SST is never left behind under a name someone might read
+                fileio.unlink(self.path)
+            except OSError:
+                pass
+            raise
         self.rows = []
         return dataclasses.replace(info, file_size=file_size)
 
@@ -383,9 +397,12 @@ class SstReader:
         self.cache = cache
         self.cache_id = cache_id if cache_id is not None else self.path
         self.verify_checksums = verify_checksums
-        fd = os.open(self.path, os.O_RDONLY)
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang the open
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{self.path}: not a regular file, so not an SST")
+            size = st.st_size
             if size < FOOTER.size:
                 raise CorruptionError(self.path, 0, f"file of {size} bytes is too short to be an SST")
             self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
@@ -487,6 +504,7 @@ class SstReader:
         raise CorruptionError(self.path, offset, f"unknown compression code {code}")
 
     def close(self) -> None:
+        """Release the file mapping."""
         self._map.close()
 
     def __enter__(self) -> SstReader:
@@ -539,6 +557,7 @@ class SstReader:
 
     # -- reads ------------------------------------------------------------------------------------
     def may_contain(self, key: bytes) -> bool:
+        """The bloom filter's answer for `key`: False means the SST certainly does not hold it."""
         return self.bloom.may_contain(key)
 
     def get(self, key: bytes, max_seq: int | None = None, use_bloom: bool = True) -> tuple | None:

@@ -10,9 +10,12 @@ Rows use the v1 row layout of `formats.row` with the features RowFlags and TimeT
 (``| u16 key_len | key | u8 flags | i64 expire_ts | u32 value_len | value |``); every row of a record
 shares the record's seq and ts, which is what makes a batch atomic: it is replayed whole or not at all.
 
-Torn tails: a record whose header or payload runs past the end of the segment, or the last record of the
-segment failing its checksum, is what a process killed mid-append leaves; `decode_segment` stops there and
-reports where. A checksum failure with more records after it is corruption. So is a "torn" record followed
+Torn tails: a record whose header or payload runs past the end of the segment is what a process killed
+mid-append (or a disk that filled mid-record) leaves; `decode_segment` stops there and reports where. The
+last record being COMPLETE but failing its checksum is not what an interrupted append leaves: it is
+corruption (`CorruptionError`) unless the caller opts into dropping it (``drop_corrupted_tail=True``, the
+engine's ``wal_recovery_mode="tolerate_corrupted_tail"``). A checksum failure with more records after it is
+always corruption. So is a "torn" record followed
 by a complete, checksum-valid record: a torn tail is a prefix of one append, so what looks torn there is a
 damaged length field, and stopping would silently drop the commits after it. (A torn record whose own
 payload embeds a whole valid record would be misreported as corruption: the price of not having a header
@@ -37,6 +40,8 @@ _xxh3 = xxhash.xxh3_64_intdigest
 
 
 class WalRecord(NamedTuple):
+    """One decoded WAL record: its offset in the segment, its commit seq and ts, and its rows."""
+
     offset: int
     seq: int
     ts: int
@@ -69,6 +74,7 @@ def encode_put(seq: int, ts: int, key: bytes, expire_ts: int | None, value: byte
 
 
 def decode_payload(payload: bytes, path: str, offset: int) -> tuple[int, int, list]:
+    """(seq, ts, rows) of one record payload; CorruptionError naming `path` and `offset` if malformed."""
     try:
         seq, ts, count = COMMIT.unpack_from(payload, 0)
         pos = COMMIT.size
@@ -84,8 +90,12 @@ def decode_payload(payload: bytes, path: str, offset: int) -> tuple[int, int, li
     return seq, ts, rows
 
 
-def decode_segment(buf: bytes, path: str = "<bytes>") -> tuple[list[WalRecord], int | None]:
-    """Decode a whole segment; return (records, torn_offset) where torn_offset is None if intact."""
+def decode_segment(
+    buf: bytes, path: str = "<bytes>", drop_corrupted_tail: bool = False
+) -> tuple[list[WalRecord], int | None]:
+    """Decode a whole segment; return (records, torn_offset) where torn_offset is None if intact.
+
+    drop_corrupted_tail=True also takes a complete last record with a bad checksum as a torn tail."""
     out: list[WalRecord] = []
     pos = 0
     end = len(buf)
@@ -99,9 +109,13 @@ def decode_segment(buf: bytes, path: str = "<bytes>") -> tuple[list[WalRecord], 
             return out, pos
         payload = buf[body_at : body_at + length]
         if _xxh3(payload) != check:
-            if body_at + length == end:
+            if body_at + length == end and drop_corrupted_tail:
                 _raise_if_records_follow(buf, pos, path)
                 return out, pos
+            if body_at + length == end:
+                raise CorruptionError(
+                    path, pos, "WAL record checksum mismatch in the complete last record (damaged, not torn)"
+                )
             raise CorruptionError(path, pos, "WAL record checksum mismatch")
         seq, ts, rows = decode_payload(payload, path, pos)
         out.append(WalRecord(pos, seq, ts, rows))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from formats.row import check_key, check_value
+from formats.row import check_value
 from lsm.options import check_ttl
+from lsm.syskeys import check_user_key
 
 
 class WriteBatch:
@@ -21,14 +22,16 @@ class WriteBatch:
         self.ops: list[tuple[bytes, object, bytes | None]] = []
 
     def put(self, key: bytes, value: bytes, ttl: int | None = None) -> WriteBatch:
-        check_key(key)
+        """Add a put of `key` = `value` (with its own `ttl` ms, or the default TTL when None); returns the batch."""
+        check_user_key(key)
         check_value(value)
         check_ttl(ttl)
         self.ops.append((key, ttl, value))
         return self
 
     def delete(self, key: bytes) -> WriteBatch:
-        check_key(key)
+        """Add a delete of `key` (a tombstone); returns the batch."""
+        check_user_key(key)
         self.ops.append((key, None, None))
         return self
 

@@ -19,6 +19,7 @@ class LruCache:
         self._lock = threading.Lock()
 
     def get(self, key: Any) -> Any:
+        """The cached value for `key` (and mark it most recently used), or None. O(1)."""
         e = self._d.get(key)
         if e is None:
             self.misses += 1
@@ -31,6 +32,9 @@ class LruCache:
         return e[0]
 
     def put(self, key: Any, value: Any, charge: int) -> None:
+        """Cache `value` under `key`, charged `charge` bytes; evict least recently used entries to fit.
+
+        A value larger than the whole capacity is not cached. O(1) amortized."""
         if charge > self.capacity:
             return
         with self._lock:

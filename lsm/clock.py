@@ -8,18 +8,29 @@ from typing import Protocol, runtime_checkable
 
 from lsm.errors import ClockError
 
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1  # the on-disk range of every timestamp (i64)
+
+
+def check_i64_ms(v: int, what: str) -> int:
+    """ValueError naming `v` unless it fits the formats' i64 (a time or an expiry in ms)."""
+    if not I64_MIN <= v <= I64_MAX:
+        raise ValueError(f"{what} {v} does not fit a signed 64-bit integer of milliseconds")
+    return v
+
 
 @runtime_checkable
 class Clock(Protocol):
     """Anything with ``now() -> int`` milliseconds. It should not go back; the engine enforces that."""
 
-    def now(self) -> int: ...
+    def now(self) -> int:
+        """The current time in milliseconds since the Unix epoch."""
 
 
 class SystemClock:
     """Wall-clock time in ms since the Unix epoch."""
 
     def now(self) -> int:
+        """`time.time_ns()` in whole milliseconds."""
         return time.time_ns() // 1_000_000
 
     def __repr__(self) -> str:
@@ -38,6 +49,7 @@ class ManualClock:
         self._lock = threading.Lock()
 
     def now(self) -> int:
+        """The time last set or advanced to (ms)."""
         return self._now
 
     def advance(self, ms: int) -> int:
@@ -59,7 +71,7 @@ class ManualClock:
 def _check_ms(v: object) -> int:
     if type(v) is not int:
         raise TypeError(f"clock times are int milliseconds, not {type(v).__name__}")
-    return v
+    return check_i64_ms(v, "clock time")
 
 
 class MonotonicClock:
@@ -79,10 +91,17 @@ class MonotonicClock:
     def tick(self) -> int:
         # Read the user clock under the lock: reads advance `last` too, and a read that slipped in
         # between our clock reading and the comparison would make time look as if it went back.
+        """The time for a write: the user clock, which must not be below any time already used
+        (ClockError otherwise, before anything is written); it becomes the last used time."""
         with self._lock:
             now = self.clock.now()
             if type(now) is not int:
                 raise ClockError(f"clock {self.clock!r} returned {now!r}, not int milliseconds")
+            if not I64_MIN <= now <= I64_MAX:  # refused before it is used or becomes the watermark
+                raise ClockError(
+                    f"clock {self.clock!r} returned {now} ms, which does not fit a signed 64-bit integer; "
+                    "nothing was written"
+                )
             if now < self.last:
                 raise ClockError(
                     f"clock went back: {now} ms is below {self.last} ms already used; nothing was written"
@@ -91,8 +110,10 @@ class MonotonicClock:
         return now
 
     def read(self) -> int:
+        """The time for a read: max(user clock, last used time); never raises (a clock returning a
+        non-int leaves time where it was, for `tick` to report)."""
         now = self.clock.now()
-        if type(now) is not int:
+        if type(now) is not int or not I64_MIN <= now <= I64_MAX:
             return self.last  # tick() reports the bad clock; a read just does not move time
         with self._lock:
             if now > self.last:

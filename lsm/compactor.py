@@ -4,7 +4,8 @@
 what only the DB can do — reading the manifest, choosing the executor, committing one manifest edit under
 the DB's epochs (compare-and-swap), pointing the read path at the new shape, and deleting the inputs once
 no iterator still reads them. A job that fails (a filter raising, an executor error, a fenced commit)
-removes its outputs and leaves the manifest as it was.
+removes its outputs and leaves the manifest as it was. An I/O error puts the DB into the failed state
+(`lsm.errors.DbFailedError`); when it struck while publishing the manifest, the outputs are kept.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from formats.manifest import Manifest, SortedRun, SstEntry
 from lsm.errors import CompactionError
 from lsm.events import CompactionInfo, notify
 from lsm.fsutil import fsync_dir, unlink_quiet
+from lsm.syskeys import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
     from lsm.db import DB
@@ -35,6 +37,9 @@ Executor = Callable[[CompactionJob], MergeResult]
 
 
 class DbCompactor:
+    """The DB's compaction driver: picks plans (scheduler), builds jobs, runs them on an executor,
+    commits their result, and owns the background compaction thread. Jobs run one at a time."""
+
     def __init__(self, db: DB) -> None:
         self.db = db
         o = db.options
@@ -111,6 +116,8 @@ class DbCompactor:
 
     # -- running -----------------------------------------------------------------------------------
     def make_job(self, plan: scheduler.Plan, m: Manifest, tick: int) -> CompactionJob:
+        """The `CompactionJob` for `plan` on manifest `m` at compaction tick `tick`: input paths and
+        SsTableInfos, a fresh output name prefix, the filters, live snapshots and the retention cutoff."""
         db = self.db
         src = plan.input_entries(m.l0, m.runs)
         return CompactionJob(
@@ -123,6 +130,7 @@ class DbCompactor:
             filters=tuple(db.options.compaction_filters),
             snapshots=db.snapshot_seqs(),
             retention_cutoff=db._retention_cutoff(tick),
+            protected_prefix=SYSTEM_PREFIX,
         )
 
     def _run(
@@ -166,7 +174,10 @@ class DbCompactor:
         if on_begin is not None:
             on_begin(CompactionInfo(str(plan.reason), executor_name(run), tuple(input_names)))
         t1 = time.perf_counter()
-        result = run(job)
+        try:
+            result = run(job)
+        except OSError as e:  # the merge removed what it wrote; the DB's files are as they were
+            raise db._fail(e) from e
         t2 = time.perf_counter()
         outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
         stats = result.stats
@@ -178,12 +189,21 @@ class DbCompactor:
         before = copy.deepcopy(self.stats)
         self.stats.add(stats)
         try:
-            fsync_dir(db._sst_dir)
-            db._commit(lambda cur: with_purge_lag(apply_plan(cur, plan, outputs, tick), stats), db._install)
-        except BaseException:
+            try:
+                fsync_dir(db._sst_dir)
+            except OSError as e:
+                raise db._fail(e) from e
+            db._commit(
+                lambda cur: with_purge_lag(apply_plan(cur, plan, outputs, tick, stats.history_floor), stats),
+                db._install,
+            )
+        except BaseException as e:
             self.stats = before
-            for e in outputs:
-                unlink_quiet(db.sst_path(e.name))
+            # a commit that may have been published (DbFailedError.published None) keeps its outputs:
+            # a manifest on disk may reference them, and the next open decides
+            if getattr(e, "published", False) is not None:
+                for o in outputs:
+                    unlink_quiet(db.sst_path(o.name))
             raise
         db._retire_files(input_names)
         stats.commit_seconds = time.perf_counter() - t2
@@ -191,6 +211,7 @@ class DbCompactor:
         return stats, tuple(e.name for e in outputs)
 
     def stop(self) -> None:
+        """Stop the background compaction thread (waits for a running job); idempotent."""
         if self.background is not None:
             self.background.stop()
             self.background = None
@@ -203,8 +224,12 @@ class DbCompactor:
         return collect_garbage(db._sst_dir, db.manifest, grace, keep=set(db._readers))
 
 
-def apply_plan(m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...], tick: int) -> Manifest:
-    """The manifest after `plan` produced `outputs` (raises CompactionError if its inputs are gone)."""
+def apply_plan(
+    m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...], tick: int, history_floor: int = 0
+) -> Manifest:
+    """The manifest after `plan` produced `outputs` (raises CompactionError if its inputs are gone).
+
+    `history_floor` is the largest seq of a version the job dropped or rewrote (`CompactionStats`)."""
     l0_names = {e.name for e in m.l0}
     if not set(plan.l0) <= l0_names or not set(plan.runs) <= {r.id for r in m.runs}:
         raise CompactionError("the compaction's inputs changed before it could commit")
@@ -228,7 +253,12 @@ def apply_plan(m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...],
         if outputs:
             runs.insert(at, SortedRun(next_run_id, outputs))
             next_run_id += 1
-    return m.replace(l0=new_l0, runs=tuple(runs), next_run_id=next_run_id)
+    return m.replace(
+        l0=new_l0,
+        runs=tuple(runs),
+        next_run_id=next_run_id,
+        history_floor=max(m.history_floor, history_floor),
+    )
 
 
 def executor_name(run: Executor) -> str:
@@ -264,8 +294,8 @@ def collect_garbage(sst_dir: str, m: Manifest, grace_ms: int, keep: set[str] = f
                 continue
         except FileNotFoundError:
             continue
-        unlink_quiet(p)
-        removed.append(name)
+        if unlink_quiet(p):  # a file that could not be deleted is left for the next gc
+            removed.append(name)
     if removed:
         fsync_dir(sst_dir)
     return removed

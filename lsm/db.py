@@ -7,8 +7,12 @@ Directory layout::
     PATH/wal/%020d.wal             WAL segments, one per memtable (formats.wal)
     PATH/sst/<name>.sst            SSTs (formats.sst); only those the manifest names are live
 
-Write path: a commit takes the write lock, reads the clock (never backwards), takes the next seq, appends
-one WAL record (one write(2); fsync when sync=True), then adds its rows to the memtable. A full memtable
+Write path: a commit takes the write lock and (if it does not hold it yet) a shared flock on the active
+WAL segment, checks the fence, reads the clock (never backwards), takes the next seq, appends one WAL
+record (one write(2); fsync when sync=True), then adds its rows to the memtable. The flock is kept
+across writes and dropped when idle or fenced (lsm.wal_lock). An opener publishes its epoch before
+it locks and reads the segments, so an append either passed its fence check before the publish (the
+opener waits for it and replays it: the write succeeded) or fails that check (nothing written). A full memtable
 is frozen behind a new WAL segment and flushed to an L0 SST by the flush thread while writes go on; the
 manifest then records the SST and the new WAL replay point, and only after that commit are the
 flushed segments deleted.
@@ -17,8 +21,13 @@ Read path: the active memtable, frozen memtables newest first, L0 SSTs newest fi
 newest first; the first version with seq <= the read's seq decides. Structures are searched in that
 order because their seq ranges are ordered the same way.
 
+Failure: an I/O error on the write path (WAL append or sync, flush, manifest commit, compaction, close)
+puts the DB into the failed state (`DbFailedError`, naming the file and the call): writes are refused
+until it is reopened, reads go on, nothing is appended after a possibly partial record, and no file a
+possibly published manifest references is deleted. The failed write's seq is never given to another write.
+
 Recovery: open replays WAL segments from the manifest's replay point (records past the manifest's
-last_seq), dropping a torn final record, flushes what it replayed to L0 and retires the old segments, so
+last_seq), dropping a torn final record (DbOptions.wal_recovery_mode), flushes what it replayed to L0 and retires the old segments, so
 a fenced older handle appending to them can never make those writes visible.
 """
 
@@ -41,13 +50,16 @@ from formats.manifest import Manifest, SortedRun, SstEntry
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_key, check_value
 from formats.sst import SstReader
 from formats.wal import encode_put, encode_record
+from lsm import bulk as bulk_mod
+from lsm import ingest as ingest_mod
 from lsm import wal as wal_files
 from lsm.batch import WriteBatch
 from lsm.cache import LruCache
-from lsm.clock import MonotonicClock
+from lsm.clock import I64_MAX, MonotonicClock
 from lsm.compactor import DbCompactor
 from lsm.errors import (
     ClosedError,
+    DbFailedError,
     FencedError,
     LsmError,
     NotADatabaseError,
@@ -56,12 +68,16 @@ from lsm.errors import (
 from lsm.events import FlushInfo, notify
 from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.iterators import run_iter, visible_rows
-from lsm.manifest import FenceToken, ManifestStore
+from lsm.manifest import FenceToken, ManifestStore, PublishUnknownError
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions, check_ttl
+from lsm.remap import IngestStats, Remap
+from lsm.remap_store import list_sources, load_remap
 from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
+from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, check_user_key, is_system
 from lsm.timeline import Timeline, parse_time
+from lsm.wal_lock import IdleReleaser
 
 SST_SUFFIX = ".sst"
 
@@ -143,6 +159,7 @@ class DB:
         self._on_flush_hooks: list[Callable[[], None]] = []
         self._on_close_hooks: list[Callable[[], None]] = []
         self._compactor: DbCompactor | None = None
+        self._lock_releaser: IdleReleaser | None = None
         self._memtable_bytes = options.memtable_bytes
         self._default_ttl = options.default_ttl
         self.user_bytes_written = 0
@@ -150,6 +167,8 @@ class DB:
 
         man_id, man = self._open_manifest()
         self._manifest_id, self._manifest = man_id, man
+        if not read_only:
+            self._store.remove_stale_tmp()
         self._writer_epoch = man.writer_epoch
         self._compactor_epoch = man.compactor_epoch
         self._next_id = max(man.next_sst_id, _max_sst_number(self._sst_dir) + 1)
@@ -184,6 +203,7 @@ class DB:
             if options.background_flush:  # else frozen memtables are flushed by the writer (_flush_frozen)
                 self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
                 self._flush_thread.start()
+            self._lock_releaser = IdleReleaser(self)
             self._compactor = DbCompactor(self)
             if self._compactor.background is not None:
                 self._on_flush_hooks.append(self._compactor.background.wake)
@@ -218,8 +238,10 @@ class DB:
         last_seg = segments[-1][0] if segments else man.wal_replay_from - 1
         mem = Memtable(last_seg)
         max_ts = 0
+        mode = self.options.wal_recovery_mode
         for _sid, path in segments:
-            records, _torn = wal_files.read_segment(path)
+            # exclusive (writable open): waits out an append whose fence check passed before our publish
+            records, stop = wal_files.replay_segment(path, mode, exclusive=not self.read_only)
             for rec in records:
                 if rec.ts > max_ts:
                     max_ts = rec.ts
@@ -229,10 +251,13 @@ class DB:
                     mem.add(row)
                 if rec.ts >= self._timeline.next_ms:
                     self._timeline.on_commit(rec.seq, rec.ts)
+            if stop:
+                break
         return mem, max_ts, last_seg
 
     # -- SST bookkeeping ---------------------------------------------------------------------------
     def sst_path(self, name: str) -> str:
+        """The path of the SST file `name` in this database's ``sst/`` directory."""
         return os.path.join(self._sst_dir, name)
 
     def _reader(self, name: str) -> SstReader:
@@ -272,11 +297,21 @@ class DB:
         `on_commit(new)` runs under the commit lock right after the commit, so read-path state swaps
         happen in commit order."""
         with self._commit_lock:
+            if isinstance(self._bg_error, DbFailedError):
+                # the store's files may be ahead of what this handle knows (a maybe-published version):
+                # only a reopen may commit again
+                raise self._bg_error
             for _ in range(100):
                 base = self._manifest
                 new = edit(base)
                 new = new.replace(next_sst_id=max(new.next_sst_id, self._next_id))
-                if self._store.try_create(self._manifest_id + 1, new):
+                try:
+                    created = self._store.try_create(self._manifest_id + 1, new)
+                except PublishUnknownError as e:
+                    raise self._fail(e.error, published=None) from e.error
+                except OSError as e:
+                    raise self._fail(e) from e
+                if created:
                     self._manifest_id += 1
                     self._manifest = new
                     if self._manifest_id % 16 == 0:
@@ -301,8 +336,8 @@ class DB:
         """Write `key` = `value`; ttl (ms) overrides DbOptions.default_ttl, NO_TTL disables it.
 
         Returns the commit's seq."""
-        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
-            check_key(key)
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
+            check_user_key(key)
         if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
             check_value(value)
         if ttl is not None:
@@ -314,9 +349,12 @@ class DB:
         with self._write_lock:
             if self._closed or self._bg_error is not None:
                 self._raise_not_writable()
+            wal = self._wal
+            if not wal.held:  # the segment lock of the fencing protocol (lsm.wal_lock): kept across writes
+                wal.hold()
             token, epoch = self._token_bytes, self._epoch_bytes
             if token[0:8] != epoch:
-                self._check_fence()
+                self._fenced(wal)
             ts = self._clock.tick()
             if ttl is None:
                 ttl = self._default_ttl
@@ -325,10 +363,14 @@ class DB:
                 if self.options.sst_format_version == 0:
                     raise ValueError("sst_format_version 0 cannot store TTLs")
                 exp = ts + ttl
+                if exp > I64_MAX:
+                    _expiry_overflow(ts, ttl)
             seq = self._seq + 1
-            self._wal.append(encode_put(seq, ts, key, exp, value), sync)
-            if token[0:8] != epoch:
-                self._check_fence()
+            try:
+                wal.append(encode_put(seq, ts, key, exp, value), sync)
+            except OSError as e:
+                wal.release()
+                raise self._fail(e) from e
             mem = self._state.mem
             mem.add((key, seq, ts, exp, value))
             self._seq = seq
@@ -342,7 +384,7 @@ class DB:
 
     def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
         """Write a tombstone for `key` (it carries a ts and no expire_ts). Returns the commit's seq."""
-        check_key(key)
+        check_user_key(key)
         return self._commit_ops(((key, None, None),), options)
 
     def write(self, batch: WriteBatch, options: WriteOptions | None = None) -> int:
@@ -361,6 +403,8 @@ class DB:
             raise ClosedError(f"{self.path}: DB is closed")
         if self.read_only:
             raise ReadOnlyError(f"{self.path}: opened read-only")
+        if self._bg_error is not None:
+            raise self._bg_error
 
     def _raise_not_writable(self) -> None:
         if self._closed:
@@ -371,18 +415,18 @@ class DB:
         if self._token.read() != self._writer_epoch:
             raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
 
+    def _fenced(self, wal: wal_files.WalWriter) -> None:
+        """A write found a newer epoch: give the segment lock to the opener waiting for it, then raise."""
+        wal.release()
+        self._check_fence()
+        raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
+
     def _commit_ops(self, ops, options: WriteOptions | None) -> int:
-        self._check_writable()
-        sync = options is not None and options.sync
-        with self._write_lock:
-            if self._closed or self._bg_error is not None:
-                self._raise_not_writable()
-            self._check_fence()
-            ts = self._clock.tick()
-            seq = self._seq + 1
-            default_ttl = self._default_ttl
+        default_ttl = self._default_ttl
+        v0 = self.options.sst_format_version == 0
+
+        def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
             wal_ops = []
-            rows = []
             nbytes = 0
             for key, ttl, value in ops:
                 exp = None
@@ -390,19 +434,44 @@ class DB:
                     if ttl is None:
                         ttl = default_ttl
                     if ttl is not None and ttl is not NO_TTL:
-                        if self.options.sst_format_version == 0:
+                        if v0:
                             raise ValueError("sst_format_version 0 cannot store TTLs")
                         exp = ts + ttl
+                        if exp > I64_MAX:
+                            _expiry_overflow(ts, ttl)
                     nbytes += len(key) + len(value)
                 else:
                     nbytes += len(key)
                 wal_ops.append((key, exp, value))
-                rows.append((key, seq, ts, exp, value))
-            self._wal.append(encode_record(seq, ts, wal_ops), sync)
-            self._check_fence()
+            return wal_ops, nbytes
+
+        return self._commit_rows(rows_at, options is not None and options.sync)[0]
+
+    def _commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
+        """Commit the rows ``rows_at(ts, seq)`` builds, as (key, expire_ts, value), under one seq and ts.
+
+        `rows_at` runs under the write lock and the segment flock once the commit's ts and seq are known
+        (ingest needs both for its binding row) and also returns the user bytes it holds. Returns (seq, ts)."""
+        self._check_writable()
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._raise_not_writable()
+            wal = self._wal
+            if not wal.held:  # as in put
+                wal.hold()
+            if self._token.read() != self._writer_epoch:
+                self._fenced(wal)
+            ts = self._clock.tick()
+            seq = self._seq + 1
+            wal_ops, nbytes = rows_at(ts, seq)
+            try:
+                wal.append(encode_record(seq, ts, wal_ops), sync)
+            except OSError as e:
+                wal.release()
+                raise self._fail(e) from e
             mem = self._state.mem
-            for r in rows:
-                mem.add(r)
+            for key, exp, value in wal_ops:
+                mem.add((key, seq, ts, exp, value))
             self._seq = seq
             self._last_commit_ts = ts
             if ts >= self._timeline.next_ms:
@@ -410,7 +479,7 @@ class DB:
             self.user_bytes_written += nbytes
             if mem.bytes >= self._memtable_bytes:
                 self._rotate_locked()
-            return seq
+            return seq, ts
 
     def _rotate_locked(self) -> None:
         """Freeze the memtable behind a new WAL segment and hand it to the flush thread (write lock held)."""
@@ -424,6 +493,8 @@ class DB:
             raise FencedError(
                 f"{self.path}: WAL segment {new.segment_id} belongs to another handle; this one is fenced"
             ) from None
+        except OSError as e:
+            raise self._fail(e) from e
         old_wal, self._wal = self._wal, new_wal
         old_wal.close()
         with self._state_lock:
@@ -463,7 +534,8 @@ class DB:
                 self._flush_memtable(self._state.imm[-1])
             except BaseException as e:  # noqa: BLE001 - surfaced to writers as the background error
                 with self._cv:
-                    self._bg_error = e
+                    if self._bg_error is None:  # the first failure is the one to report
+                        self._bg_error = e
                     self._cv.notify_all()
                 return
             with self._cv:
@@ -479,7 +551,8 @@ class DB:
                 self._flush_memtable(self._state.imm[-1])
             except BaseException as e:
                 with self._cv:
-                    self._bg_error = e
+                    if self._bg_error is None:  # the first failure is the one to report
+                        self._bg_error = e
                     self._cv.notify_all()
                 raise
         for hook in self._on_flush_hooks:
@@ -525,11 +598,25 @@ class DB:
         """Write one frozen memtable to L0, commit, swap it into the read path, retire its WAL."""
         tick = self._clock.read()
         spec = self._output_spec(f"{self._alloc_ids():020d}", None)
-        outputs = flush_rows(
-            mem.iter(), spec, tick=tick, snapshots=self.snapshot_seqs(), retention_cutoff=self._retention_cutoff(tick)
-        )
-        fsync_dir(self._sst_dir)
+        dropped = CompactionStats()  # its history_floor: the newest version the flush dropped
+        try:
+            # on failure flush_rows removes what it wrote: nothing references it yet
+            outputs = flush_rows(
+                mem.iter(),
+                spec,
+                tick=tick,
+                snapshots=self.snapshot_seqs(),
+                retention_cutoff=self._retention_cutoff(tick),
+                stats=dropped,
+            )
+        except OSError as e:
+            raise self._fail(e) from e
         entries = tuple(SstEntry(name, info) for name, info in outputs)
+        try:
+            fsync_dir(self._sst_dir)
+        except OSError as e:
+            self._discard_outputs(entries)
+            raise self._fail(e) from e
         watermark = max(mem.max_ts, self._clock.last)
 
         def edit(m: Manifest) -> Manifest:
@@ -538,19 +625,42 @@ class DB:
                 last_seq=max(m.last_seq, mem.max_seq),
                 wal_replay_from=max(m.wal_replay_from, mem.segment_id + 1),
                 clock_watermark=max(m.clock_watermark, watermark),
+                history_floor=max(m.history_floor, dropped.history_floor),
                 **self._manifest_extras(m),
             )
 
         try:
             self._commit(edit, lambda m: self._install(m, drop_imm=mem))
+        except DbFailedError as e:
+            if e.published is not None:  # known unpublished; otherwise a manifest on disk may name them
+                self._discard_outputs(entries)
+            raise
         except BaseException:
-            for e in entries:
-                unlink_quiet(self.sst_path(e.name))
-                self._readers.pop(e.name, None)
+            self._discard_outputs(entries)
             raise
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
         self._delete_wal_below(mem.segment_id + 1)
         return tuple(e.name for e in entries)
+
+    def _discard_outputs(self, entries: tuple[SstEntry, ...]) -> None:
+        """Delete SSTs of a flush no manifest references (its commit failed before publishing)."""
+        for e in entries:
+            r = self._readers.pop(e.name, None)
+            if r is not None:
+                r.close()
+            unlink_quiet(self.sst_path(e.name))
+
+    def _fail(self, error: BaseException, published: bool | None = False) -> DbFailedError:
+        """Enter the failed state for `error` (an I/O error on the write path); return the error to raise.
+
+        Later writes raise the first failure's error (the ones after it are its consequences)."""
+        err = DbFailedError(self.path, error, published)
+        err.__cause__ = error
+        with self._cv:
+            if self._bg_error is None:
+                self._bg_error = err
+            self._cv.notify_all()
+        return err
 
     def _install(self, m: Manifest, drop_imm: Memtable | None = None) -> None:
         """Point the read path at manifest `m` (called under the commit lock, in commit order)."""
@@ -620,6 +730,8 @@ class DB:
             self._check_open()
         if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
             check_key(key)
+        if key >= SYSTEM_PREFIX and is_system(key):
+            return None  # the engine's own rows are not the user's to read
         if max_seq is None:
             # A batch is seen whole or not at all: its rows reach the memtable before its seq is
             # published, so rows newer than the seq are ignored. The state is read BEFORE the seq: a
@@ -689,8 +801,24 @@ class DB:
         include = options is not None and options.include_expired
         if as_of is not None:
             t = parse_time(as_of)
-            return self._scan(start, end, reverse, prefix, self._as_of_seq(t), include, t, entries)
-        return self._scan(start, end, reverse, prefix, None, include, None, entries)
+            return self._user_scan(start, end, reverse, prefix, self._as_of_seq(t), include, t, entries)
+        return self._user_scan(start, end, reverse, prefix, None, include, None, entries)
+
+    def _user_scan(self, start, end, reverse, prefix, max_seq, include_expired, now, entries) -> Iterator:
+        """`_scan` without the reserved key space [SYSTEM_PREFIX, SYSTEM_END): the parts below and above it."""
+        if prefix is not None:
+            if type(prefix) is not bytes:
+                raise TypeError(f"scan bounds must be bytes, not {type(prefix).__name__}")
+            pend = prefix_end(prefix)
+            start = prefix if start is None or (type(start) is bytes and start < prefix) else start
+            if pend is not None and (end is None or (type(end) is bytes and end > pend)):
+                end = pend
+        if (type(end) is bytes and end <= SYSTEM_PREFIX) or (type(start) is bytes and start >= SYSTEM_END):
+            return self._scan(start, end, reverse, None, max_seq, include_expired, now, entries)
+        below = self._scan(start, SYSTEM_PREFIX, reverse, None, max_seq, include_expired, now, entries)
+        above_start = SYSTEM_END if start is None or (type(start) is bytes and start < SYSTEM_END) else start
+        above = self._scan(above_start, end, reverse, None, max_seq, include_expired, now, entries)
+        return _concat(above, below) if reverse else _concat(below, above)
 
     def _scan(
         self,
@@ -786,7 +914,10 @@ class DB:
 
     # -- close -------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Flush the memtable, record the clock watermark, stop threads, release files. Idempotent."""
+        """Flush the memtable, record the clock watermark, stop threads, release files. Idempotent.
+
+        In the failed state it writes nothing and just releases; an I/O error during close raises
+        DbFailedError after everything is released."""
         if self._closed:
             return
         try:
@@ -811,23 +942,39 @@ class DB:
             self._release()
 
     def _release(self) -> None:
-        if self._compactor is not None:
-            self._compactor.stop()
-        with self._cv:
-            self._stopping = True
-            self._cv.notify_all()
-        if self._flush_thread is not None and self._flush_thread is not threading.current_thread():
-            self._flush_thread.join()
-        if self._wal is not None:
-            try:
-                self._wal.sync()
-            finally:
-                self._wal.close()
-            self._wal = None
-        if self._token is not None:
-            self._token.close()
-            self._token = None
-        self._closed = True
+        """Stop the threads and close every file this handle holds, whatever fails on the way."""
+        failure: DbFailedError | None = None
+        try:
+            if self._compactor is not None:
+                self._compactor.stop()
+        finally:
+            with self._cv:
+                self._stopping = True
+                self._cv.notify_all()
+            if self._flush_thread is not None and self._flush_thread is not threading.current_thread():
+                self._flush_thread.join()
+            if self._lock_releaser is not None:
+                self._lock_releaser.stop()
+                self._lock_releaser = None
+            if self._wal is not None:
+                try:
+                    if self._wal.broken is None:
+                        self._wal.sync()
+                except OSError as e:
+                    err = self._fail(e)
+                    failure = err if self._bg_error is err else None
+                finally:
+                    self._wal.close()
+                    self._wal = None
+            if self._token is not None:
+                self._token.close()
+                self._token = None
+            for r in list(self._readers.values()):
+                r.close()
+            self._readers.clear()
+            self._closed = True
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> DB:
         return self
@@ -915,7 +1062,7 @@ class DB:
             out = []
             last = None
             for row in merge_sources(sources):
-                if row[0] == last or row[1] > top:
+                if row[0] == last or row[1] > top or (row[0] >= SYSTEM_PREFIX and is_system(row[0])):
                     continue
                 last = row[0]
                 if row[1] <= seq:
@@ -956,6 +1103,11 @@ class DB:
         return self._compactor.stats if self._compactor is not None else CompactionStats()
 
     @property
+    def failure(self) -> BaseException | None:
+        """Why writes are refused (the failed state's `DbFailedError`, or a flush error), else None."""
+        return self._bg_error
+
+    @property
     def compaction_error(self) -> BaseException | None:
         """The error that stopped background compaction, if any (db.compact() raises it afresh)."""
         bg = self._compactor.background if self._compactor is not None else None
@@ -974,6 +1126,137 @@ class DB:
         self._check_writable()
         return self._compactor.gc(grace_ms)
 
+    # -- reclocked ingest (lsm.ingest, lsm.remap) -----------------------------------------------------
+    def ingest(
+        self,
+        source: Any,
+        name: str,
+        max_records: int | None = None,
+        batch_records: int = 10_000,
+        ttl_base: str = "commit",
+        *,
+        engine: str = "stream",
+        spark: Any = None,
+        master: str | None = None,
+        tasks: int | None = None,
+        sync: bool = True,
+        progress: Callable[[IngestStats], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> IngestStats:
+        """Apply the records of `source` (lsm.sources.Source) beyond the durable frontier of remap `name`,
+        exactly once: each batch of up to `batch_records` is one atomic commit of its rows and its binding.
+
+        ttl_base "commit" counts record TTLs from the commit ts, "event" from the record's event_ts.
+        `progress(stats)` runs after each batch; `should_stop()` is asked before each. Returns
+        lsm.IngestStats(records, batches, frontier). See lsm.ingest for the rules.
+
+        engine "local" (threads of this process) or "spark" (`spark=` session or `master=` URL) runs a bulk
+        load instead: `tasks` slices written to SSTs in parallel, committed as ONE batch (lsm.bulk)."""
+        if engine != "stream":
+            if engine in ("local", "spark"):
+                if max_records is not None:
+                    raise ValueError("max_records applies to engine='stream' only: a bulk load takes everything")
+                return bulk_mod.bulk_ingest(
+                    self, source, name, engine=engine, spark=spark, master=master, tasks=tasks, ttl_base=ttl_base
+                )
+            raise ValueError(f"unknown ingest engine {engine!r}: use 'stream', 'local' or 'spark'")
+        if tasks is not None:
+            raise ValueError("tasks= applies to engine='local' or 'spark' only")
+        if spark is not None or master is not None:
+            raise ValueError("spark= and master= apply to engine='spark' only")
+        return ingest_mod.ingest(
+            self, source, name, max_records=max_records, batch_records=batch_records, ttl_base=ttl_base,
+            sync=sync, progress=progress, should_stop=should_stop,
+        )
+
+    def reserve_seqs(self, n: int) -> tuple[int, int]:
+        """Reserve `n` consecutive seqs for a bulk load (lsm.bulk); return (first seq, the load's ts).
+
+        Freezes the memtable and waits for its flush, so every L0 file lies wholly below or above the
+        range; later commits take seqs above it. The range is published (recovery never hands it out
+        again) by the `commit_bulk` that uses it; an unused range is a gap in the seqs."""
+        if type(n) is not int or n < 1:
+            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        self._check_writable()
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._raise_not_writable()
+            self._check_fence()
+            self._rotate_locked()
+            ts = self._clock.tick()
+            base = self._seq + 1
+            self._seq = base + n - 1
+            self._last_commit_ts = ts
+            if ts >= self._timeline.next_ms:
+                self._timeline.on_commit(self._seq, ts)
+        self._wait_flushed()
+        return base, ts
+
+    def bulk_output_spec(self) -> OutputSpec:
+        """Where and how a bulk load writes its SSTs (tasks add attempt-unique suffixes to the prefix)."""
+        self._check_writable()
+        return self._output_spec(f"{self._alloc_ids():020d}-bulk", self.options.target_sst_bytes)
+
+    def commit_bulk(self, entries: list[SstEntry], base: int, last: int, ts: int) -> None:
+        """Commit a bulk load's SSTs (seqs in [base, last], from `reserve_seqs`; newest first) in ONE
+        manifest edit, placed in L0 in seq order (lsm.bulk.place_bulk; BulkLoadConflictError if it cannot
+        be). Pauses compaction for the edit, so none can commit across it."""
+        self._check_writable()
+        fsync_dir(self._sst_dir)
+        with self._compactor._lock:
+
+            def edit(m: Manifest) -> Manifest:
+                return m.replace(
+                    l0=bulk_mod.place_bulk(m, entries, base, last),
+                    last_seq=max(m.last_seq, last),
+                    clock_watermark=max(m.clock_watermark, ts),
+                    **self._manifest_extras(m),
+                )
+
+            self._commit(edit, self._install)
+
+    def remap(self, name: str) -> Remap:
+        """The lsm.Remap of source `name` (its bindings, frontier, as-of lookups); UnknownSourceError if
+        no ingest wrote it."""
+        self._check_open()
+        return load_remap(self, name)
+
+    def sources(self) -> list[str]:
+        """Names of the sources ingested into this database, ascending."""
+        self._check_open()
+        return list_sources(self)
+
+    def snapshot_at_seq(self, seq: int, *, read_ts: int | None = None) -> Snapshot:
+        """A snapshot of the state exactly as of `seq` (e.g. a remap binding's seq).
+
+        Any seq up to the latest is readable while the commit after it lies within
+        DbOptions.history_retention of now (judged from the seq tracker, conservatively); older ones
+        raise RetentionError. Expiry is judged at `read_ts` (ms), default now; pass a binding's ts to see
+        rows that have expired since."""
+        self._check_open()
+        if type(seq) is not int:
+            raise TypeError(f"seq must be an int, not {type(seq).__name__}")
+        if read_ts is not None and type(read_ts) is not int:
+            raise TypeError(f"read_ts must be int ms, not {type(read_ts).__name__}")
+        with self._state_lock:
+            if not 0 <= seq <= self._seq:
+                raise ValueError(f"{self.path}: seq {seq} is not in 0..{self._seq}")
+            if seq < self._seq:
+                now = self._clock.read()
+                keep = self.options.history_retention
+                after = self._timeline.timestamp_for_seq(seq + 1, Round.DOWN)  # <= the next commit's ts
+                if after is None or after <= now - keep or (read_ts is not None and read_ts <= now - keep):
+                    raise RetentionError(
+                        f"{self.path}: cannot read as of seq {seq}: the database keeps history back to "
+                        f"{now - keep} ms only (history_retention={keep} ms; the commit after seq {seq} is "
+                        f"known to be no later than {after} ms)"
+                    )
+            self._snapshots[seq] += 1
+            snap = Snapshot(self, seq, read_ts=read_ts)
+            if read_ts is not None:
+                self._as_of_snapshots.add(snap)
+        return snap
+
     # -- introspection -----------------------------------------------------------------------------
     @property
     def manifest(self) -> Manifest:
@@ -988,6 +1271,8 @@ class DB:
         return PurgeLag.from_dict(d) if d is not None else PurgeLag()
 
     def lsm_shape(self) -> dict[str, Any]:
+        """The current shape, for tools and tests: memtable rows, immutable memtables, L0 SST names
+        (newest first) and each sorted run's SST names (newest run first)."""
         st = self._state
         return {
             "memtable_rows": len(st.mem),
@@ -995,6 +1280,16 @@ class DB:
             "l0": [e.name for e, _ in st.l0],
             "runs": [[e.name for e in run.record.ssts] for run in st.runs],
         }
+
+
+def _concat(first: Iterator, second: Iterator) -> Iterator:
+    """`first` then `second`; closing the result closes both (scans unpin their state on close)."""
+    try:
+        yield from first
+        yield from second
+    finally:
+        first.close()  # type: ignore[attr-defined]
+        second.close()  # type: ignore[attr-defined]
 
 
 def _prepare_dir(path: str, create: bool) -> None:
@@ -1025,3 +1320,10 @@ def _max_sst_number(sst_dir: str) -> int:
 
 
 __all__ = ["DB", "Entry", "ReadOnlyError", "State", "Run", "prefix_end"]
+
+
+
+def _expiry_overflow(ts: int, ttl: int) -> None:
+    raise ValueError(
+        f"expiry {ts} + ttl {ttl} = {ts + ttl} ms does not fit a signed 64-bit integer; nothing was written"
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from formats.errors import CorruptionError, FormatVersionError, LsmError
 
 __all__ = [
+    "BulkLoadConflictError",
     "LsmError",
     "CorruptionError",
     "FormatVersionError",
@@ -18,6 +19,11 @@ __all__ = [
     "NotADatabaseError",
     "RetentionError",
     "CompactionError",
+    "SourceError",
+    "SourceRegressedError",
+    "HistoryUnavailableError",
+    "UnknownSourceError",
+    "DbFailedError",
 ]
 
 
@@ -43,3 +49,59 @@ class RetentionError(LsmError):
 
 class CompactionError(LsmError):
     """A compaction job failed; the database is unchanged."""
+
+
+class SourceError(LsmError):
+    """A source of ingested records (`lsm.sources`) cannot serve what was asked of it."""
+
+
+class SourceRegressedError(SourceError):
+    """A partition of a source went backwards: it now ends below the offset the store durably read.
+
+    The file was truncated or replaced; ingest raises this before writing anything. The message names the
+    source, the partition, the durable offset and the end found.
+    """
+
+
+class HistoryUnavailableError(SourceError):
+    """The source can no longer serve exactly the records that follow the requested offset.
+
+    For a `DatabaseLog` this means the upstream compacted away the history after the replica's frontier;
+    reading on would silently diverge, so the read stops here instead.
+    """
+
+
+class UnknownSourceError(LsmError, KeyError):
+    """`DB.remap(name)` of a name that no ingest ever wrote into this database."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown source"
+
+
+class DbFailedError(LsmError):
+    """An I/O error on the write path put the DB into the failed state (RocksDB's "background error").
+
+    `op` ("write", "fdatasync", "link", ...) and `file` name the call that failed; the OSError is chained
+    as ``__cause__``. From then on every write raises this error until the database is reopened; reads
+    keep working and ``close()`` releases everything. `published` is False when the failed step is known
+    not to have reached disk, None when it may have (a manifest link or directory fsync that failed):
+    the next open decides from what is on disk.
+    """
+
+    def __init__(self, db_path: str, error: BaseException, published: bool | None = False) -> None:
+        self.op = getattr(error, "op", None) or "I/O"
+        self.file = getattr(error, "filename", None)
+        self.published = published
+        code = getattr(error, "errno", None)
+        detail = f"[Errno {code}] {getattr(error, 'strerror', None) or error}" if code else str(error)
+        where = f"{self.op} of {self.file}" if self.file else self.op
+        super().__init__(
+            f"{db_path}: the database is in the failed state: {where} failed ({detail}); writes are "
+            "refused until it is reopened"
+        )
+
+
+class BulkLoadConflictError(LsmError):
+    """A bulk load (`DB.ingest(engine="local"|"spark")`) could not take its place in the seq order: a
+    compaction merged files from before and after its reserved seqs while it ran. Nothing was committed;
+    running the load again resumes from the unchanged frontier."""

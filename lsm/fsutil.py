@@ -1,25 +1,22 @@
-"""Small file-system helpers with the durability the engine promises."""
+"""Small file-system helpers with the durability the engine promises.
+
+The system calls themselves go through `formats.fileio` (one place, so tests can inject faults)."""
 
 from __future__ import annotations
 
 import os
 
+from formats import fileio
+
 
 def fsync_dir(path: str) -> None:
     """Make a directory's entries (new, renamed, deleted files) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fileio.fsync_dir(path)
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """os.write until every byte is handed to the OS."""
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+def write_all(fd: int, data: bytes, path: str = "<fd>") -> None:
+    """Hand every byte to the OS (short counts retried); raise FileOpError if that fails."""
+    fileio.write(fd, data, path)
 
 
 def numbered_files(directory: str, suffix: str) -> list[tuple[int, str]]:
@@ -38,8 +35,11 @@ def numbered_files(directory: str, suffix: str) -> list[tuple[int, str]]:
     return out
 
 
-def unlink_quiet(path: str) -> None:
+def unlink_quiet(path: str) -> bool:
+    """Delete a file no longer needed; True if it is gone. A failure leaves it for garbage collection:
+    callers use this only for files nothing references any more, so it must not fail their work."""
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        fileio.unlink(path)
+    except OSError:
+        return False
+    return True

@@ -18,6 +18,9 @@ ROW_OVERHEAD = 32  # bytes charged per row beyond key and value (roughly what an
 
 
 class Memtable:
+    """The in-memory, sorted table of recent writes (every version of a key, newest first), backed
+    by one WAL segment. Writers insert under the DB's commit order; readers see a consistent view."""
+
     def __init__(self, segment_id: int) -> None:
         self.segment_id = segment_id  # the WAL segment holding exactly this memtable's commits
         self.data: dict[bytes, tuple | list[tuple]] = {}
@@ -92,4 +95,5 @@ class Memtable:
         return self.rows
 
     def is_empty(self) -> bool:
+        """True when no row was inserted."""
         return self.rows == 0

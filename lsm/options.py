@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from lsm.clock import Clock, SystemClock
+from lsm.clock import I64_MAX, Clock, SystemClock
 from lsm.events import check_listeners
+from lsm.wal import RECOVERY_MODES
 
 
 class _NoTtl:
@@ -28,6 +29,8 @@ def check_ttl(ttl: object) -> None:
         raise TypeError(f"ttl must be int milliseconds, not {type(ttl).__name__}")
     if ttl < 0:
         raise ValueError(f"ttl must be >= 0 ms, got {ttl}")
+    if ttl > I64_MAX:
+        raise ValueError(f"ttl {ttl} ms does not fit a signed 64-bit integer")
 
 
 def _positive(name: str, v: object, allow_none: bool = False, minimum: int = 1) -> None:
@@ -79,6 +82,11 @@ class DbOptions:
     # False: a full memtable (and the idle flush) is flushed in the writing thread, with no flush
     # thread, so a single-threaded driver on a ManualClock is deterministic (the simulator)
     background_flush: bool = True
+    # what WAL replay accepts at open (lsm.wal.RECOVERY_MODES, after RocksDB's WALRecoveryMode):
+    # "tolerate_truncated_tail" drops only an incomplete last record; "tolerate_corrupted_tail" also a
+    # complete last record with a bad checksum; "absolute_consistency" refuses either; "point_in_time"
+    # replays up to the first damaged record of any segment and ignores everything after it
+    wal_recovery_mode: str = "tolerate_truncated_tail"
 
     def __post_init__(self) -> None:
         if not callable(getattr(self.clock, "now", None)):
@@ -111,6 +119,11 @@ class DbOptions:
                 raise TypeError(f"compaction filter factory {f!r} has no create(ctx) method")
         self.compaction_filters = tuple(self.compaction_filters)
         self.event_listeners = check_listeners(self.event_listeners)
+        if self.wal_recovery_mode not in RECOVERY_MODES:
+            raise ValueError(
+                f"DbOptions.wal_recovery_mode must be one of {', '.join(RECOVERY_MODES)}, "
+                f"got {self.wal_recovery_mode!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

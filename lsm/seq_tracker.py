@@ -1,5 +1,5 @@
-"""Lossy, bounded map between sequence numbers and wall-clock seconds (RFC "Tracking Timestamps for
-Sequence Numbers").
+"""Lossy, bounded map between sequence numbers and wall-clock seconds (SlateDB RFC 0012 "Tracking
+Timestamps for Sequence Numbers", slatedb/slatedb rfcs/0012-sequence-tracker.md; see docs/sources.md).
 
 Serialized form (stored in the manifest as an opaque byte string)::
 

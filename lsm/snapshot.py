@@ -32,11 +32,14 @@ class Snapshot:
             raise ClosedError(f"{self._db.path}: DB is closed")
 
     def get(self, key: bytes) -> bytes | None:
+        """The value of `key` as of the snapshot (None if absent, deleted or expired at its read time)."""
         self._check()
         e = self._db._get_entry(key, self.seq, False, self.read_ts)
         return None if e is None else e.value
 
     def get_entry(self, key: bytes, include_expired: bool = False) -> Entry | None:
+        """The `lsm.Entry` of `key` as of the snapshot, or None; `include_expired` also returns a
+        row whose TTL has passed."""
         self._check()
         return self._db._get_entry(key, self.seq, include_expired, self.read_ts)
 
@@ -49,10 +52,13 @@ class Snapshot:
         prefix: bytes | None = None,
         include_expired: bool = False,
     ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs as of the snapshot, in key order (descending with `reverse`); `end` is
+        exclusive, `prefix` limits the keys, `include_expired` also yields rows whose TTL has passed."""
         self._check()
-        return self._db._scan(start, end, reverse, prefix, self.seq, include_expired, self.read_ts, False)
+        return self._db._user_scan(start, end, reverse, prefix, self.seq, include_expired, self.read_ts, False)
 
     def close(self) -> None:
+        """Release the snapshot (compaction may then drop the versions only it needed); idempotent."""
         if not self._closed:
             self._closed = True
             self._db._release_snapshot(self.seq)

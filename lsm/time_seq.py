@@ -1,7 +1,8 @@
 """Fixed-size, exponentially decaying map from wall-clock time to sequence numbers ("time-seq").
 
-This is the algorithm of CouchDB's `couch_time_seq` (reference: time-seq-decaying-bins.md), kept
-step for step so that its worked examples reproduce exactly.
+This is the algorithm of CouchDB's `couch_time_seq` (apache/couchdb pull request #5603, "Time-based
+since parameter for `_changes`"; see docs/sources.md), kept step for step so that the pull request's
+worked examples reproduce exactly.
 
 State: at most 60 bins ``(time_s, seq)``, newest first, in `TimeSeq.bins`. ``time_s`` is the start of the
 bin, rounded down to a multiple of 3 hours; ``seq`` is the first sequence number seen in the bin. Going
@@ -78,7 +79,7 @@ NOW: Final = "now"
 emitted as JSON like CouchDB's ``now``. Compare with ``== NOW``."""
 
 DEFAULT_MIN_TIME: Final = 1754006400
-"""2025-08-01T00:00:00Z, the reference's default: earlier times are taken for a broken clock."""
+"""2025-08-01T00:00:00Z, couch_time_seq's default: earlier times are taken for a broken clock."""
 
 MAX_BINS: Final = 60
 
@@ -141,7 +142,7 @@ def _rollup(times: list[int], seqs: list[int], classes: bytearray, now: int) -> 
     `times` and `seqs` are oldest first; `classes[i]` is the width class of bin i, for every bin but the
     newest, whose width (up to `now`) is computed here. Merging two adjacent bins keeps the older one's
     start and seq and sums their widths, which is exactly what deleting the newer bin does, as widths are
-    distances between starts. The reference's greedy walk runs on the widths before any merge: pair
+    distances between starts. couch_time_seq's greedy walk runs on the widths before any merge: pair
     (i, i+1) merges when both are at most the interval wide, and the walk resumes at i + 2.
     O(MAX_BINS) with small constants: each interval is tried with a slice, a translate and a find.
     """
@@ -298,7 +299,7 @@ class TimeSeq:
         """Assert the invariants (for tests). O(len(bins)).
 
         At most 60 bins; times are multiples of 3 hours, >= 0 and strictly descending; seqs strictly
-        descending (stronger than the reference's non-increasing, and it implies that only the oldest
+        descending (stronger than couch_time_seq's non-increasing, and it implies that only the oldest
         bin may hold seq 0).
         """
         assert len(self._times) == len(self._seqs)

@@ -22,6 +22,6 @@ def run_bench(args: argparse.Namespace) -> int:
         from tools import bench  # imported here: the benchmark pulls in optional dependencies
     except ModuleNotFoundError as e:
         if e.name in ("tools.bench", "tools"):
-            raise ValueError("the benchmark (tools/bench.py) is not part of this installation") from None
+            raise ValueError("the benchmarks (tools/bench/) are not part of this installation") from None
         raise ValueError(f"lsm bench needs the module {e.name!r}: pip install 'lsm-sim[bench]'") from None
     return bench.main(list(args.bench_args))

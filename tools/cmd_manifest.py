@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and seq range). PATH is a database directory or one .manifest file.",
     )
     show.add_argument("path", metavar="PATH")
-    show.add_argument("--id", type=int, metavar="N", help="show version N instead of the newest")
+    show.add_argument("--id", type=render.int_arg(0), metavar="N", help="show version N instead of the newest")
     render.add_output_args(show)
     show.set_defaults(func=cmd_show)
 
@@ -53,28 +53,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 # -- helpers shared with the other commands ------------------------------------------------------------
 def db_dir(path: str) -> str:
-    """Check that `path` is an lsm-sim database directory; return it."""
-    from lsm.errors import NotADatabaseError
+    """Check that `path` is an lsm-sim database directory; return it (`lsm.inspect.database_dir`)."""
+    from lsm.inspect import database_dir
 
-    if not os.path.exists(path):
-        raise NotADatabaseError(f"{path}: no such file or directory")
-    if not os.path.isdir(path):
-        raise NotADatabaseError(f"{path}: is a file, not a database directory")
-    if not os.path.isdir(os.path.join(path, "manifest")):
-        raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest/ directory)")
-    return path
+    return database_dir(path)
 
 
 def latest_manifest(path: str) -> tuple[int, Manifest]:
-    """(id, manifest) of the newest version of the database at `path`."""
-    from lsm.errors import NotADatabaseError
-    from lsm.manifest import ManifestStore
+    """(id, manifest) of the newest version of the database at `path` (`lsm.inspect.latest_manifest`)."""
+    from lsm.inspect import latest_manifest as latest
 
-    store = ManifestStore(db_dir(path))
-    mid, m = store.latest()
-    if m is None:
-        raise NotADatabaseError(f"{path}: no manifest version in {store.dir}: not an lsm-sim database")
-    return mid, m
+    return latest(path)
 
 
 def entry_json(e: SstEntry, mode: str) -> dict[str, Any]:
@@ -121,8 +110,10 @@ def purge_lag_text(d: dict[str, Any] | None) -> str:
 
 
 def levels(m: Manifest) -> list[tuple[str, tuple[SstEntry, ...]]]:
-    """("L0", ssts) then ("run <id>", ssts) for each sorted run, newest first (the read order)."""
-    return [("L0", m.l0)] + [(f"run {r.id}", r.ssts) for r in m.runs]
+    """("L0", ssts) then ("run <id>", ssts) for each sorted run, newest first (`lsm.inspect.levels`)."""
+    from lsm.inspect import levels as read_order
+
+    return read_order(m)
 
 
 def _seq_range(ssts: tuple[SstEntry, ...]) -> str:
@@ -168,6 +159,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("writer_epoch", m.writer_epoch),
                 ("compactor_epoch", m.compactor_epoch),
                 ("last_seq", m.last_seq),
+                ("history_floor", m.history_floor),
                 ("wal_replay_from", f"segment {m.wal_replay_from}"),
                 ("clock_watermark", render.time_detail(m.clock_watermark)),
                 ("next_sst_id", m.next_sst_id),

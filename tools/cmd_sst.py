@@ -14,6 +14,7 @@ from typing import Any
 from formats.errors import CorruptionError
 from formats.row import RowFeature, RowFlags
 from formats.sst import COMPRESSION_NAMES, FOOTER, TRAILER, SsTableInfo, SstReader
+from formats.verify import verify_sst
 from tools import render
 
 TIME_FIELDS = ("creation_timestamp", "min_ts", "max_ts", "min_expire_ts", "max_expire_ts")
@@ -47,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     scan.add_argument(
         "--all-versions", action="store_true", help="every stored version, newest first per key"
     )
-    scan.add_argument("--limit", type=int, metavar="N", help="stop after N rows")
+    scan.add_argument("--limit", type=render.int_arg(0), metavar="N", help="stop after N rows")
     render.add_output_args(scan)
     scan.set_defaults(func=cmd_scan)
 
@@ -140,53 +141,6 @@ def footer_fields(path: str) -> tuple[int, int]:
     return meta_offset, meta_size
 
 
-def verify_sst(r: SstReader) -> None:
-    """`SstReader.verify` plus the metadata it does not compare: key, ts and expire_ts ranges, byte
-    totals, and the bloom filter (a key the filter denies would be unreadable). Raises CorruptionError."""
-    r.verify()
-    info = r.info
-    meta_at = info.filter_offset + info.filter_size
-    first = last = None
-    min_ts = max_ts = min_exp = max_exp = None
-    key_bytes = value_bytes = 0
-    prev_key = None
-    has_ts = RowFeature.Timestamp in r.codec.features
-    has_ttl = RowFeature.TimeToLive in r.codec.features
-    for i in range(len(r.blocks)):
-        for key, _seq, ts, exp, value in r.block_rows(i):
-            if first is None:
-                first = key
-            last = key
-            key_bytes += len(key)
-            if value is not None:
-                value_bytes += len(value)
-            if ts is not None:
-                min_ts = ts if min_ts is None or ts < min_ts else min_ts
-                max_ts = ts if max_ts is None or ts > max_ts else max_ts
-            if exp is not None:
-                min_exp = exp if min_exp is None or exp < min_exp else min_exp
-                max_exp = exp if max_exp is None or exp > max_exp else max_exp
-            if key != prev_key:
-                if not r.bloom.may_contain(key):
-                    raise CorruptionError(
-                        r.path, info.filter_offset, f"bloom filter denies stored key {key!r}"
-                    )
-                prev_key = key
-    problems = []
-    if (first, last) != (info.first_key, info.last_key):
-        problems.append("metadata key range disagrees with the rows")
-    if has_ts and (min_ts, max_ts) != (info.min_ts, info.max_ts):
-        problems.append(
-            f"metadata ts range [{info.min_ts}, {info.max_ts}] disagrees with the rows [{min_ts}, {max_ts}]"
-        )
-    if has_ttl and (min_exp, max_exp) != (info.min_expire_ts, info.max_expire_ts):
-        problems.append("metadata expire_ts range disagrees with the rows")
-    if info.key_bytes and (key_bytes, value_bytes) != (info.key_bytes, info.value_bytes):
-        problems.append("metadata key/value byte totals disagree with the rows")
-    if problems:
-        raise CorruptionError(r.path, meta_at, "; ".join(problems))
-
-
 # -- show ---------------------------------------------------------------------------------------------
 def show_json(r: SstReader, mode: str) -> dict[str, Any]:
     info = r.info
@@ -262,8 +216,6 @@ def cmd_scan(args: argparse.Namespace) -> int:
     hex_in = args.bytes_mode == "hex"
     start = None if args.start is None else render.parse_key(args.start, hex_in, "--from")
     end = None if args.end is None else render.parse_key(args.end, hex_in, "--to")
-    if args.limit is not None and args.limit < 0:
-        raise ValueError("--limit must be >= 0")
     mode = args.bytes_mode
     with open_sst(args.file) as r:
         rows = scan_rows(r, start, end, args.all_versions)

@@ -35,6 +35,8 @@ def segments_to_dump(path: str, include_all: bool) -> list[tuple[int | None, str
     if os.path.isfile(path):
         stem = os.path.basename(path).split(".", 1)[0]
         return [(int(stem) if stem.isdigit() else None, path)]
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{path}: not a regular file or a database directory")
     _mid, m = latest_manifest(db_dir(path))
     segs = wal_files.list_segments(os.path.join(path, "wal"))
     return [(i, p) for i, p in segs if include_all or i >= m.wal_replay_from]
@@ -70,6 +72,12 @@ def read_segments(path: str, include_all: bool) -> list[dict[str, Any]]:
             if p == path:
                 raise
             continue  # flushed and deleted by a running writer since we listed the directory
+        if p == path and not records and torn is not None:
+            # a file named on the command line in which not one record decodes is not a WAL segment
+            # (a segment whose very first append was cut short is the only other case: say so)
+            raise ValueError(
+                f"{path}: not a WAL segment: no complete record (the first {size} bytes do not decode as one)"
+            )
         out.append(
             {
                 "segment": sid,

@@ -30,6 +30,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tools.cmd_bench",
     "tools.cmd_compact",
     "tools.cmd_time",
+    "tools.cmd_ingest",
+    "tools.cmd_log",
     "tools.cmd_simulate",
 )
 

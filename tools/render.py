@@ -14,7 +14,8 @@ characters as text, anything else as lowercase hex; ``--hex`` shows every key an
 
 Times. Row and file times are integer milliseconds since the Unix epoch. JSON keeps them as integers
 under the field's own name; object views (``show``) add ``<field>_rfc3339`` strings. Tables print
-RFC 3339 in UTC with milliseconds: ``2023-11-14T22:13:20.000Z``.
+RFC 3339 in UTC with milliseconds: ``2023-11-14T22:13:20.000Z``. Time arguments are epoch ms or
+RFC 3339 with an offset (``Z``, ``+01:00``); without one they are refused (see `parse_time`).
 
 JSON. A single object is printed indented; a listing is a JSON array with one element per line, written
 as it is produced so long scans stream.
@@ -104,7 +105,10 @@ def rfc3339(ms: int | None) -> str | None:
     """Epoch milliseconds as RFC 3339 UTC with milliseconds; None stays None."""
     if ms is None:
         return None
-    t = _EPOCH + _dt.timedelta(milliseconds=ms)
+    try:
+        t = _EPOCH + _dt.timedelta(milliseconds=ms)
+    except OverflowError:  # a stored i64 time beyond the calendar (years 1-9999): show the number
+        return f"{ms}ms"
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
@@ -118,39 +122,57 @@ def time_detail(ms: int | None) -> str:
 
 
 def parse_time(text: str) -> int:
-    """Epoch milliseconds from an integer string or an RFC 3339 / ISO 8601 time (no offset = UTC)."""
-    t = text.strip()
-    if t.lstrip("-").isdigit():
-        return int(t)
-    try:
-        d = _dt.datetime.fromisoformat(t)
-    except ValueError:
-        raise ValueError(
-            f"cannot read {text!r} as a time: give RFC 3339 (2024-01-31T12:00:00Z) or epoch ms"
-        ) from None
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.UTC)
-    return (d - _EPOCH) // _dt.timedelta(milliseconds=1)
+    """Epoch milliseconds from an integer string or an RFC 3339 time with its offset (``Z``, ``+01:00``).
+
+    The library's parser, `lsm.timeline.parse_time` (imported here when a time is parsed: see
+    tools.cmd_manifest on importing the engine): a time without an offset is refused, not taken as UTC."""
+    from lsm.timeline import parse_time as parse
+
+    return parse(text)
 
 
 def time_arg(text: str) -> int:
     """argparse `type=` for time options: bad input becomes a usage error."""
     try:
-        return parse_time(text)
-    except ValueError as e:
+        ms = parse_time(text)
+    except (ValueError, OverflowError) as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    try:
+        _EPOCH + _dt.timedelta(milliseconds=ms)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"time {text!r} is outside the calendar (years 1 to 9999)") from None
+    return ms
 
 
-def int_arg(minimum: int):
-    """argparse `type=` for an integer option of at least `minimum`: bad input is a usage error."""
+def int_arg(minimum: int | None):
+    """argparse `type=` for an integer option of at least `minimum` (None: any integer, e.g. a seed):
+    bad input is a usage error."""
 
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if v < minimum:
+        if minimum is not None and v < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} is negative" if v < 0 else f"{text!r} is below {minimum}")
+        return v
+
+    return parse
+
+
+def float_arg(minimum: float, maximum: float, *, above_minimum: bool = False):
+    """argparse `type=` for a number in [minimum, maximum] (or (minimum, maximum] with `above_minimum`):
+    bad input is a usage error, as with `int_arg`."""
+    low = f"({minimum:g}" if above_minimum else f"[{minimum:g}"
+    bounds = f"{low}, {maximum:g}]"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (minimum < v if above_minimum else minimum <= v) or not v <= maximum:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"{text!r} is not in {bounds}")
         return v
 
     return parse

@@ -25,6 +25,9 @@ except ImportError:  # run from a source tree: spark-submit puts tools/ itself o
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line (bad input exits 2 with a usage error)."""
+    from tools import render
+
     p = argparse.ArgumentParser(
         prog="spark-submit [spark options] tools/spark_compact.py",
         description="Full compaction of the lsm-sim database at PATH as a Spark batch (one task per key "
@@ -35,16 +38,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument(
         "--tasks",
-        type=int,
+        type=render.int_arg(1),
         default=None,
         metavar="K",
         help="tasks (key ranges); default: the session's default parallelism",
     )
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
-    a = p.parse_args(argv)
-    if a.tasks is not None and a.tasks < 1:
-        p.error("--tasks must be >= 1")
-    return a
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None, session: Any = None) -> int:

@@ -151,3 +151,21 @@ def test_embedding_script_without_main_guard_runs_once(tmp_path):
     assert out.stdout.count("main ran") == 1
     jobs = int(out.stdout.split("jobs")[1].split()[0])
     assert jobs >= 1
+
+
+def test_an_orphaned_worker_exits_quietly(tmp_path):
+    """Issue 12 item 9: a worker whose parent is gone (its reply pipe closed) must not print a
+    BrokenPipeError traceback into the stderr it shares with the application."""
+    from compaction.worker import _send
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "compaction.worker"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    p.stdout.close()  # the parent "dies": nobody will read the reply
+    _send(p.stdin, (_job(tmp_path, "orphan"), None))
+    p.stdin.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 0
+    assert err == b"", err.decode()

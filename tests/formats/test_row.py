@@ -1,4 +1,5 @@
-"""Row codec v0 / v1 (formats/row.py): golden bytes from the RFC layouts, round-trips, and errors.
+"""Row codec v0 / v1 (formats/row.py): golden bytes from the SlateDB TTL RFC layouts (docs/sources.md),
+round-trips, and errors.
 
 A row in memory is ``(key, seq, ts, expire_ts, value)``; value None is a tombstone.
 """

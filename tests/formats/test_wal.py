@@ -171,10 +171,19 @@ def test_checksum_failure_of_a_middle_record_is_corruption(where):
     assert f"offset {offsets[1]}" in str(ei.value)
 
 
-def test_checksum_failure_of_the_last_record_is_a_torn_tail():
+def test_checksum_failure_of_the_complete_last_record_is_corruption():
+    """A complete record with a bad checksum is not what an interrupted append leaves (issue 12, item 7)."""
     buf, offsets = three_records()
     bad = buf[:-1] + bytes([buf[-1] ^ 0x01])
-    records, torn = decode_segment(bad)
+    with pytest.raises(CorruptionError, match="complete last record") as ei:
+        decode_segment(bad, "w")
+    assert (ei.value.path, ei.value.offset) == ("w", offsets[2])
+
+
+def test_checksum_failure_of_the_last_record_is_dropped_only_on_request():
+    buf, offsets = three_records()
+    bad = buf[:-1] + bytes([buf[-1] ^ 0x01])
+    records, torn = decode_segment(bad, drop_corrupted_tail=True)
     assert [r.seq for r in records] == [1, 2] and torn == offsets[2]
 
 

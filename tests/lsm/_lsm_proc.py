@@ -8,6 +8,10 @@ Not a test module (no ``test_`` prefix); tests run it as ``python _lsm_proc.py M
     ``last`` to ``i``. Batch ids continue after the ``last`` already stored. After each acknowledged
     commit it prints ``A <i>`` (``A <i> F`` when a memtable flush is under way) and flushes stdout.
 
+``racer PATH MEMTABLE_BYTES``
+    Puts keys ``r%07d`` with WriteOptions(sync=True) as fast as it can, printing ``A <key>`` after each
+    acknowledged put and ``F <key>`` after each FencedError; exits after the third FencedError.
+
 ``serve PATH CLOCK_START``
     Opens PATH on a ManualClock(CLOCK_START) and answers one command per stdin line, one reply line
     each: ``put K V`` (sync), ``get K``, ``flush``, ``clock MS`` (set), ``close``. Replies are
@@ -83,6 +87,25 @@ def writer(path: str, keys_per_batch: int, memtable_bytes: int) -> None:
         i += 1
 
 
+def racer(path: str, memtable_bytes: int) -> None:
+    db = lsm.DB.open(path, lsm.DbOptions(memtable_bytes=memtable_bytes, background_compaction=False))
+    sync = lsm.WriteOptions(sync=True)
+    out = sys.stdout
+    fenced = 0
+    i = 0
+    while fenced < 3:
+        key = b"r%07d" % i
+        try:
+            db.put(key, b"x" * 20, options=sync)
+            out.write(f"A {key.decode()}\n")
+        except lsm.FencedError:
+            out.write(f"F {key.decode()}\n")
+            fenced += 1
+        out.flush()
+        i += 1
+    os._exit(0)  # like a crash: no close
+
+
 def serve(path: str, clock_start: int) -> None:
     clock = lsm.ManualClock(clock_start)
     db = lsm.DB.open(path, lsm.DbOptions(clock=clock, background_compaction=False))
@@ -116,6 +139,8 @@ if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "writer":
         writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "racer":
+        racer(sys.argv[2], int(sys.argv[3]))
     elif mode == "serve":
         serve(sys.argv[2], int(sys.argv[3]))
     else:

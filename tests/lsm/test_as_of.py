@@ -46,7 +46,7 @@ def open_db(path, clock, **kw) -> lsm.DB:
 
 
 class Model:
-    """Every commit ever made, and the seq tracker's pairs as the RFC defines them."""
+    """Every commit ever made, and the seq tracker's pairs as the SlateDB seq-tracker RFC defines them."""
 
     def __init__(self) -> None:
         self.commits: list[tuple[int, int, bytes, bytes | None, int | None]] = []  # seq, ts, key, value, exp

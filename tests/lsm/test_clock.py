@@ -4,7 +4,7 @@
 * The floor survives a restart: it is seeded from max(manifest clock watermark, newest WAL record), so
   a new process with a lagging clock cannot write rows older than rows already stored — after a clean
   close (watermark) and after a crash (WAL).
-* Equal times are allowed (the RFC's clock is "greater than or equal to previous"): writes resume as
+* Equal times are allowed (the SlateDB TTL RFC's clock is "greater than or equal to previous"): writes resume as
   soon as the clock reaches the floor again, not one millisecond after it.
 """
 
@@ -233,3 +233,71 @@ def test_a_read_between_clock_reading_and_check_is_not_time_going_back():
         threading.Event().wait(0.01)
     assert done and mc.read() == 1_001
     assert mc.tick() == 1_001  # the clock reads 1_001 now: not below anything used
+
+
+class FixedClock:
+    """A clock that reads whatever it is told to, even values no format can store."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def now(self) -> int:
+        return self.ms
+
+
+@pytest.mark.parametrize("absurd", [2**63, 2**70, -(2**63) - 1])
+def test_an_absurd_clock_reading_is_refused_and_does_not_poison_the_watermark(tmp_path, absurd):
+    """Issue 12 item 6: one reading outside i64 fails that write with ClockError naming the value; reads do
+    not adopt it; the next write with a sane clock works, and so does every write after a reopen."""
+    path = tmp_path / "db"
+    clock = FixedClock(T0)
+    db = open_db(path, clock)
+    db.put(b"a", b"1")
+    before = wal_digest(path)
+    clock.ms = absurd
+    with pytest.raises(lsm.ClockError, match=str(absurd)):
+        db.put(b"b", b"2")
+    with pytest.raises(lsm.ClockError, match=str(absurd)):
+        db.write(lsm.WriteBatch().put(b"b", b"2"))
+    assert db.get(b"a") == b"1"  # a read at the absurd time neither fails nor moves the engine's time
+    assert wal_digest(path) == before and db.seq == 1
+    clock.ms = T0 + 1
+    assert db.put(b"c", b"3") == 2
+    db.close()
+    with open_db(path, FixedClock(T0 + 2)) as db2:
+        assert db2.manifest.clock_watermark == T0 + 1
+        assert db2.put(b"d", b"4") == 3
+
+
+@pytest.mark.parametrize("ttl", [2**63, 2**70])
+def test_a_ttl_that_does_not_fit_i64_is_refused(tmp_path, ttl):
+    with pytest.raises(ValueError, match=str(ttl)):
+        lsm.DbOptions(default_ttl=ttl)
+    with open_db(tmp_path / "db", lsm.ManualClock(T0)) as db:
+        for attempt in (lambda: db.put(b"k", b"v", ttl=ttl), lambda: db.write(lsm.WriteBatch().put(b"k", b"v", ttl=ttl))):
+            with pytest.raises(ValueError, match=str(ttl)):
+                attempt()
+        assert db.seq == 0
+
+
+def test_an_expiry_that_overflows_i64_is_refused_and_writes_nothing(tmp_path):
+    """ts + ttl must fit the row format's i64 expire_ts: ValueError naming the sum, no seq used."""
+    ttl = 2**63 - 1 - T0 + 1  # fits i64 alone; ts + ttl does not
+    path = tmp_path / "db"
+    with open_db(path, lsm.ManualClock(T0)) as db:
+        before = wal_digest(path)
+        with pytest.raises(ValueError, match=str(T0 + ttl)):
+            db.put(b"k", b"v", ttl=ttl)
+        with pytest.raises(ValueError, match="expiry"):
+            db.write(lsm.WriteBatch().put(b"j", b"v").put(b"k", b"v", ttl=ttl))
+        assert wal_digest(path) == before and db.seq == 0
+        assert db.put(b"k", b"v", ttl=ttl - 1) == 1
+        assert db.get_entry(b"k").expire_ts == 2**63 - 1
+
+
+def test_manual_clock_refuses_times_outside_i64():
+    with pytest.raises(ValueError, match=str(2**63)):
+        lsm.ManualClock(2**63)
+    c = lsm.ManualClock(2**63 - 10)
+    with pytest.raises(ValueError):
+        c.advance(2**63)

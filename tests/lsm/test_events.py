@@ -153,10 +153,11 @@ def test_failed_flush_ends_with_its_error(tmp_path):
     try:
         db.put(b"a", b"1")
         os.rmdir(path / "sst")  # a real fault: the L0 SST cannot be created
-        with pytest.raises(OSError):
+        with pytest.raises(lsm.DbFailedError) as failed:  # an I/O error puts the store in the failed state
             db.flush()
+        assert isinstance(failed.value.__cause__, OSError)
         assert rec.names() == ["flush_begin", "flush_end"]
-        assert isinstance(rec.events[1][1].error, OSError) and rec.events[1][1].outputs == ()
+        assert rec.events[1][1].error is failed.value and rec.events[1][1].outputs == ()
     finally:
         os.mkdir(path / "sst")
         db.close()

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import lsm
-from tests.lsm._lsm_proc import Served
+from tests.lsm._lsm_proc import Served, spawn
 
 T0 = 1_700_000_000_000
 
@@ -186,3 +186,91 @@ def test_fencing_another_process(tmp_path):
         child.kill()
     with lsm.DB.open(path, opts()) as c:
         assert dict(c.scan()) == {b"from_child": b"1", b"from_b": b"3"}
+
+
+def test_racing_open_never_shows_a_fenced_write_and_keeps_every_acknowledged_one(tmp_path):
+    """Issue 12 item 5: a second process opens the store while the first appends sync writes. A write that
+    raised FencedError must never be visible; every acknowledged one must be. Many trials, real processes,
+    the open racing the first writer's fence check and append (docs/architecture.md "Failure model")."""
+    fenced_writes = 0
+    for trial in range(25):
+        path = tmp_path / f"db{trial}"
+        lsm.DB.open(path, opts()).close()
+        child = spawn("racer", path, 2048)
+        try:
+            early = [child.stdout.readline()]
+            assert early[0].startswith("A "), early[0] + child.stderr.read()
+            for _ in range(trial % 5):  # vary where in the writer's stream the open lands
+                early.append(child.stdout.readline())
+            b = lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
+            out = child.stdout.read()  # not communicate(): it would skip lines readline() buffered
+            err = child.stderr.read()
+            child.wait(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        lines = [ln.strip() for ln in early] + out.splitlines()
+        acked = [ln.split()[1].encode() for ln in lines if ln.startswith("A ")]
+        fenced = [ln.split()[1].encode() for ln in lines if ln.startswith("F ")]
+        assert len(fenced) == 3, (lines[-5:], err)
+        fenced_writes += len(fenced)
+        for handle in (b, None):
+            db = handle or lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
+            try:
+                visible = {k for k, _ in db.scan()}
+                assert set(acked) <= visible, f"trial {trial}: acknowledged writes lost: {set(acked) - visible}"
+                assert not set(fenced) & visible, f"trial {trial}: FencedError writes visible: {set(fenced) & visible}"
+                assert visible == set(acked), f"trial {trial}: unexplained rows {visible - set(acked)}"
+            finally:
+                db.close()
+    assert fenced_writes == 75
+
+
+class PausingClock:
+    """A ManualClock whose next reading blocks until released: it holds a writer between its fence check
+    and its WAL append (the clock is read in between), which is the window of issue 12 item 5."""
+
+    def __init__(self, t: int) -> None:
+        self.t = t
+        self.pause = False
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def now(self) -> int:
+        if self.pause:
+            self.pause = False
+            self.reached.set()
+            assert self.go.wait(30)
+        return self.t
+
+
+def test_an_open_waits_for_an_append_whose_fence_check_passed(tmp_path):
+    """Deterministic form of the race: the writer has passed its fence check; the opener publishes its
+    epoch and must then wait for the append (and replay it) instead of reading the segment under it."""
+    path = tmp_path / "db"
+    clock = PausingClock(T0)
+    a = lsm.DB.open(path, opts(clock))
+    a.put(b"first", b"a")
+    clock.pause = True
+    result = {}
+    writer = threading.Thread(target=lambda: result.setdefault("seq", a.put(b"raced", b"a")))
+    writer.start()
+    assert clock.reached.wait(30)  # the writer is between its fence check and its append
+    opened = {}
+    opener = threading.Thread(target=lambda: opened.setdefault("db", lsm.DB.open(path, opts())))
+    opener.start()
+    opener.join(0.5)
+    assert opener.is_alive(), "the open read the WAL while an append that passed its fence check was pending"
+    clock.go.set()
+    writer.join(30)
+    opener.join(30)
+    assert result["seq"] == 2  # reported as a success...
+    b = opened["db"]
+    assert b.get_entry(b"raced").seq == 2  # ...because the opener replayed it
+    with pytest.raises(lsm.FencedError):
+        a.put(b"late", b"a")
+    a.close()
+    b.close()
+    with lsm.DB.open(path, opts()) as c:
+        assert dict(c.scan()) == {b"first": b"a", b"raced": b"a"}

@@ -392,3 +392,18 @@ def test_steady_commits_cost_about_ten_bits_per_entry() -> None:
     assert len(t) == 8192
     bits_per_entry = (len(t.to_bytes()) - 5 - 24) * 8 / len(t)
     assert bits_per_entry < 11
+
+
+def test_round_is_part_of_the_public_api(tmp_path) -> None:
+    """`lsm.Round` (as the README writes it) is the tracker's Round and steers the DB's lookups."""
+    import lsm
+
+    assert lsm.Round is Round and "Round" in lsm.__all__
+    clock = lsm.ManualClock(1_754_006_400_000)
+    with lsm.DB.open(tmp_path, lsm.DbOptions(clock=clock)) as db:
+        db.put(b"k", b"v")
+        clock.advance(60_000)
+        db.put(b"k", b"w")
+        between = 1_754_006_400_000 + 30_000
+        assert db.seq_for_timestamp(between, lsm.Round.DOWN) == 1
+        assert db.seq_for_timestamp(between, lsm.Round.UP) == 2

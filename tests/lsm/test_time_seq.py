@@ -1,9 +1,9 @@
 """Tests for lsm/time_seq.py.
 
-The worked examples come from the reference (time-seq-decaying-bins.md: the 1M-hour listing and the
-module comment's example) and from the upstream implementation's unit tests (CouchDB
-couch_time_seq_tests.erl), which the reference's algorithm was written against. A literal transcription
-of the reference's Erlang roll-up serves as a model for differential property tests.
+The worked examples come from CouchDB pull request #5603 ("Time-based since parameter for `_changes`",
+apache/couchdb; see docs/sources.md): its description's 1M-hour listing, the example in the module
+comment of couch_time_seq.erl, and its unit tests (couch_time_seq_tests.erl). A literal transcription of
+couch_time_seq's Erlang roll-up serves as a model for differential property tests.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def fill_bins() -> TimeSeq:
     return ts
 
 
-# -- a literal model of the reference's Erlang ------------------------------------------------------
+# -- a literal model of couch_time_seq's Erlang ----------------------------------------------------
 
 
 def model_update(bins: list[tuple[int, int]], time: int, seq: int, min_time: int) -> list[tuple[int, int]]:
@@ -126,7 +126,7 @@ def model_merge(bins: list[tuple[int, int, int]], interval: int) -> list[tuple[i
 # -- upstream unit tests ----------------------------------------------------------------------------
 
 
-def test_default_min_time_is_the_references() -> None:
+def test_default_min_time_is_couch_time_seqs() -> None:
     assert DEFAULT_MIN_TIME == 1754006400 == calendar.timegm((2025, 8, 1, 0, 0, 0))
     assert TimeSeq().min_time == DEFAULT_MIN_TIME
 
@@ -276,7 +276,7 @@ def test_histogram() -> None:
     ]
 
 
-# -- the reference's worked examples ----------------------------------------------------------------
+# -- the pull request's worked examples --------------------------------------------------------------
 
 MILLION_HOURS_LISTING = """
 3000-01-01T00:00:00Z 82176
@@ -342,7 +342,7 @@ MILLION_HOURS_LISTING = """
 """
 
 
-def test_one_million_hourly_updates_give_the_references_listing() -> None:
+def test_one_million_hourly_updates_give_the_pull_requests_listing() -> None:
     ts = update_cnt(1_000_000, hours(1))
     expected = [
         (when, int(n)) for when, n in (line.split() for line in MILLION_HOURS_LISTING.split("\n") if line)

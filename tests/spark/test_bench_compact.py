@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tools import bench_compact
+from tools.bench import compact as bench_compact
 
 
 def test_bench_compact_reports_both_executors(spark, tmp_path, capsys):

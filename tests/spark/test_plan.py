@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from compaction.filter import Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
-from compaction.spark import SparkExecutor, SparkJobError, check_outputs, plan_ranges
+from compaction.spark import SparkExecutor, SparkJobError, check_outputs, observe_jobs, plan_ranges
 from formats.sst import SstReader, write_sst
 from tests.spark._util import task_marks
 
@@ -193,8 +193,15 @@ def test_check_outputs_rejects_overlapping_outputs(tmp_path):
 def test_executor_runs_one_task_per_planned_range(spark, tmp_path):
     job = make_inputs(str(tmp_path), seed=7)
     ex = SparkExecutor(spark, tasks=5)
-    result = ex(job)
+    with observe_jobs() as reports:
+        result = ex(job)
     assert len(ex.last_ranges) == 5
+    # the job's report: its ranges, each task's outputs and stats, timings that add up
+    (report,) = reports
+    assert report.ranges == ex.last_ranges and [t.index for t in report.tasks] == list(range(5))
+    assert sorted(n for t in report.tasks for n, _ in t.outputs) == sorted(n for n, _ in result.outputs)
+    assert sum(t.stats.rows_in for t in report.tasks) == result.stats.rows_in
+    assert 0 < report.plan_seconds + report.job_seconds <= report.seconds == result.stats.seconds
     names = [name for name, _ in result.outputs]
     assert task_marks(names) == set(range(5))
     assert sorted(os.listdir(job.output.directory)) == sorted(names)

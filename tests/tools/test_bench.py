@@ -131,3 +131,37 @@ def test_unknown_benchmark_is_a_usage_error():
     p = bench("--benchmarks", "fillrandom,nosuch")
     assert p.returncode == 2
     assert "unknown benchmark(s) nosuch" in p.stderr
+
+
+def test_merge_suite_and_the_registry(tmp_path):
+    """Every suite is reachable through the one registry; the merge suite prints its three figures."""
+    import tools.bench
+    from tools import bench_ingest, bench_load, bench_simulate
+    from tools.bench import compact, db, formats, merge, timemaps
+
+    assert tools.bench.SUITES == {
+        "db": db.main,
+        "formats": formats.main,
+        "merge": merge.main,
+        "compact": compact.main,
+        "time": timemaps.main,
+        "ingest": bench_ingest.main,
+        "load": bench_load.main,
+        "simulate": bench_simulate.main,
+    }
+    p = bench("merge", "--num", "2000", "--repeat", "1", "--no-wa", tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [ln.split(":")[0].strip() for ln in p.stdout.splitlines()] == ["merge", "decode+encode", "merge/limit"]
+
+
+def test_numeric_options_are_usage_errors_naming_the_option():
+    for args, message in (
+        (("--num", "0"), "argument --num: '0' is below 1"),
+        (("--compression-ratio", "1.5"), "argument --compression-ratio: '1.5' is not in (0, 1]"),
+        (("formats", "--value-size", "-3"), "argument --value-size: '-3' is negative"),
+        (("merge", "--repeat", "x"), "argument --repeat: 'x' is not an integer"),
+        (("compact", "--ttl-fraction", "2"), "argument --ttl-fraction: '2' is not in [0, 1]"),
+        (("time", "--runs", "0"), "argument --runs: '0' is below 1"),
+    ):
+        p = bench(*args)
+        assert p.returncode == 2 and message in p.stderr, (args, p.stderr)

@@ -234,3 +234,14 @@ def test_bad_database_paths(tmp_path: Path) -> None:
     assert one_line_error(run_lsm("scan", f), 2) == f"lsm: error: {f}: is a file, not a database directory"
     (tmp_path / "empty" / "manifest").mkdir(parents=True)
     assert "not an lsm-sim database" in one_line_error(run_lsm("scan", tmp_path / "empty"), 2)
+
+
+def test_bad_numbers_and_times_are_usage_errors(small_db: Path) -> None:
+    """--limit is checked by its argparse type; a time without an offset is refused, not taken as UTC."""
+    for cmd in (("scan", small_db), ("sst", "scan", sorted((small_db / "sst").iterdir())[0])):
+        r = run_lsm(*cmd, "--limit", "-1")
+        assert r.code == 2 and "argument --limit: '-1' is negative" in r.err, r.err
+    r = run_lsm("du", "--at", "2023-11-14T22:13:20", small_db)
+    assert r.code == 2 and "needs a zone: add Z (UTC) or an offset" in r.err, r.err
+    assert run_lsm("du", "--json", "--at", "2023-11-14T23:13:20+01:00", small_db).json()["at"] == T0
+

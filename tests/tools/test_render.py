@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -44,11 +45,34 @@ def test_times() -> None:
         "1700000000123",
         "2023-11-14T22:13:20.123Z",
         "2023-11-14T23:13:20.123+01:00",
-        "2023-11-14T22:13:20.123",
     ):
         assert render.parse_time(text) == 1_700_000_000_123
     with pytest.raises(ValueError, match="RFC 3339"):
         render.parse_time("next tuesday")
+    # no offset: refused rather than guessed (the library's rule: lsm.timeline.parse_time is the parser)
+    with pytest.raises(ValueError, match="needs a zone: add Z"):
+        render.parse_time("2023-11-14T22:13:20.123")
+    with pytest.raises(argparse.ArgumentTypeError, match="needs a zone"):
+        render.time_arg("2023-11-14T22:13:20")
+
+
+def test_numeric_argument_types() -> None:
+    assert render.int_arg(1)("3") == 3 and render.int_arg(None)("-7") == -7
+    with pytest.raises(argparse.ArgumentTypeError, match="'0' is below 1"):
+        render.int_arg(1)("0")
+    with pytest.raises(argparse.ArgumentTypeError, match="'-1' is negative"):
+        render.int_arg(0)("-1")
+    with pytest.raises(argparse.ArgumentTypeError, match="not an integer"):
+        render.int_arg(None)("1.5")
+    ratio = render.float_arg(0, 1, above_minimum=True)
+    assert ratio("0.5") == 0.5 and ratio("1") == 1.0
+    for bad in ("0", "1.01", "nan", "-0.1"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"is not in \(0, 1\]"):
+            ratio(bad)
+    fraction = render.float_arg(0, 1)
+    assert fraction("0") == 0.0
+    with pytest.raises(argparse.ArgumentTypeError, match="not a number"):
+        fraction("half")
 
 
 def test_table_and_properties() -> None:

@@ -10,16 +10,12 @@ import subprocess
 
 import pytest
 
+from lsm.inspect import space_usage
 from tests.tools._cli import LSM_CMD, ROOT, one_line_error, run_lsm
 from tools import simulate
 from tools.simulate.runner import Simulation
 from tools.simulate.spec import parse_spec
 from tools.simulate.workload import generate
-
-try:  # main moved du's report into the library (lsm.inspect, typed results); this branch still has it here
-    from lsm.inspect import space_usage
-except ImportError:
-    from tools.cmd_db import space_usage
 
 HOUR = 3_600_000
 PINNED = {
@@ -100,7 +96,7 @@ def test_same_seed_identical_summary_other_seed_differs(tmp_path) -> None:
 
 
 def _du_classes(rep) -> dict:
-    t = rep["total"] if isinstance(rep, dict) else rep.total.to_dict()
+    t = rep["total"] if isinstance(rep, dict) else rep.total.to_dict()  # `lsm du --json` or SpaceReport
     out = {
         f"{c}_{u}": t[f"{c}_{u}"]
         for c in ("live", "expired", "tombstone", "shadowed")

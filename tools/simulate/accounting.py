@@ -1,6 +1,6 @@
 """Incremental disk accounting: the byte classes of `lsm du`, kept up to date without a full scan.
 
-`lsm du` (tools/cmd_db.py `space_usage`) merges every stored row — WAL rows past the manifest's
+`lsm du` (`lsm.inspect.space_usage`) merges every stored row — WAL rows past the manifest's
 last_seq, L0 SSTs, sorted runs — and calls the first version of each key *live*, *expired* (past its
 expire_ts) or *tombstone*, and every older version *shadowed*. Doing that at every sample would cost a
 full read of the database per sample. `DiskAccount` gets the same numbers incrementally from what the

@@ -8,7 +8,7 @@
    flushes and compactions per byte of user keys and values) after the fill and after scheduled
    compactions settle, and RocksDB's (rocksdict, default options) from its compaction statistics.
 
-    python -m tools.bench_merge --num 1000000 [--repeat 3] [--no-wa]
+    lsm bench merge --num 1000000 [--repeat 3] [--no-wa]      (or python -m tools.bench merge ...)
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ import time
 from compaction.filter import Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from formats.sst import SstReader, SstWriter, write_sst
+from tools.bench.harness import DEFAULT_SEED
+from tools.render import int_arg
 
 
 def build_inputs(directory: str, num: int, value_size: int, seed: int) -> list[str]:
+    """Four SSTs holding every fourth of `num` random keys each (so they overlap), one version per key."""
     rng = random.Random(seed)
     keys = sorted(b"%016d" % k for k in rng.sample(range(10**15), num))
     value = bytes(rng.getrandbits(8) for _ in range(value_size))
@@ -40,6 +43,7 @@ def build_inputs(directory: str, num: int, value_size: int, seed: int) -> list[s
 
 
 def merge_once(paths: list[str], out: str) -> tuple[float, int]:
+    """(seconds, rows out) of one full compaction of `paths` into one run in `out`, in this process."""
     os.makedirs(out)
     infos = tuple(SstReader(p).info for p in paths)
     job = CompactionJob(tuple((p,) for p in paths), infos, True, 5_000, Reason.MANUAL, OutputSpec(out, "m"))
@@ -73,6 +77,7 @@ def rocksdb_write_amp(stats: str, user_bytes: int) -> float | None:
 
 
 def write_amp(num: int, value_size: int, seed: int, work: str) -> None:
+    """Print lsm's write amplification after fillrandom `num` (and once compactions settle), and RocksDB's."""
     import lsm
 
     rng = random.Random(seed)
@@ -88,9 +93,11 @@ def write_amp(num: int, value_size: int, seed: int, work: str) -> None:
     wa_fill = db.write_amplification()
     db.flush()
     db.compact()
-    print(f"write-amp    : lsm {wa_fill:.2f} after fillrandom {num}, {db.write_amplification():.2f} once "
-          f"flushed and scheduled compactions settled ({len(db.manifest.l0)} L0 SSTs, "
-          f"{len(db.manifest.runs)} runs)")
+    print(
+        f"write-amp    : lsm {wa_fill:.2f} after fillrandom {num}, {db.write_amplification():.2f} once "
+        f"flushed and scheduled compactions settled ({len(db.manifest.l0)} L0 SSTs, "
+        f"{len(db.manifest.runs)} runs)"
+    )
     db.close()
     try:
         from rocksdict import Rdict
@@ -106,17 +113,28 @@ def write_amp(num: int, value_size: int, seed: int, work: str) -> None:
     rdb.close()
     wa = rocksdb_write_amp(stats, user)
     shown = "n/a" if wa is None else f"{wa:.2f}"
-    print(f"write-amp    : rocksdb {shown} after fillrandom {num} and a flush (default options, leveled; "
-          "from its 'Cumulative compaction' statistic, 0.01 GB resolution)")
+    print(
+        f"write-amp    : rocksdb {shown} after fillrandom {num} and a flush (default options, leveled; "
+        "from its 'Cumulative compaction' statistic, 0.01 GB resolution)"
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    """The merge suite's options (``lsm bench merge --help``)."""
+    ap = argparse.ArgumentParser(prog="lsm bench merge", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--num", type=int_arg(1), default=1_000_000)
+    ap.add_argument("--value-size", type=int_arg(0), default=100)
+    ap.add_argument(
+        "--repeat", type=int_arg(1), default=3, help="runs of each measurement; medians are printed"
+    )
+    ap.add_argument("--seed", type=int_arg(None), default=DEFAULT_SEED)
+    ap.add_argument("--no-wa", action="store_true", help="skip the write-amplification part")
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="lsm bench merge", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--num", type=int, default=1_000_000)
-    ap.add_argument("--value-size", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement; medians are printed")
-    ap.add_argument("--seed", type=int, default=301)
-    ap.add_argument("--no-wa", action="store_true", help="skip the write-amplification part")
+    """``lsm bench merge ARGS``: print the merge rate, its Python limit and the write amplification."""
+    ap = parser()
     args = ap.parse_args(argv)
     work = tempfile.mkdtemp(prefix="lsm-bench-merge-")
     try:
@@ -130,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             os.unlink(os.path.join(work, f"limit{i}.sst"))
             assert rows_out == args.num
         m, lim = statistics.median(merges), statistics.median(limits)
-        print(f"merge        : {m:12,.0f} rows/s  (full compaction of {args.num} rows in 4 overlapping SSTs; "
-              f"median of {args.repeat})")
+        print(
+            f"merge        : {m:12,.0f} rows/s  (full compaction of {args.num} rows in 4 overlapping SSTs; "
+            f"median of {args.repeat})"
+        )
         print(f"decode+encode: {lim:12,.0f} rows/s  (the same rows decoded and re-encoded: the Python limit)")
         print(f"merge/limit  : {m / lim:.0%}  (target: at least 50%)")
         if not args.no_wa:
@@ -139,7 +159,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""``lsm bench time`` (or ``python -m tools.bench_time``): what the seq<->time maps cost.
+"""``lsm bench time`` (or ``python -m tools.bench time``): what the seq<->time maps cost.
 
 Three figures, each for the maps the manifest carries (lsm/seq_tracker.py, lsm/time_seq.py):
 
@@ -8,8 +8,8 @@ Three figures, each for the maps the manifest carries (lsm/seq_tracker.py, lsm/t
 2. Bits per entry, separately for the seq stream and the timestamp stream, for commit streams that make
    the tracker record a pair every 30 s: a Poisson stream of commits at several rates (the first commit
    at or after each 30-second mark is recorded, as the engine does), and a perfectly regular one. The
-   RFC expects about 7 bits each for real workloads. The last row is a tracker that has halved its
-   history several times (older tiers 60 s, 120 s, ... apart).
+   SlateDB seq-tracker RFC expects about 7 bits each for real workloads. The last row is a tracker that
+   has halved its history several times (older tiers 60 s, 120 s, ... apart).
 3. The size of an encoded manifest (formats.manifest) holding a full tracker and 60 time bins, next to
    the maps' own sizes and the same manifest without them (no SSTs: the maps' share at its largest).
 
@@ -22,9 +22,7 @@ import argparse
 import json
 import math
 import random
-import statistics
 import sys
-import time
 from typing import Any
 
 from formats import gorilla
@@ -32,13 +30,14 @@ from formats import manifest as manifest_codec
 from formats.manifest import Manifest
 from lsm.seq_tracker import SeqTracker
 from lsm.time_seq import MAX_BINS, TimeSeq
+from tools.bench.harness import DEFAULT_SEED, median_ms
+from tools.render import int_arg
 
 CAPACITY = 8192
 INTERVAL_S = 30
 START_MS = 1_760_000_000_000  # 2025-10-09
 TARGET_MS = 10.0
 RATES = (0.05, 1.0, 100.0, 10_000.0)  # commits per second
-DEFAULT_SEED = 301
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -86,19 +85,6 @@ def stream_bits(values: list[int], signed: bool) -> float:
     if len(values) < 2:
         return 0.0
     return (len(gorilla.encode(values, signed=signed)) - 12) * 8 / (len(values) - 1)
-
-
-def median_ms(fn, runs: int) -> tuple[float, float, list[float]]:
-    """(median wall ms, median CPU ms of this process, every wall time). CPU time is the steadier figure
-    on a shared machine: it does not count the time the process waits for a core."""
-    fn()  # warm-up
-    wall, cpu = [], []
-    for _ in range(runs):
-        c0, t0 = time.process_time(), time.perf_counter()
-        fn()
-        wall.append((time.perf_counter() - t0) * 1000)
-        cpu.append((time.process_time() - c0) * 1000)
-    return statistics.median(wall), statistics.median(cpu), wall
 
 
 def full_bins(rate: float) -> TimeSeq:
@@ -211,7 +197,7 @@ def report(r: dict[str, Any]) -> str:
         f"  decode     {c['decode_ms_median']:8.3f} ms wall  {c['decode_cpu_ms_median']:8.3f} ms CPU   "
         f"(target < {c['target_ms']:g} ms, on CPU: {_verdict(c['decode_cpu_ms_median'], c['target_ms'])})",
         "",
-        "bits per entry (Gorilla delta-of-delta; the RFC expects ~7 each):",
+        "bits per entry (Gorilla delta-of-delta; the seq-tracker RFC expects ~7 each):",
         f"  {'workload':<58} {'pairs':>6} {'seq':>6} {'ts':>6} {'bytes':>7} {'bits/pair':>9}",
     ]
     for row in r["bits_per_entry"]:
@@ -238,20 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         "and the manifest's size with both seq<->time maps full.",
     )
     p.add_argument(
-        "--runs", type=int, default=9, help="timed runs per figure; the median is reported (default 9)"
+        "--runs", type=int_arg(1), default=9, help="timed runs per figure; the median is reported (default 9)"
     )
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--seed", type=int_arg(None), default=DEFAULT_SEED)
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    if a.runs < 1:
-        p.error("--runs must be >= 1")
     r = run(a.runs, a.seed)
     if a.json:
         print(json.dumps(r, indent=1))
     else:
         print(report(r))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

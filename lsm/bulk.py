@@ -1,0 +1,289 @@
+"""Bulk load: ``db.ingest(source, name, engine="local" | "spark")`` — a plan of slice tasks, SSTs written
+by the tasks, one manifest edit committing them with the source's binding.
+
+Driver, in order:
+
+1. The durable frontier of `name` (the same latest binding streaming ingest resumes from) and, once, each
+   partition's current end; every partition must still reach its frontier (`SourceRegressedError`).
+2. The plan: each partition's new offsets [frontier, end) cut into slices of at most
+   ``ceil(total / tasks)`` (and `MAX_SLICE_RECORDS`) offsets, ordered by (partition, offset). A slice
+   holds whole offsets, so records sharing an offset stay together. For a `PartitionedLog` the slices
+   carry byte ranges from the driver's index of the files (positions, never records).
+3. A seq range reserved from the DB (`DB.reserve_seqs`): task i writes every row with seq ``base + i``,
+   the binding takes ``last = base + len(tasks)``; all of them carry the load's ts, read from the DB's
+   clock at the reservation. Seqs are a function of the plan, so a retried task writes the same rows.
+4. The tasks (lsm.bulk_task), on Spark executors or in threads of this process: each reads its slice from
+   the files, resolves it and writes sorted SSTs under attempt-unique names, returning metadata only.
+5. Cuts. Records of a transaction must land in one binding and an unfinished trailing transaction waits,
+   exactly as in streaming ingest. Slices may split a transaction (they all commit together); only each
+   partition's END must lie at a cut. The tasks report the transactions they saw; the driver joins them
+   per partition and, if one is still open at the end, moves that partition's end back to its last cut
+   (before the earliest open transaction, and before any closed one spanning that point), then runs the
+   affected slices again, shortened (rare: only when a producer is mid-transaction).
+6. One tiny SST with the binding row (seq ``last``), then ONE manifest edit (`DB.commit_bulk`) adds the
+   new SSTs to L0 in seq order together with that binding. A job that fails, or a driver that dies,
+   commits nothing: the manifest, the remap and the frontier are as before, the reserved seqs stay
+   unused, and the files it wrote carry names no manifest references (`lsm gc` removes them).
+
+Equivalence with streaming ingest. ``db.ingest(src, name, engine="local"|"spark")`` leaves the store
+exactly as ``db.ingest(src, name, batch_records=<at least every new record>)`` (one batch) does, when
+both commit at the same clock reading: the same visible state (every get and scan), the same
+key -> (value, expire_ts), the same tombstones, and one new binding with the same frontier and ts. Two
+things differ, by design: streaming gives every row of its batch one seq, a bulk load gives the rows of
+task i seq ``base + i`` and the binding ``base + len(tasks)``; and the bulk rows sit in L0 files
+rather than the memtable. A key written by several slices resolves as in the one streaming batch, where
+the records are taken partition by partition in ascending order: the slice later in the plan
+(higher partition, or higher offsets of the same partition) has the higher seq and wins.
+
+Concurrent writes. The reservation freezes the memtable (and waits for its flush), so every L0 file
+holds seqs either all below the range or all above it; writes made during the load take seqs above
+the range and keep their order. The commit places the load's SSTs in L0 below the files flushed since
+the reservation and above every older one; if a compaction merged across the range meanwhile, the
+commit fails with `BulkLoadConflictError` (nothing changes; run the load again). The load's rows are
+ordered at the reservation and become visible at the commit: a read that pins a seq at or above the
+range while the load runs (a snapshot, ``changes(seq=)``, a `DatabaseLog` replica) sees them appear
+when the load commits, so take such a pin before the load or after its commit.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from compaction.merge import SstOutput
+from formats.manifest import Manifest, SstEntry
+from formats.sst import SsTableInfo
+from lsm.bulk_task import BulkTask, run_task
+from lsm.errors import BulkLoadConflictError
+from lsm.fsutil import unlink_quiet
+from lsm.ingest import TTL_BASES, _state, check_frontier, durable_head
+from lsm.remap import Binding, IngestStats
+from lsm.remap_store import binding_key, check_name, encode_binding
+from lsm.sources.slices import SourceSlice, cut_slices
+
+if TYPE_CHECKING:
+    from lsm.db import DB
+    from lsm.sources import Source
+
+ENGINES = ("local", "spark")
+MAX_SLICE_RECORDS = 1_000_000  # offsets per slice at most: bounds a task's memory
+Runner = Callable[[list[BulkTask]], list[dict]]
+
+
+def plan_slices(source: Source, frontier: dict[int, int], ends: dict[int, int], tasks: int) -> list[Any]:
+    """Slices over [frontier[p], ends[p]) of every partition, in (partition, offset) order."""
+    total = sum(max(0, ends[p] - frontier.get(p, 0)) for p in ends)
+    per = min(MAX_SLICE_RECORDS, max(1, math.ceil(total / max(1, tasks))))
+    out: list[Any] = []
+    for p in sorted(ends):
+        out += cut_slices(source, p, frontier.get(p, 0), ends[p], per)
+    return out
+
+
+def last_cut(start: int, stop: int, results: list[dict]) -> int:
+    """The end of a partition read from `start` to `stop` by the tasks `results` (in offset order): `stop`,
+    or, if a transaction is still open there, the last cut before it (see the module docstring, step 5)."""
+    carry: dict[Any, list] = {}
+    closed: list[tuple[int, int]] = []
+    for res in results:
+        for tx, first, last, ended in res["episodes"]:
+            prev = carry.pop(tx, None)
+            if prev is not None:
+                first = prev[0]
+            if ended:
+                closed.append((first, last))
+            else:
+                carry[tx] = [first, last]
+    if not carry:
+        return stop
+    cut = min(first for first, _ in carry.values())
+    moved = True
+    while moved:
+        moved = False
+        for first, last in closed:
+            if first < cut <= last:
+                cut = first
+                moved = True
+    return max(start, cut)
+
+
+def place_bulk(m: Manifest, entries: list[SstEntry], base: int, last: int) -> tuple:
+    """The L0 of manifest `m` with `entries` (seqs in [base, last], newest first) placed in seq order:
+    below the files flushed since the reservation, above every older file. BulkLoadConflictError if a
+    file or run holds seqs on both sides of the range."""
+    newer = [e for e in m.l0 if e.info.min_seq > last]
+    older = [e for e in m.l0 if e.info.max_seq < base]
+    if len(newer) + len(older) != len(m.l0) or any(e.info.max_seq >= base for r in m.runs for e in r.ssts):
+        raise BulkLoadConflictError(
+            "a compaction merged SSTs from before and after the bulk load's seq range while it ran; "
+            "nothing was committed: run the load again"
+        )
+    if newer and m.l0[: len(newer)] != tuple(newer):
+        raise BulkLoadConflictError("L0 is not in seq order; nothing was committed")
+    return tuple(newer) + tuple(entries) + tuple(older)
+
+
+def local_runner(workers: int | None) -> Runner:
+    """Runs tasks in a pool of `workers` threads of this process (default: one per CPU, at most 8).
+
+    A task over a generic source gets its own copy of it (sources are not thread-safe), as a Spark task
+    gets its own unpickled one."""
+
+    def own(task: BulkTask) -> dict:
+        if isinstance(task.slice, SourceSlice):
+            task = dataclasses.replace(task, slice=copy.deepcopy(task.slice))
+        return run_task(task)
+
+    def run(tasks: list[BulkTask]) -> list[dict]:
+        n = workers or min(8, os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="lsm-bulk") as pool:
+            return list(pool.map(own, tasks))
+
+    return run
+
+
+def spark_runner(session: Any, master: str | None) -> Runner:
+    """Runs tasks as one Spark job, one Spark task per bulk task (see compaction.spark for the session)."""
+    from compaction.spark import SparkJobError, _short, get_session
+
+    def run(tasks: list[BulkTask]) -> list[dict]:
+        s = session if session is not None else get_session(master or "local[*]")
+        sc = s.sparkContext
+        sc.setJobDescription(f"lsm bulk load: {len(tasks)} slices")
+        shipped = list(tasks)
+        try:
+            return (
+                sc.parallelize(range(len(shipped)), len(shipped))
+                .map(lambda i: run_task(shipped[i]))
+                .collect()
+            )
+        except Exception as e:
+            raise SparkJobError(f"Spark bulk load failed: {_short(e)}") from e
+
+    return run
+
+
+def _unlink_outputs(db: DB, results: list[dict]) -> None:
+    for res in results:
+        for name, _ in res["outputs"]:
+            unlink_quiet(db.sst_path(name))
+
+
+def bulk_ingest(
+    db: DB,
+    source: Source,
+    name: str,
+    *,
+    engine: str,
+    spark: Any = None,
+    master: str | None = None,
+    tasks: int | None = None,
+    ttl_base: str = "commit",
+) -> IngestStats:
+    """Load what `source` holds beyond the durable frontier of `name` as one bulk commit (module docstring).
+
+    engine "spark" runs on `spark`, else on a session for `master`, else on DbOptions.spark_session (or
+    one for DbOptions.spark_master); `tasks` defaults to DbOptions.spark_tasks, then Spark's parallelism."""
+    check_name(name)
+    if engine not in ENGINES:
+        raise ValueError(f"unknown bulk engine {engine!r}: use one of {ENGINES}")
+    if ttl_base not in TTL_BASES:
+        raise ValueError(f"ttl_base must be one of {TTL_BASES}, got {ttl_base!r}")
+    if tasks is not None and (type(tasks) is not int or tasks < 1):
+        raise ValueError(f"tasks must be None or an int >= 1, got {tasks!r}")
+    if engine == "local" and (spark is not None or master is not None):
+        raise ValueError("spark= and master= apply to engine='spark' only")
+    if engine == "spark":
+        # like compaction: the given session, else DbOptions.spark_session, else one for the master
+        o = db.options
+        if spark is None and master is None:
+            spark, master = o.spark_session, o.spark_master
+        tasks = tasks if tasks is not None else o.spark_tasks
+        runner = spark_runner(spark, master)
+        if tasks is None:
+            from compaction.spark import get_session
+
+            tasks = (
+                spark if spark is not None else get_session(master or "local[*]")
+            ).sparkContext.defaultParallelism
+    else:
+        runner = local_runner(tasks)
+    st = _state(db, name)
+    with st.lock:
+        head = durable_head(db, name)
+        frontier = dict(head.frontier) if head is not None else {}
+        check_frontier(source, name, frontier)
+        ends = {p: source.end(p) for p in sorted(set(source.partitions()) | set(frontier))}
+        slices = plan_slices(source, frontier, ends, tasks or min(8, os.cpu_count() or 1))
+        if not slices:
+            return IngestStats(0, 0, frontier)
+        base, ts = db.reserve_seqs(len(slices) + 1)
+        last = base + len(slices)
+        spec = db.bulk_output_spec()
+        o = db.options
+        plan = [
+            BulkTask(i, s, base + i, ts, ttl_base, o.default_ttl, o.sst_format_version == 0, spec)
+            for i, s in enumerate(slices)
+        ]
+        results = runner(plan)
+        try:
+            results, new_frontier = _cut(source, frontier, ends, plan, results, runner, db)
+            if new_frontier == frontier:  # only unfinished transactions: nothing to commit
+                _unlink_outputs(db, results)
+                return IngestStats(0, 0, frontier)
+            binding = (binding_key(name, last), last, ts, None, encode_binding(ts, new_frontier))
+            outs = SstOutput(dataclasses.replace(spec, prefix=f"{spec.prefix}-binding"), ts).write([binding])
+            results.append({"index": len(plan), "outputs": [(n, i.to_dict()) for n, i in outs], "records": 0})
+            entries = [
+                SstEntry(n, SsTableInfo.from_dict(d))
+                for res in sorted(results, key=lambda r: r["index"], reverse=True)
+                for n, d in res["outputs"]
+            ]
+            db.commit_bulk(entries, base, last, ts)
+        except BaseException:
+            _unlink_outputs(db, results)
+            raise
+        st.head = Binding(ts, last, new_frontier)
+        return IngestStats(sum(r["records"] for r in results), 1, new_frontier)
+
+
+def _cut(
+    source: Source,
+    frontier: dict[int, int],
+    ends: dict[int, int],
+    plan: list[BulkTask],
+    results: list[dict],
+    runner: Runner,
+    db: DB,
+) -> tuple[list[dict], dict[int, int]]:
+    """Apply step 5: each partition's end at its last cut; slices past it dropped, the one across it rerun."""
+    by_index = {r["index"]: r for r in results}
+    new_frontier = dict(frontier)
+    rerun: list[BulkTask] = []
+    dropped: list[dict] = []
+    for p, end in ends.items():
+        start = frontier.get(p, 0)
+        mine = [t for t in plan if t.slice.partition == p]
+        cut = last_cut(start, end, [by_index[t.index] for t in mine])
+        if cut > 0 or p in frontier:
+            new_frontier[p] = cut
+        for t in mine:
+            if t.slice.stop <= cut:
+                continue
+            dropped.append(by_index.pop(t.index))
+            if t.slice.start < cut:
+                (sl,) = cut_slices(source, p, t.slice.start, cut, cut - t.slice.start)
+                rerun.append(BulkTask(t.index, sl, t.seq, t.ts, t.ttl_base, t.default_ttl, t.v0, t.output))
+    _unlink_outputs(db, dropped)
+    if rerun:
+        for r in runner(rerun):
+            by_index[r["index"]] = r
+    return list(by_index.values()), new_frontier
+
+
+__all__ = ["ENGINES", "MAX_SLICE_RECORDS", "bulk_ingest", "last_cut", "place_bulk", "plan_slices"]

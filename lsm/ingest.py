@@ -1,0 +1,358 @@
+"""`DB.ingest`: exactly-once loading of a partitioned source, one atomic commit per batch.
+
+Each batch is ONE commit (one WAL record, one seq, one ts) holding the batch's rows and the new binding
+``(ts, seq, {partition: next_offset})`` of the source's remap (lsm.remap_store). A crash leaves the whole
+batch with its binding or neither; the next ingest starts from the durable frontier, read from memory
+(the latest binding, found once per handle by one reverse seek), so resume costs O(1) in history.
+
+Rules, in the order they apply:
+
+1. Before anything is written, every partition of the durable frontier must still reach its offset:
+   ``source.end(p) >= frontier[p]``, else `SourceRegressedError` (the file was truncated or replaced).
+2. The ends of all partitions are read once per call: the call ingests what was complete when it began.
+3. A batch takes up to `batch_records` records, partitions in rotating order so none starves. A cut
+   (a point where a partition's frontier may stop) lies only between offsets (records sharing an
+   offset land together) and where no transaction of the partition is open. A transaction is the set
+   of a partition's records with one ``tx`` id, closed by the record with ``tx_end``; transactions are
+   scoped to their partition. A batch grows past `batch_records` rather than split a transaction, and
+   an incomplete transaction at the end of a partition waits (its records, and every record after its
+   first one, stay unread) until it is closed.
+4. A partition enters the frontier in the first binding that reads it (from offset 0); no partition
+   ever leaves it.
+5. TTL counts from the commit ts (``ttl_base="commit"``) or from the record's ``event_ts``
+   (``ttl_base="event"``; records without one count from the commit ts), so a row may expire on
+   arrival. Records without a ttl get DbOptions.default_ttl, as `DB.put` does.
+6. Within a batch the last record of a key wins (offset order within a partition).
+7. Every `REMAP_COMPACT_EVERY` batches the remap is compacted at ``since = now - history_retention``
+   (lsm.remap), in its own commit of system rows, when at least two bindings lie at or before since.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN
+from lsm.clock import I64_MAX, I64_MIN
+from lsm.errors import SourceRegressedError
+from lsm.options import NO_TTL, check_ttl
+from lsm.remap import Binding, IngestStats, Remap
+from lsm.remap_store import (
+    SEQ,
+    binding_key,
+    check_name,
+    consolidation_ops,
+    decode_binding,
+    decode_since,
+    encode_binding,
+    load_head,
+    source_prefix,
+)
+from lsm.syskeys import SYSTEM_PREFIX, is_system
+
+if TYPE_CHECKING:
+    from lsm.db import DB
+    from lsm.sources import Source, SourceRecord
+
+BATCH_RECORDS = 10_000
+TTL_BASES = ("commit", "event")
+REMAP_COMPACT_EVERY = 256  # batches between two attempts at compacting a source's remap
+_NOT_READ = object()
+
+
+@dataclasses.dataclass
+class _SourceState:
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    head: Binding | None | object = _NOT_READ  # the latest binding, cached (the handle is the only writer)
+    batches: int = 0  # batches committed by this handle, for the remap compaction cadence
+
+
+_STATES_LOCK = threading.Lock()
+
+
+def _state(db: DB, name: str) -> _SourceState:
+    with _STATES_LOCK:
+        states = db.__dict__.setdefault("_ingest_states", {})
+        st = states.get(name)
+        if st is None:
+            st = states[name] = _SourceState()
+        return st
+
+
+def durable_head(db: DB, name: str) -> Binding | None:
+    """The latest binding of `name`, from memory after the first reverse seek of this handle."""
+    st = _state(db, name)
+    if st.head is _NOT_READ:
+        st.head = load_head(db, name)
+    return st.head  # type: ignore[return-value]
+
+
+class _Cursor:
+    """One partition being read in this call: records [start, stop), with one record of lookahead."""
+
+    __slots__ = ("partition", "pos", "stop", "_it", "_next", "blocked")
+
+    def __init__(self, source: Source, partition: int, start: int, stop: int) -> None:
+        self.partition = partition
+        self.pos = start  # the partition's frontier so far (next offset to read)
+        self.stop = stop
+        self._it: Iterator[SourceRecord] | None = (
+            source.read(partition, start, stop) if stop > start else None
+        )
+        self._next: SourceRecord | None = None
+        self.blocked = False  # an incomplete transaction ends the partition for this call
+
+    @property
+    def done(self) -> bool:
+        return self.blocked or (self._it is None and self._next is None)
+
+    def take(self, budget: int, out: list[SourceRecord]) -> None:
+        """Append whole offsets and whole transactions to `out` until `budget` records are reached at a
+        cut or the partition ends; advance `pos` to the last cut. The hot loop of ingest."""
+        it = self._it
+        rec = self._next
+        self._next = None
+        cut = len(out)  # out[:cut] is committed to this batch
+        limit = cut + budget
+        pos = self.pos
+        last = -1
+        open_tx: set = set()
+        append = out.append
+        while True:
+            if rec is None:
+                rec = next(it, None) if it is not None else None
+                if rec is None:
+                    self._it = None
+                    if open_tx:  # the trailing transaction waits; its records are read again later
+                        del out[cut:]
+                        self.blocked = True
+                        self.pos = pos
+                    else:
+                        self.pos = self.stop
+                    return
+            off = rec.offset
+            if off != last:
+                if off < last or off < pos:
+                    raise ValueError(
+                        f"partition {self.partition}: offset {off} after {max(last, pos)}: offsets must increase"
+                    )
+                if not open_tx:  # a cut: between offsets, no transaction open
+                    cut = len(out)
+                    if last >= 0:
+                        pos = last + 1
+                    if cut >= limit:
+                        self._next = rec
+                        self.pos = pos
+                        return
+                last = off
+            append(rec)
+            tx = rec.tx
+            if tx is not None:
+                if rec.tx_end:
+                    open_tx.discard(tx)
+                else:
+                    open_tx.add(tx)
+            rec = None
+
+
+def check_frontier(source: Source, name: str, frontier: dict[int, int]) -> None:
+    """Rule 1: `SourceRegressedError` unless every partition of `frontier` still reaches its offset."""
+    for p, off in sorted(frontier.items()):
+        end = source.end(p)
+        if end < off:
+            raise SourceRegressedError(
+                f"{source.name}: partition {p} went backwards: ingest {name!r} durably read it up to "
+                f"offset {off}, the source now ends at {end} (truncated or replaced?)"
+            )
+
+
+def _check_record(source: Source, rec: SourceRecord) -> None:
+    """Raise for a record the store cannot hold (the batch is not written)."""
+    key, value = rec.key, rec.value
+    where = f"{source.name}: partition {rec.partition} offset {rec.offset}"
+    if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
+        raise ValueError(f"{where}: key must be 1..{MAX_KEY_LEN} bytes, got {key!r:.60}")
+    if is_system(key):
+        raise ValueError(f"{where}: key {key!r} lies in the engine's reserved key space")
+    if value is not None and (type(value) is not bytes or len(value) > MAX_VALUE_LEN):
+        raise ValueError(f"{where}: value must be bytes or None")
+    if rec.ttl is not None:
+        check_ttl(rec.ttl)
+    if rec.event_ts is not None and type(rec.event_ts) is not int:
+        raise ValueError(f"{where}: event_ts must be int ms, got {rec.event_ts!r}")
+
+
+def resolve_records(
+    source: Source, records: Iterable[SourceRecord], ts: int, ttl_base: str, default_ttl: int | None, v0: bool
+) -> tuple[dict[bytes, tuple], int]:
+    """The rows of `records` committed at `ts`: {key: (key, expire_ts, value)} (the last record of a key
+    wins; value None is a delete), and the user bytes they hold. Raises for a record the store cannot hold.
+
+    Shared by streaming ingest and the bulk-load tasks (lsm.bulk_task): rules 5 and 6 above."""
+    event = ttl_base == "event"
+    rows: dict[bytes, tuple] = {}
+    nbytes = 0
+    for rec in records:
+        key, value, ttl = rec.key, rec.value, rec.ttl
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
+            _check_record(source, rec)  # raises unless the key is fine after all
+        exp = None
+        if value is not None:
+            if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
+                _check_record(source, rec)
+            if ttl is None:
+                ttl = default_ttl
+            elif type(ttl) is not int or ttl < 0:
+                _check_record(source, rec)
+            if ttl is not None and ttl is not NO_TTL:
+                if v0:
+                    raise ValueError("sst_format_version 0 cannot store TTLs")
+                base = ts
+                if event and rec.event_ts is not None:
+                    base = rec.event_ts
+                    if type(base) is not int:
+                        _check_record(source, rec)
+                exp = base + ttl
+                if not I64_MIN <= exp <= I64_MAX:
+                    raise ValueError(
+                        f"{source.name}: partition {rec.partition} offset {rec.offset}: expiry {base} + ttl "
+                        f"{ttl} does not fit the format's i64"
+                    )
+            nbytes += len(key) + len(value)
+        else:
+            nbytes += len(key)
+        rows[key] = (key, exp, value)  # the last record of a key wins
+    return rows, nbytes
+
+
+def _batch_rows(
+    db: DB, source: Source, name: str, records: list[SourceRecord], frontier: dict[int, int], ttl_base: str
+) -> Callable[[int, int], tuple[list[tuple], int]]:
+    default_ttl = db.options.default_ttl
+    v0 = db.options.sst_format_version == 0
+
+    def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
+        rows, nbytes = resolve_records(source, records, ts, ttl_base, default_ttl, v0)
+        out = list(rows.values())
+        out.append((binding_key(name, seq), None, encode_binding(ts, frontier)))
+        return out, nbytes
+
+    return rows_at
+
+
+def ingest(
+    db: DB,
+    source: Source,
+    name: str,
+    *,
+    max_records: int | None = None,
+    batch_records: int = BATCH_RECORDS,
+    ttl_base: str = "commit",
+    sync: bool = True,
+    progress: Callable[[IngestStats], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> IngestStats:
+    """Ingest what `source` holds beyond the durable frontier of `name`; see the module docstring."""
+    check_name(name)
+    if type(batch_records) is not int or batch_records < 1:
+        raise ValueError(f"batch_records must be an int >= 1, got {batch_records!r}")
+    if max_records is not None and (type(max_records) is not int or max_records < 0):
+        raise ValueError(f"max_records must be None or an int >= 0, got {max_records!r}")
+    if ttl_base not in TTL_BASES:
+        raise ValueError(f"ttl_base must be one of {TTL_BASES}, got {ttl_base!r}")
+    db._check_writable()
+    st = _state(db, name)
+    with st.lock:
+        head = durable_head(db, name)
+        frontier = dict(head.frontier) if head is not None else {}
+        check_frontier(source, name, frontier)  # rule 1: nothing is written past a regression
+        parts = sorted(set(source.partitions()) | set(frontier))
+        cursors = [_Cursor(source, p, frontier.get(p, 0), source.end(p)) for p in parts]
+        records_total = batches = 0
+        turn = 0
+        while cursors:
+            if max_records is not None and records_total >= max_records:
+                break
+            if should_stop is not None and should_stop():
+                break
+            budget = batch_records if max_records is None else min(batch_records, max_records - records_total)
+            records: list[SourceRecord] = []
+            n = len(cursors)
+            for i in range(n):
+                c = cursors[(turn + i) % n]
+                if not c.done:
+                    c.take(budget - len(records), records)
+                if len(records) >= budget:
+                    break
+            turn += 1
+            new_frontier = dict(frontier)
+            for c in cursors:
+                if c.pos > 0 or c.partition in frontier:
+                    new_frontier[c.partition] = c.pos
+            cursors = [c for c in cursors if not c.done]
+            if new_frontier == frontier:  # every cursor ended without a cut: nothing to commit
+                break
+            seq, ts = db._commit_rows(_batch_rows(db, source, name, records, new_frontier, ttl_base), sync)
+            frontier = new_frontier
+            st.head = Binding(ts, seq, frontier)
+            records_total += len(records)
+            batches += 1
+            st.batches += 1
+            if st.batches % REMAP_COMPACT_EVERY == 0:
+                _compact_remap_locked(db, name, db._clock.read() - db.options.history_retention)
+            if progress is not None:
+                progress(IngestStats(records_total, batches, dict(frontier)))
+        return IngestStats(records_total, batches, dict(frontier))
+
+
+def compact_remap(db: DB, name: str, since: int) -> Remap | None:
+    """Compact the stored remap of `name` at `since` (lsm.remap) when two or more bindings lie at or
+    before it; reads only those bindings. Returns the compacted prefix, or None when nothing changed."""
+    check_name(name)
+    if type(since) is not int:
+        raise TypeError(f"since is int milliseconds, not {type(since).__name__}")
+    db._check_writable()
+    with _state(db, name).lock:
+        return _compact_remap_locked(db, name, since)
+
+
+def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
+    pre = source_prefix(name)
+    old_since = None
+    prefix: list[Binding] = []
+    for key, value in db._scan(pre, pre[:-1] + b"\x01", False, None, None, True, None, False):
+        if key == pre + SEQ.pack(0):
+            old_since = decode_since(key, value)
+            continue
+        b = decode_binding(key, value)
+        if b.ts > since:
+            break
+        prefix.append(b)
+    if len(prefix) < 2 or (old_since is not None and since <= old_since):
+        return None
+    remap = Remap(name, prefix, old_since)
+    ops = consolidation_ops(remap, since)
+
+    def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
+        return list(ops), 0
+
+    st = _state(db, name)
+    db._commit_rows(rows_at, True)
+    head = st.head
+    if isinstance(head, Binding) and head.ts <= since:
+        st.head = Binding(since, head.seq, head.frontier)
+    return remap.compact(since)
+
+
+__all__ = [
+    "BATCH_RECORDS",
+    "REMAP_COMPACT_EVERY",
+    "TTL_BASES",
+    "check_frontier",
+    "compact_remap",
+    "durable_head",
+    "ingest",
+    "resolve_records",
+]

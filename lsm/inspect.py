@@ -1,0 +1,396 @@
+"""Read-only inspection of a database directory: check it whole, and measure where its space goes.
+
+Both work on the files, not through an open `DB`: they never fence a running writer and never write.
+
+- `check_database(path) -> CheckReport`, or `CheckError` naming the first problem: every manifest version
+  kept decodes; every SST the newest manifest references exists, passes `formats.verify.verify_sst` and
+  has the SsTableInfo the manifest records; sorted runs are sorted and do not overlap; newer L0 SSTs and
+  runs hold only newer seqs than older sources whose keys they overlap; ``last_seq``, the clock watermark
+  and ``next_sst_id`` cover every SST; the WAL segments from the replay point decode. Unreferenced SSTs
+  and torn WAL tails are notes, not problems. A writer committing meanwhile can make a file vanish
+  between listing and reading; the check is then run again (up to `attempts` times).
+- `space_usage(path, now) -> SpaceReport`: per level (the unflushed WAL, L0, each sorted run), the bytes
+  and rows that are live (the newest version of a key, visible), expired (the newest version, past its
+  expire_ts at `now`), tombstones (the newest version, a delete) and shadowed (an older version no reader
+  without a snapshot sees). Row bytes are encoded, uncompressed row sizes; `size` is bytes on disk.
+
+``lsm check`` and ``lsm du`` (tools/cmd_db.py) only render these results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from compaction.merge import merge_sources
+from formats.errors import CorruptionError, LsmError
+from formats.manifest import Manifest, SstEntry
+from formats.sst import SstReader
+from formats.verify import verify_sst
+from formats.wal import ROW_CODEC as WAL_ROW_CODEC
+from lsm.syskeys import SYSTEM_PREFIX, is_system
+
+CATEGORIES = ("live", "expired", "tombstone", "shadowed")
+
+
+class CheckError(LsmError):
+    """What `check_database` found wrong; the message names the file and what is wrong."""
+
+
+# -- locating the database ----------------------------------------------------------------------------
+def database_dir(path: str) -> str:
+    """Check that `path` is an lsm-sim database directory (NotADatabaseError if not); return it."""
+    from lsm.errors import NotADatabaseError
+
+    if not os.path.exists(path):
+        raise NotADatabaseError(f"{path}: no such file or directory")
+    if not os.path.isdir(path):
+        raise NotADatabaseError(f"{path}: is a file, not a database directory")
+    if not os.path.isdir(os.path.join(path, "manifest")):
+        raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest/ directory)")
+    from lsm.manifest import ManifestStore
+
+    if not ManifestStore(path).ids():  # commands that write (gc, time-seq --reset) must not create one
+        raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest version in manifest/)")
+    return path
+
+
+def latest_manifest(path: str) -> tuple[int, Manifest]:
+    """(id, manifest) of the newest version of the database at `path` (NotADatabaseError if none)."""
+    from lsm.errors import NotADatabaseError
+    from lsm.manifest import ManifestStore
+
+    store = ManifestStore(database_dir(path))
+    mid, m = store.latest()
+    if m is None:
+        raise NotADatabaseError(f"{path}: no manifest version in {store.dir}: not an lsm-sim database")
+    return mid, m
+
+
+def levels(m: Manifest) -> list[tuple[str, tuple[SstEntry, ...]]]:
+    """("L0", ssts) then ("run <id>", ssts) for each sorted run, newest first (the read order)."""
+    return [("L0", m.l0)] + [(f"run {r.id}", r.ssts) for r in m.runs]
+
+
+# -- check --------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class CheckReport:
+    """What a successful `check_database` covered."""
+
+    manifest_id: int = 0  # the newest version, the one checked in full
+    manifest_versions: int = 0  # versions kept on disk that decoded
+    ssts: int = 0
+    rows: int = 0
+    sst_bytes: int = 0
+    l0: int = 0  # L0 SSTs
+    runs: int = 0  # sorted runs
+    wal_segments: int = 0
+    wal_records: int = 0
+    notes: list[str] = dataclasses.field(default_factory=list)  # unreferenced SSTs, torn WAL tails
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+def check_database(path: str, attempts: int = 3) -> CheckReport:
+    """Check the whole database at `path` (see the module docstring); CheckError names the first problem.
+
+    When a check fails while a writer has committed a newer manifest meanwhile, it is run again on the
+    new version, up to `attempts` runs in all."""
+    from lsm.manifest import ManifestStore
+
+    store = ManifestStore(database_dir(path))
+    problem: CheckError | None = None
+    for _ in range(max(1, attempts)):
+        before = store.ids()[-1:]
+        try:
+            return _check_once(path)
+        except CheckError as e:
+            problem = e
+            if store.ids()[-1:] == before:
+                break
+    assert problem is not None
+    raise problem
+
+
+def _overlap(a_first: bytes, a_last: bytes, b_first: bytes, b_last: bytes) -> bool:
+    return a_first <= b_last and b_first <= a_last
+
+
+def _source_ranges(m: Manifest) -> list[tuple[str, bytes, bytes, int, int]]:
+    """(label, first_key, last_key, min_seq, max_seq) of each read-path source, newest first."""
+    out = [
+        (f"L0 SST {e.name}", e.info.first_key, e.info.last_key, e.info.min_seq, e.info.max_seq) for e in m.l0
+    ]
+    for r in m.runs:
+        if r.ssts:
+            i = [e.info for e in r.ssts]
+            out.append(
+                (f"run {r.id}", i[0].first_key, i[-1].last_key, min(x.min_seq for x in i), max(x.max_seq for x in i))
+            )
+    return out
+
+
+def _sst_number(name: str) -> int | None:
+    head = name.split("-", 1)[0].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _check_once(path: str) -> CheckReport:
+    from lsm.manifest import ManifestStore
+
+    store = ManifestStore(path)
+    rep = CheckReport()
+    for mid in store.ids():
+        try:
+            store.read(mid)
+        except FileNotFoundError:
+            continue  # pruned by a running writer since we listed
+        except CorruptionError as e:
+            raise CheckError(str(e)) from None
+        rep.manifest_versions += 1
+    rep.manifest_id, m = latest_manifest(path)
+    rep.l0, rep.runs = len(m.l0), len(m.runs)
+    mpath = store.path(rep.manifest_id)
+    seen = _check_ssts(path, m, mpath, rep)
+    _check_shape(m, mpath)
+    _check_watermarks(m, mpath)
+    sst_dir = os.path.join(path, "sst")
+    if os.path.isdir(sst_dir):
+        orphans = sorted(n for n in os.listdir(sst_dir) if n.endswith(".sst") and n not in seen)
+        if orphans:
+            rep.notes.append(
+                f"{len(orphans)} SST file(s) in sst/ not referenced by the manifest (left for garbage "
+                f"collection): {', '.join(orphans[:5])}{' ...' if len(orphans) > 5 else ''}"
+            )
+    _check_wal(path, m, rep)
+    return rep
+
+
+def _check_ssts(path: str, m: Manifest, mpath: str, rep: CheckReport) -> set[str]:
+    """Each referenced SST: present once, verified, its SsTableInfo as recorded; return their names."""
+    seen: set[str] = set()
+    for lvl, ssts in levels(m):
+        for e in ssts:
+            if e.name in seen:
+                raise CheckError(f"{mpath}: SST {e.name} is referenced twice")
+            seen.add(e.name)
+            p = os.path.join(path, "sst", e.name)
+            if not os.path.exists(p):
+                raise CheckError(f"{p}: missing, but manifest {rep.manifest_id} lists it in {lvl}")
+            try:
+                with SstReader(p) as r:
+                    verify_sst(r)
+                    file_info = r.info
+            except CorruptionError as e2:
+                raise CheckError(str(e2)) from None
+            diffs = [
+                f"{f.name} {getattr(e.info, f.name)!r} != {getattr(file_info, f.name)!r}"
+                for f in dataclasses.fields(file_info)
+                if getattr(e.info, f.name) != getattr(file_info, f.name)
+            ]
+            if diffs:
+                raise CheckError(
+                    f"{p}: SsTableInfo in manifest {rep.manifest_id} disagrees with the file: {'; '.join(diffs)}"
+                )
+            rep.ssts += 1
+            rep.rows += file_info.num_rows
+            rep.sst_bytes += file_info.file_size
+            n = _sst_number(e.name)
+            if n is not None and n >= m.next_sst_id:
+                raise CheckError(f"{mpath}: next_sst_id {m.next_sst_id} would reuse the id of {e.name}")
+    return seen
+
+
+def _check_shape(m: Manifest, mpath: str) -> None:
+    """Run ids unique, runs sorted and disjoint, overlapping sources ordered by seq in read order."""
+    run_ids = [r.id for r in m.runs]
+    if len(set(run_ids)) != len(run_ids):
+        raise CheckError(f"{mpath}: sorted run ids repeat: {run_ids}")
+    for r in m.runs:
+        for a, b in itertools.pairwise(r.ssts):
+            if not a.info.last_key < b.info.first_key:
+                raise CheckError(f"{mpath}: run {r.id}: {a.name} and {b.name} overlap or are out of key order")
+    sources = _source_ranges(m)
+    for i, newer in enumerate(sources):
+        for older in sources[i + 1 :]:
+            if _overlap(newer[1], newer[2], older[1], older[2]) and not newer[3] > older[4]:
+                raise CheckError(
+                    f"{mpath}: {newer[0]} (seq {newer[3]}-{newer[4]}) is read before {older[0]} "
+                    f"(seq {older[3]}-{older[4]}) and their keys overlap, but it does not hold only newer seqs"
+                )
+
+
+def _check_watermarks(m: Manifest, mpath: str) -> None:
+    """last_seq and the clock watermark at or above everything stored in an SST."""
+    infos = [e.info for _, ssts in levels(m) for e in ssts]
+    if not infos:
+        return
+    top_seq = max(i.max_seq for i in infos)
+    if m.last_seq < top_seq:
+        raise CheckError(f"{mpath}: last_seq {m.last_seq} is below seq {top_seq} stored in an SST")
+    ts = [i.max_ts for i in infos if i.max_ts is not None]
+    if ts and m.clock_watermark < max(ts):
+        raise CheckError(f"{mpath}: clock_watermark {m.clock_watermark} is below ts {max(ts)} stored in an SST")
+
+
+def _check_wal(path: str, m: Manifest, rep: CheckReport) -> None:
+    """The WAL segments from the replay point decode (a torn tail is a note)."""
+    from lsm import wal as wal_files
+
+    for sid, p in wal_files.list_segments(os.path.join(path, "wal")):
+        if sid < m.wal_replay_from:
+            continue
+        try:
+            records, torn = wal_files.read_segment(p)
+        except FileNotFoundError:
+            continue
+        except CorruptionError as e:
+            raise CheckError(str(e)) from None
+        rep.wal_segments += 1
+        rep.wal_records += len(records)
+        if torn is not None:
+            rep.notes.append(f"{p}: torn tail at offset {torn} (replay stops there)")
+
+
+# -- space --------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class LevelUsage:
+    """Space of one level ("wal", "L0", "run <id>", or "total"): files, bytes on disk, and the encoded
+    row bytes and row counts of each category."""
+
+    level: str
+    files: int = 0
+    size: int = 0
+    live_bytes: int = 0
+    live_rows: int = 0
+    expired_bytes: int = 0
+    expired_rows: int = 0
+    tombstone_bytes: int = 0
+    tombstone_rows: int = 0
+    shadowed_bytes: int = 0
+    shadowed_rows: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields in declaration order (the JSON ``lsm du --json`` prints)."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class SpaceReport:
+    """`space_usage`'s result: expiry judged at `at` (epoch ms), one `LevelUsage` per level, their sum."""
+
+    at: int
+    levels: list[LevelUsage]
+    total: LevelUsage
+    purge_lag: dict[str, Any] | None = None  # the manifest's cumulative purge-lag histogram (None: none yet)
+
+
+def _sst_rows(r: SstReader, src: int) -> Iterator[tuple]:
+    """Rows of one SST tagged with their source index and encoded size (row + its offset slot)."""
+    fixed = 2 + r.codec.attrs.size + 4
+    for key, seq, ts, exp, value in r:
+        yield (key, seq, ts, exp, value, src, fixed + len(key) + (len(value) if value is not None else 0))
+
+
+def _wal_rows(path: str, m: Manifest) -> tuple[list[tuple], LevelUsage, int]:
+    """The unflushed rows of the WAL (sorted, tagged with source 0), the WAL's level, the newest ts seen."""
+    from lsm import wal as wal_files
+
+    rows: list[tuple] = []
+    usage = LevelUsage("wal")
+    max_ts = m.clock_watermark
+    fixed = 2 + WAL_ROW_CODEC.attrs.size
+    for sid, p in wal_files.list_segments(os.path.join(path, "wal")):
+        if sid < m.wal_replay_from:
+            continue
+        try:
+            records, _torn = wal_files.read_segment(p)
+            usage.size += os.path.getsize(p)
+        except FileNotFoundError:
+            continue
+        usage.files += 1
+        for rec in records:
+            max_ts = max(max_ts, rec.ts)
+            if rec.seq <= m.last_seq:
+                continue
+            for key, seq, ts, exp, value in rec.rows:
+                size = fixed + len(key) + (len(value) if value is not None else 0)
+                rows.append((key, seq, ts, exp, value, 0, size))
+    rows.sort(key=lambda row: (row[0], -row[1]))
+    return rows, usage, max_ts
+
+
+def space_usage(path: str, now: int | None = None) -> SpaceReport:
+    """Space by level and category (see the module docstring), expiry judged at `now` (epoch ms).
+
+    `now` None reads by what a read-only ``DB.open`` would: the system time, or the newest time stored if
+    that is later. O(rows): every row of every SST and of the unflushed WAL is read once, in one merge."""
+    from lsm.clock import SystemClock
+
+    _mid, m = latest_manifest(path)
+    wal_rows, wal_usage, max_ts = _wal_rows(path, m)
+    usage = [wal_usage]
+    sources: list[Any] = [wal_rows]
+    readers: list[SstReader] = []
+    try:
+        for name, ssts in levels(m):
+            src = len(usage)
+            usage.append(LevelUsage(name, files=len(ssts), size=sum(e.size for e in ssts)))
+            opened = [SstReader(os.path.join(path, "sst", e.name)) for e in ssts]
+            readers += opened
+            if name == "L0":  # overlapping: each SST is a source of its own
+                sources += [_sst_rows(r, src) for r in opened]
+            else:  # a run's SSTs are disjoint and in key order: one concatenated source
+                sources.append(itertools.chain.from_iterable([_sst_rows(r, src) for r in opened]))
+        if now is None:
+            now = max(SystemClock().now(), max_ts)
+        acc = [{c: [0, 0] for c in CATEGORIES} for _ in usage]  # [bytes, rows] per level and category
+        last_key = None
+        for row in merge_sources(sources):
+            key = row[0]
+            if key >= SYSTEM_PREFIX and is_system(key):
+                continue  # the engine's own rows (the remap of ingested sources) are not user data
+            if key == last_key:
+                cat = "shadowed"
+            else:
+                last_key = key
+                if row[4] is None:
+                    cat = "tombstone"
+                elif row[3] is not None and now > row[3]:
+                    cat = "expired"
+                else:
+                    cat = "live"
+            a = acc[row[5]][cat]
+            a[0] += row[6]
+            a[1] += 1
+    finally:
+        for r in readers:
+            r.close()
+    for lvl, counts in zip(usage, acc, strict=True):
+        for c, (nbytes, nrows) in counts.items():
+            setattr(lvl, f"{c}_bytes", nbytes)
+            setattr(lvl, f"{c}_rows", nrows)
+    total = LevelUsage("total")
+    for f in dataclasses.fields(LevelUsage):
+        if f.name != "level":
+            setattr(total, f.name, sum(getattr(x, f.name) for x in usage))
+    return SpaceReport(now, usage, total, m.purge_lag)
+
+
+__all__ = [
+    "CATEGORIES",
+    "CheckError",
+    "CheckReport",
+    "LevelUsage",
+    "SpaceReport",
+    "check_database",
+    "database_dir",
+    "latest_manifest",
+    "levels",
+    "space_usage",
+]

@@ -1,0 +1,80 @@
+"""`DatabaseLog`: an upstream lsm-sim database as a source, read by its sequence numbers.
+
+A replica follows a primary that another process is writing, the way a database replica follows a log
+sequence number. There is one partition, 0, and a record's offset is the upstream seq of the commit that
+wrote it (every row of one upstream commit shares it, so a commit is never split between two bindings).
+`end(0)` is the upstream's last durable seq + 1: a commit counts once its WAL record is complete.
+
+Each record carries the upstream row: key, value (None for a delete), ``event_ts`` = the upstream
+commit ts and ``ttl`` = expire_ts - commit ts, so ingesting with ``ttl_base="event"`` reproduces the
+upstream's expiry times exactly. Rows in the engine's reserved key space (`lsm.syskeys`) are never
+returned: the upstream's own remap rows stay the upstream's.
+
+History: the upstream keeps every version until a flush or compaction drops or rewrites one, and records
+the largest such seq (its history floor, see `lsm.history`). `read(0, start)` with start at or below the
+floor raises `HistoryUnavailableError` instead of returning a history with holes: a replica must keep up
+within what the upstream retains (`DbOptions.history_retention`, or snapshots, on the upstream).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from lsm.errors import HistoryUnavailableError
+from lsm.history import WalTail, history_floor, latest_manifest, open_view
+from lsm.sources.protocol import SourceRecord, check_range, make_record
+from lsm.syskeys import is_system
+
+
+class DatabaseLog:
+    """A `Source` over the committed history of the lsm-sim database at `path` (never opened for writing;
+    its writer is not fenced). Not thread-safe: give each consumer its own instance."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self.name = self.path
+        self._tail = WalTail(self.path)  # NotADatabaseError if there is no database at `path`
+
+    def __repr__(self) -> str:
+        return f"DatabaseLog({self.path!r})"
+
+    def partitions(self) -> list[int]:
+        """Always ``[0]``: a database's seqs are one sequence."""
+        return [0]
+
+    def end(self, partition: int) -> int:
+        """Partition 0: the upstream's last durable seq + 1. Any other partition: 0."""
+        check_range(partition, 0, None)
+        if partition != 0:
+            return 0
+        return self._tail.last_seq() + 1
+
+    def floor(self) -> int:
+        """The upstream's history floor: reads must start above it (0: the whole history is there)."""
+        return history_floor(latest_manifest(self.path))
+
+    def read(self, partition: int, start: int, stop: int | None = None) -> Iterator[SourceRecord]:
+        """Records of the upstream commits with start <= seq < stop, in seq order (rows of one commit by
+        key). Raises `HistoryUnavailableError` if the upstream no longer holds that history exactly."""
+        check_range(partition, start, stop)
+        if partition != 0 or (stop is not None and stop <= start):
+            return iter(())
+        with open_view(self.path, start, stop) as view:
+            if view.floor > 0 and start <= view.floor and start <= view.last_seq:
+                raise HistoryUnavailableError(
+                    f"{self.name}: cannot read history from seq {start}: the upstream dropped or rewrote "
+                    f"versions up to seq {view.floor} in flushes or compactions (keep a longer "
+                    "history_retention on the upstream so that a replica can lag behind it)"
+                )
+            rows = view.versions(start, stop)
+        return iter(
+            [
+                make_record(0, seq, key, value, None if exp is None else exp - ts, ts, None, False)
+                for key, seq, ts, exp, value in rows
+                if not is_system(key)
+            ]
+        )
+
+
+__all__ = ["DatabaseLog"]

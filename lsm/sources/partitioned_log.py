@@ -1,0 +1,313 @@
+"""A Kafka-like partitioned log on the file system: `PartitionedLog` (the source) and `LogWriter` (producer).
+
+A directory holds one append-only file per partition, ``<partition>.log`` (decimal, no leading zeros),
+in the format of `formats.log`; a record's offset is its index in its file. Files appear atomically:
+the writer creates a file with its header under a temporary name and links it into place, so a reader
+never sees a half-written header. Each append is one write(2), so a reader sees either nothing of a
+record, a prefix of it (a torn tail, not yet a record) or all of it.
+
+The reader keeps, per partition, the byte position of every complete record it has seen, so `end()` only
+reads what was appended since the last call and `read(p, start)` seeks straight to `start`. A file that
+got shorter or was replaced (a new inode) is indexed again from the start: its `end()` may then be below
+what a consumer already read, which ingest reports as `SourceRegressedError`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from array import array
+from collections.abc import Iterator
+
+from formats.log import (
+    FILE_HEADER,
+    RECORD_HEADER,
+    check_file_header,
+    decode_fields,
+    encode_file_header,
+    encode_record,
+    record_extent,
+)
+from lsm.errors import SourceError
+from lsm.fsutil import fsync_dir, unlink_quiet, write_all
+from lsm.sources.protocol import SourceRecord, check_range, make_record
+
+_FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
+CHUNK = 1 << 20  # bytes read at a time while indexing or reading
+_write = os.write  # (tests replace it to fail an append half-way)
+
+
+def partition_path(directory: str, partition: int) -> str:
+    """The file that holds `partition` of the log in `directory`."""
+    return os.path.join(directory, f"{partition}.log")
+
+
+def _scan(fd: int, pos: int, path: str) -> tuple[list[int], int]:
+    """Verify the complete records of the file from byte `pos` on; return (their positions, the byte after
+    the last one). Stops at a torn tail; raises CorruptionError at a damaged record."""
+    positions: list[int] = []
+    while True:
+        buf = os.pread(fd, CHUNK, pos)
+        if not buf:
+            return positions, pos
+        i = 0
+        while True:
+            end = record_extent(buf, i, pos, path)
+            if end is None:
+                break
+            positions.append(pos + i)
+            i = end
+        if i == 0:  # one record larger than the chunk, or a torn tail: read exactly what it needs
+            if len(buf) < RECORD_HEADER.size:
+                return positions, pos
+            length = int.from_bytes(buf[0:4], "big")  # trusted: record_extent checked the header
+            buf = os.pread(fd, RECORD_HEADER.size + length, pos)
+            end = record_extent(buf, 0, pos, path)
+            if end is None:
+                return positions, pos
+            positions.append(pos)
+            i = end
+        pos += i
+
+
+class _Index:
+    __slots__ = ("ident", "positions", "scanned")
+
+    def __init__(self, ident: tuple[int, int]) -> None:
+        self.ident = ident  # (st_dev, st_ino): a replaced file is indexed again
+        self.positions = array("q")  # byte position of record i
+        self.scanned = FILE_HEADER.size  # byte after the last complete record
+
+
+class PartitionedLog:
+    """A `Source` over the partition files of `directory` (written by `LogWriter`).
+
+    Not thread-safe: give each consumer its own instance. `end(p)` costs O(bytes appended since the last
+    call); `read(p, start, stop)` costs O(records read).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = os.fspath(directory)
+        self.name = self.directory
+        if not os.path.isdir(self.directory):
+            raise SourceError(f"{self.directory}: not a directory (no partitioned log here)")
+        self._index: dict[int, _Index] = {}
+
+    def __repr__(self) -> str:
+        return f"PartitionedLog({self.directory!r})"
+
+    def partitions(self) -> list[int]:
+        """Partition ids whose files exist now, ascending."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(int(m.group(1)) for n in names if (m := _FILE_NAME.fullmatch(n)))
+
+    def end(self, partition: int) -> int:
+        """Number of complete records of `partition` (0 if its file does not exist)."""
+        check_range(partition, 0, None)
+        idx = self._refresh(partition)
+        return 0 if idx is None else len(idx.positions)
+
+    def torn_bytes(self, partition: int) -> int:
+        """Bytes after the last complete record of `partition`: a record a producer is still appending
+        (or one that a producer killed mid-append left, until a `LogWriter` reopens the file)."""
+        check_range(partition, 0, None)
+        idx = self._refresh(partition)
+        if idx is None:
+            return 0
+        try:
+            return max(0, os.path.getsize(partition_path(self.directory, partition)) - idx.scanned)
+        except FileNotFoundError:
+            return 0
+
+    def read(self, partition: int, start: int, stop: int | None = None) -> Iterator[SourceRecord]:
+        """Complete records with start <= offset < stop, in offset order (see `Source.read`).
+
+        The arguments are checked and the file indexed at the call (corruption raises here); the records
+        are decoded lazily as the iterator is consumed.
+        """
+        check_range(partition, start, stop)
+        idx = self._refresh(partition)
+        if idx is None:
+            return iter(())
+        n = len(idx.positions)
+        hi = n if stop is None else min(stop, n)
+        if start >= hi:
+            return iter(())
+        return self._records(partition, idx, start, hi)
+
+    def _records(self, partition: int, idx: _Index, lo: int, hi: int) -> Iterator[SourceRecord]:
+        path = partition_path(self.directory, partition)
+        positions = idx.positions
+        n = len(positions)
+        with open(path, "rb", buffering=0) as f:
+            fd = f.fileno()
+            i = lo
+            while i < hi:
+                # read a run of whole records of about CHUNK bytes (at least one record)
+                first = positions[i]
+                j = i + 1
+                while j < hi and positions[j] - first < CHUNK:
+                    j += 1
+                last = positions[j] if j < n else idx.scanned
+                buf = os.pread(fd, last - first, first)
+                pos = 0
+                for k in range(i, j):
+                    f = decode_fields(buf, pos, first, path)
+                    if f is None:  # the file shrank under us: stop at what is still there
+                        return
+                    pos, key, value, ttl, ets, tx, tx_end = f
+                    yield make_record(partition, k, key, value, ttl, ets, tx, tx_end)
+                i = j
+
+    def _refresh(self, partition: int) -> _Index | None:
+        path = partition_path(self.directory, partition)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            self._index.pop(partition, None)
+            return None
+        try:
+            st = os.fstat(fd)
+            ident = (st.st_dev, st.st_ino)
+            idx = self._index.get(partition)
+            if idx is None or idx.ident != ident or st.st_size < idx.scanned:
+                check_file_header(os.pread(fd, FILE_HEADER.size, 0), path)
+                idx = self._index[partition] = _Index(ident)
+            if st.st_size > idx.scanned:
+                found, idx.scanned = _scan(fd, idx.scanned, path)
+                idx.positions.extend(found)
+            return idx
+        finally:
+            os.close(fd)
+
+
+class LogWriter:
+    """Appends records to the partition files of `directory` (created if missing): the producer side.
+
+    Each `append` is one write(2), visible to readers at once; with ``sync=True`` it is also fsynced
+    (durable across a machine crash, not only a killed process). One writer per partition at a time:
+    a partition file is locked (flock) while a writer has it open, and a second writer gets `SourceError`.
+    Opening an existing partition cuts off a torn tail left by a producer that died mid-append (no reader
+    ever consumed it), so appends continue at the next offset.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, sync: bool = False) -> None:
+        self.directory = os.fspath(directory)
+        self.sync = sync
+        os.makedirs(self.directory, exist_ok=True)
+        self._files: dict[int, list[int]] = {}  # partition -> [fd, next offset, file size]
+
+    def __repr__(self) -> str:
+        return f"LogWriter({self.directory!r})"
+
+    def append(
+        self,
+        partition: int,
+        key: bytes,
+        value: bytes | None,
+        ttl: int | None = None,
+        event_ts: int | None = None,
+        tx: int | str | None = None,
+        tx_end: bool = False,
+    ) -> int:
+        """Append one record to `partition` (value None = delete); return its offset."""
+        check_range(partition, 0, None)
+        record = encode_record(key, value, ttl, event_ts, tx, tx_end)
+        if self._files is None:
+            raise SourceError(f"{self.directory}: LogWriter is closed")
+        f = self._files.get(partition)
+        if f is None:
+            f = self._files[partition] = self._open(partition)
+        fd, offset, size = f
+        try:
+            n = _write(fd, record)
+            if n != len(record):
+                write_all(fd, record[n:])
+        except BaseException:
+            # a failed append (disk full, an interrupt) may leave part of the record behind: cut it off,
+            # or the next append would land after a torn record, which readers rightly call corruption
+            del self._files[partition]
+            try:
+                os.ftruncate(fd, size)
+            finally:
+                os.close(fd)  # if even that failed, the next append reopens the file and cuts the tail
+            raise
+        f[1] = offset + 1
+        f[2] = size + len(record)
+        if self.sync:
+            os.fdatasync(fd)
+        return offset
+
+    def end(self, partition: int) -> int:
+        """The offset the next append to `partition` gets."""
+        f = self._files.get(partition) if self._files is not None else None
+        if f is not None:
+            return f[1]
+        idx = PartitionedLog(self.directory)._refresh(partition)
+        return 0 if idx is None else len(idx.positions)
+
+    def flush(self) -> None:
+        """fsync every open partition file."""
+        for f in (self._files or {}).values():
+            os.fdatasync(f[0])
+
+    def close(self) -> None:
+        """fsync and close every partition file (releasing their locks). Idempotent."""
+        if self._files is None:
+            return
+        try:
+            self.flush()
+        finally:
+            for f in self._files.values():
+                os.close(f[0])
+            self._files = None
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self, partition: int) -> list[int]:
+        path = partition_path(self.directory, partition)
+        if not os.path.exists(path):
+            self._create(path)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise SourceError(f"{path}: another LogWriter is appending to this partition") from None
+            check_file_header(os.pread(fd, FILE_HEADER.size, 0), path)
+            positions, end = _scan(fd, FILE_HEADER.size, path)
+            if os.fstat(fd).st_size > end:  # a torn tail: a producer died mid-append
+                os.ftruncate(fd, end)
+                os.fsync(fd)
+            return [fd, len(positions), end]
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _create(self, path: str) -> None:
+        """Create `path` holding just the file header, atomically (link of a complete temporary file)."""
+        tmp = os.path.join(self.directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, encode_file_header())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another writer created it first: use theirs
+        finally:
+            unlink_quiet(tmp)
+        fsync_dir(self.directory)
+
+
+__all__ = ["CHUNK", "LogWriter", "PartitionedLog", "partition_path"]

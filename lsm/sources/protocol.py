@@ -1,0 +1,104 @@
+"""The source protocol: what `DB.ingest` reads from (a Kafka-like set of partitions with offsets).
+
+A source is a set of partitions, each a sequence of records with offsets that strictly increase along
+the partition (several records may share one offset: they happen at the same moment and always land in
+the same binding of the remap). Reading is by offset range and only ever returns COMPLETE records: what
+a producer is still appending is not yet a record. See docs/ingest.md for the protocol and an adapter
+for a Kafka consumer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """One record of a source.
+
+    `value` None is a delete. `ttl` (ms) counts from the commit ts, or from `event_ts` (ms) when the
+    ingest is asked to. Records with the same `tx` form a transaction closed by the one with `tx_end`;
+    a transaction never straddles two bindings.
+    """
+
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes | None
+    ttl: int | None = None
+    event_ts: int | None = None
+    tx: int | str | None = None
+    tx_end: bool = False
+
+
+_SETTERS = tuple(SourceRecord.__dict__[f.name].__set__ for f in dataclasses.fields(SourceRecord))
+_new = object.__new__
+
+
+def make_record(
+    partition: int,
+    offset: int,
+    key: bytes,
+    value: bytes | None,
+    ttl: int | None,
+    event_ts: int | None,
+    tx: int | str | None,
+    tx_end: bool,
+) -> SourceRecord:
+    """`SourceRecord(...)` for the readers' hot loops: the same object, built through the slot descriptors
+    (a frozen dataclass's __init__ goes through object.__setattr__ per field, about twice the cost)."""
+    r = _new(SourceRecord)
+    sp, so, sk, sv, st, se, sx, sd = _SETTERS
+    sp(r, partition)
+    so(r, offset)
+    sk(r, key)
+    sv(r, value)
+    st(r, ttl)
+    se(r, event_ts)
+    sx(r, tx)
+    sd(r, tx_end)
+    return r
+
+
+@runtime_checkable
+class Source(Protocol):
+    """What `DB.ingest` needs of a source. Implementations: `PartitionedLog`, `DatabaseLog`."""
+
+    name: str
+    """A human-readable name, for error messages (a path, a topic)."""
+
+    def partitions(self) -> list[int]:
+        """The partition ids that exist now, ascending. New ones may appear later; none may vanish."""
+        ...
+
+    def end(self, partition: int) -> int:
+        """The next offset after the last complete record of `partition` (0 if it has none or is unknown)."""
+        ...
+
+    def read(self, partition: int, start: int, stop: int | None = None) -> Iterator[SourceRecord]:
+        """Complete records with start <= offset < stop (stop None: every complete one), in offset order.
+
+        A torn last record is not yet a record; a corrupt record raises `CorruptionError(file, offset)`;
+        a source that can no longer serve exactly the records after `start` raises
+        `HistoryUnavailableError` rather than return a different history.
+        """
+        ...
+
+
+def check_range(partition: object, start: object, stop: object) -> None:
+    """Raise TypeError/ValueError unless the arguments of `Source.read` are well formed."""
+    for name, v in (("partition", partition), ("start", start)):
+        if type(v) is not int:
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+    if stop is not None:
+        if type(stop) is not int:
+            raise TypeError(f"stop must be an int or None, not {type(stop).__name__}")
+        if stop < 0:
+            raise ValueError(f"stop must be >= 0, got {stop}")
+
+
+__all__ = ["Source", "SourceRecord", "check_range", "make_record"]

@@ -1,0 +1,140 @@
+"""Slices of a source: picklable (partition, offset range) pieces that a bulk-load task reads on its own.
+
+A bulk load (lsm.bulk) cuts what a source holds beyond the durable frontier into slices and hands each to
+a task, in this process (the local engine) or on a Spark executor. A slice carries everything its task
+needs to read it, so no record passes through the driver:
+
+- `LogSlice`, for a `PartitionedLog`: the partition file's path and identity (device, inode) and the byte
+  range of the slice's records, taken from the driver's index of the file. The task reads that range
+  with one sequential pass, verifying each record's checksums as `PartitionedLog.read` does; a file that
+  was replaced since (another inode) or got shorter raises `SourceRegressedError`.
+- `SourceSlice`, for any other `Source` (which must then be picklable for Spark): the source itself and
+  the offset range; the task calls ``source.read(partition, start, stop)``.
+
+Both have one method, ``records()``, the iterator of the slice's `SourceRecord` in offset order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from formats.log import decode_fields
+from lsm.errors import SourceRegressedError
+from lsm.sources.partitioned_log import CHUNK, PartitionedLog, partition_path
+from lsm.sources.protocol import SourceRecord, make_record
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSlice:
+    """Records [start, stop) of one partition file of a `PartitionedLog`, at bytes [byte_start, byte_end)."""
+
+    name: str  # the source's name, for error messages
+    path: str
+    ident: tuple[int, int]  # (st_dev, st_ino) of the file the driver indexed
+    partition: int
+    start: int
+    stop: int
+    byte_start: int
+    byte_end: int
+
+    def records(self) -> Iterator[SourceRecord]:
+        """The slice's records in offset order (CorruptionError at a damaged record)."""
+        if self.stop <= self.start:
+            return
+        with open(self.path, "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.byte_end:
+                raise SourceRegressedError(
+                    f"{self.name}: partition {self.partition} was replaced or truncated while a bulk load "
+                    f"read it (records {self.start}..{self.stop} at bytes {self.byte_start}..{self.byte_end})"
+                )
+            fd = f.fileno()
+            offset = self.start
+            pos = self.byte_start
+            p = self.partition
+            while pos < self.byte_end:
+                buf = os.pread(fd, min(CHUNK, self.byte_end - pos), pos)
+                i = 0
+                while True:
+                    fields = decode_fields(buf, i, pos, self.path)
+                    if fields is None:  # the end of this read, or a record longer than it
+                        break
+                    i, key, value, ttl, ets, tx, tx_end = fields
+                    yield make_record(p, offset, key, value, ttl, ets, tx, tx_end)
+                    offset += 1
+                if i == 0:  # one record larger than CHUNK: read exactly it
+                    length = int.from_bytes(os.pread(fd, 4, pos), "big")
+                    buf = os.pread(fd, 16 + length, pos)
+                    fields = decode_fields(buf, 0, pos, self.path)
+                    if fields is None:
+                        raise SourceRegressedError(f"{self.name}: partition {p} shrank under a bulk load")
+                    i, key, value, ttl, ets, tx, tx_end = fields
+                    yield make_record(p, offset, key, value, ttl, ets, tx, tx_end)
+                    offset += 1
+                pos += i
+        if offset != self.stop:
+            raise SourceRegressedError(
+                f"{self.name}: partition {p}: bytes {self.byte_start}..{self.byte_end} held {offset - self.start}"
+                f" records, the index said {self.stop - self.start}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSlice:
+    """Records [start, stop) of one partition of any `Source` (read through ``source.read``)."""
+
+    source: Any
+    partition: int
+    start: int
+    stop: int
+
+    @property
+    def name(self) -> str:
+        """The source's name, for error messages."""
+        return self.source.name
+
+    def records(self) -> Iterator[SourceRecord]:
+        """The slice's records in offset order; ValueError if the source's offsets do not increase."""
+        last = -1
+        for rec in self.source.read(self.partition, self.start, self.stop):
+            if rec.offset < last or not self.start <= rec.offset < self.stop:
+                raise ValueError(
+                    f"{self.name}: partition {self.partition}: offset {rec.offset} after {last} (slice "
+                    f"{self.start}..{self.stop}): offsets must increase"
+                )
+            last = rec.offset
+            yield rec
+
+
+Slice = LogSlice | SourceSlice
+
+
+def cut_slices(source: Any, partition: int, start: int, stop: int, max_records: int) -> list[Slice]:
+    """Slices covering offsets [start, stop) of `partition`, each spanning at most `max_records` offsets.
+
+    For a `PartitionedLog` the slices carry byte ranges from its index (read on the driver: positions,
+    never records); for another source they carry the source itself."""
+    if stop <= start:
+        return []
+    bounds = list(range(start, stop, max(1, max_records))) + [stop]
+    pairs = list(zip(bounds, bounds[1:], strict=False))
+    if not isinstance(source, PartitionedLog):
+        return [SourceSlice(source, partition, a, b) for a, b in pairs]
+    idx = source._refresh(partition)
+    if idx is None or len(idx.positions) < stop:
+        raise SourceRegressedError(
+            f"{source.name}: partition {partition} shrank while a bulk load planned it"
+        )
+    positions = idx.positions
+    path = partition_path(source.directory, partition)
+
+    def at(i: int) -> int:
+        return positions[i] if i < len(positions) else idx.scanned
+
+    return [LogSlice(source.name, path, idx.ident, partition, a, b, at(a), at(b)) for a, b in pairs]
+
+
+__all__ = ["LogSlice", "Slice", "SourceSlice", "cut_slices"]

@@ -1,0 +1,163 @@
+"""Helpers for the bulk-load tests (tests/lsm/test_bulk.py, tests/spark/test_bulk*.py): a seeded partitioned
+log, what a store holds, and module-level source wrappers (Spark workers import this module to unpickle
+them). Also a script: ``python _bulk_util.py load DB LOG ENGINE [MASTER]`` runs one bulk load of the
+`SlowLog` over LOG (what the kill -9 tests kill mid-job)."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from typing import Any
+
+import lsm
+from lsm.options import ReadOptions
+from lsm.sources import LogWriter, PartitionedLog
+
+T0 = 1_700_000_000_000
+ALL = ReadOptions(include_expired=True)
+
+
+def write_log(log_dir: str, seed: int, n: int, partitions: int = 4, keys: int = 200, tx: bool = True) -> None:
+    """`n` records over `partitions`: overlapping keys across partitions, deletes, TTLs, event times, and
+    closed transactions (some long) when `tx`."""
+    rnd = random.Random(seed)
+    with LogWriter(log_dir) as w:
+        open_tx: dict[int, tuple[int, int]] = {}  # partition -> (tx id, records left)
+        for i in range(n):
+            p = rnd.randrange(partitions)
+            key = b"k%04d" % rnd.randrange(keys)
+            value = None if rnd.random() < 0.1 else b"v%d-%d" % (i, p)
+            ttl = rnd.choice([None, None, 60_000, 5_000])
+            ets = T0 - rnd.randrange(10_000) if rnd.random() < 0.5 else None
+            t = None
+            end = False
+            if tx:
+                if p in open_tx:
+                    t, left = open_tx[p]
+                    end = left <= 1
+                    if end:
+                        del open_tx[p]
+                    else:
+                        open_tx[p] = (t, left - 1)
+                elif rnd.random() < 0.05:
+                    t = i
+                    open_tx[p] = (t, rnd.randrange(1, 40))
+            w.append(p, key, value, ttl=ttl, event_ts=ets, tx=t, tx_end=end)
+        for p, (t, _left) in open_tx.items():  # close them: the log ends at a cut
+            w.append(p, b"close%d" % p, b"c", tx=t, tx_end=True)
+
+
+def open_db(path: str, **kw: Any) -> lsm.DB:
+    kw.setdefault("clock", lsm.ManualClock(T0))
+    kw.setdefault("background_compaction", False)
+    return lsm.DB.open(path, lsm.DbOptions(**kw))
+
+
+def contents(db: lsm.DB, name: str = "events") -> dict:
+    """Everything a user can see: key -> (value, expire_ts, ts) including expired rows, every key's
+    get(), and the remap's bindings (ts, frontier)."""
+    rows = {e.key: (e.value, e.expire_ts, e.ts) for e in db.scan_entries(options=ALL)}
+    try:
+        bindings = [(b.ts, b.frontier) for b in db.remap(name).bindings()]
+    except lsm.UnknownSourceError:
+        bindings = []
+    return {"rows": rows, "visible": dict(db.scan()), "bindings": bindings}
+
+
+def load(path: str, log_dir: str, engine: str, source: Any = None, **kw: Any) -> dict:
+    """Open `path`, ingest `source` (default: the PartitionedLog in `log_dir`) as source "events" with
+    `engine` (stream: in one batch), return contents."""
+    db = open_db(path)
+    try:
+        if engine == "stream":
+            kw.setdefault("batch_records", 10**9)
+        db.ingest(source or PartitionedLog(log_dir), name="events", engine=engine, **kw)
+        return contents(db)
+    finally:
+        db.close()
+
+
+class WrappedLog:
+    """A generic `Source` over a PartitionedLog (picklable: it holds only the directory), so a bulk load
+    reads it through `SourceSlice`; subclasses hook into `read`."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.name = directory
+
+    def _log(self) -> PartitionedLog:
+        return PartitionedLog(self.directory)
+
+    def partitions(self) -> list[int]:
+        return self._log().partitions()
+
+    def end(self, partition: int) -> int:
+        return self._log().end(partition)
+
+    def read(self, partition: int, start: int, stop: int | None = None):
+        return self._log().read(partition, start, stop)
+
+
+class FailFirstAttempt(WrappedLog):
+    """Spark: the first attempt of every task fails half-way through its slice (task 0 raises, the others
+    kill their Python worker, as a lost executor would), leaving `<directory>/../failed-<task>`."""
+
+    def read(self, partition: int, start: int, stop: int | None = None):
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        for i, rec in enumerate(self._log().read(partition, start, stop)):
+            if tc is not None and tc.attemptNumber() == 0 and i == 20:
+                mark = os.path.join(os.path.dirname(self.directory), f"failed-{tc.partitionId()}")
+                with open(mark, "w"):  # the test checks that every task did fail once
+                    pass
+                if tc.partitionId() == 0:
+                    raise RuntimeError("injected failure on the first attempt")
+                os._exit(17)
+            yield rec
+
+
+class FailsOn(WrappedLog):
+    """Reading partition `bad` always fails (after a few records)."""
+
+    def __init__(self, directory: str, bad: int) -> None:
+        super().__init__(directory)
+        self.bad = bad
+
+    def read(self, partition: int, start: int, stop: int | None = None):
+        for i, rec in enumerate(self._log().read(partition, start, stop)):
+            if partition == self.bad and i == 5:
+                raise RuntimeError(f"partition {partition} exploded on purpose")
+            yield rec
+
+
+class SlowLog(WrappedLog):
+    """Partition 0 is read at once; every other partition touches `<directory>/../reading` and then
+    stalls forever (a task the test kills the driver in the middle of)."""
+
+    def read(self, partition: int, start: int, stop: int | None = None):
+        if partition != 0:
+            with open(os.path.join(os.path.dirname(self.directory), "reading"), "w") as f:
+                f.write(str(os.getpid()))
+            while True:
+                time.sleep(0.05)
+        return self._log().read(partition, start, stop)
+
+
+def _main(argv: list[str]) -> int:
+    mode, path, log_dir, engine = argv[:4]
+    assert mode == "load"
+    kw: dict[str, Any] = {}
+    if engine == "spark":
+        kw["master"] = argv[4]
+    db = open_db(path)
+    db.ingest(SlowLog(log_dir), name="events", engine=engine, tasks=4, **kw)
+    db.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,361 @@
+"""db.ingest: atomic batches with their binding, transactions, TTL bases, bad sources, fencing, restart."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import lsm
+from lsm import ingest as ingest_mod
+from lsm.sources import LogWriter, PartitionedLog, SourceRecord
+from lsm.sources.partitioned_log import partition_path
+
+FAR = 10**12  # a history window that keeps everything
+
+
+def open_db(path, clock, **kw) -> lsm.DB:
+    kw.setdefault("history_retention", FAR)
+    return lsm.DB.open(path, lsm.DbOptions(clock=clock, background_compaction=False, **kw))
+
+
+@pytest.fixture
+def env(tmp_path):
+    clock = lsm.ManualClock(1000)
+    log_dir = str(tmp_path / "log")
+    w = LogWriter(log_dir)
+    db = open_db(str(tmp_path / "db"), clock)
+    yield clock, w, PartitionedLog(log_dir), db, tmp_path
+    db.close()
+    w.close()
+
+
+def test_design_worked_example_through_the_store(env) -> None:
+    clock, w, log, db, _ = env
+    for batch_end, at in ((3, 1000), (5, 2000), (7, 3000)):
+        clock.set(at)
+        while w.end(0) < batch_end:
+            i = w.end(0)
+            w.append(0, b"k%d" % i, b"v%d" % i)
+        stats = db.ingest(log, name="events")
+        assert stats.frontier == {0: batch_end} and stats.batches == 1
+    r = db.remap("events")
+    assert [(b.ts, b.frontier) for b in r.bindings()] == [(1000, {0: 3}), (2000, {0: 5}), (3000, {0: 7})]
+    assert r.as_of(3000).frontier == {0: 7} and r.as_of(2999).frontier == {0: 5} and r.as_of(999) is None
+    assert r.binding_for(0, 4).ts == 2000
+    assert r.rows() == [(1000, 0, 3), (2000, 0, 5), (3000, 0, 7)]
+    assert db.sources() == ["events"]
+    # each binding is one commit: the store at its seq holds exactly the records below its frontier
+    for b in r.bindings():
+        with db.snapshot_at_seq(b.seq) as snap:
+            assert dict(snap.scan()) == {b"k%d" % i: b"v%d" % i for i in range(b.frontier[0])}
+    assert db.ingest(log, name="events") == lsm.IngestStats(0, 0, {0: 7})  # nothing new: no binding
+    assert len(db.remap("events")) == 3
+
+
+def test_batches_are_exact_and_resume_after_restart(env) -> None:
+    clock, w, log, db, tmp = env
+    for i in range(95):
+        w.append(i % 3, b"p%d-%03d" % (i % 3, i), b"%d" % i)
+    seen = []
+    stats = db.ingest(log, name="s", batch_records=10, max_records=40, progress=seen.append)
+    assert stats.records == 40 and stats.batches == 4
+    assert [s.records for s in seen] == [10, 20, 30, 40]
+    db.close()
+    db2 = open_db(str(tmp / "db"), clock)
+    try:
+        stats = db2.ingest(log, name="s", batch_records=10)
+        assert stats.records == 55 and stats.frontier == {0: 32, 1: 32, 2: 31}
+        assert len(list(db2.scan())) == 95
+        bs = db2.remap("s").bindings()
+        assert len(bs) == 10 and all(b.seq > a.seq for a, b in zip(bs, bs[1:], strict=False))
+    finally:
+        db2.close()
+
+
+def test_transactions_never_straddle_bindings_and_an_open_one_waits(env) -> None:
+    _clock, w, log, db, _ = env
+    w.append(0, b"a", b"1")
+    for i in range(7):  # a transaction larger than a batch
+        w.append(0, b"t%d" % i, b"x", tx="T1", tx_end=i == 6)
+    w.append(0, b"b", b"2")
+    w.append(0, b"u0", b"y", tx=9)  # open at the end: waits, and so does what follows it
+    w.append(0, b"c", b"3")
+    stats = db.ingest(log, name="s", batch_records=3)
+    assert stats.frontier == {0: 9}
+    offsets = [b.frontier[0] for b in db.remap("s").bindings()]
+    assert all(not 1 < o < 8 for o in offsets)  # no cut inside T1 (offsets 1..7)
+    assert db.get(b"u0") is None and db.get(b"c") is None and db.get(b"t6") == b"x"
+    w.append(0, b"u1", b"y", tx=9, tx_end=True)
+    stats = db.ingest(log, name="s", batch_records=3)
+    assert stats.frontier == {0: 12} and db.get(b"c") == b"3" and db.get(b"u1") == b"y"
+
+
+class ListSource:
+    """A source over a list of records (the protocol, for offsets shared by several records)."""
+
+    name = "list"
+
+    def __init__(self, records: list[SourceRecord]) -> None:
+        self.records = records
+
+    def partitions(self) -> list[int]:
+        return sorted({r.partition for r in self.records})
+
+    def end(self, partition: int) -> int:
+        return max((r.offset + 1 for r in self.records if r.partition == partition), default=0)
+
+    def read(self, partition, start, stop=None):
+        for r in self.records:
+            if r.partition == partition and r.offset >= start and (stop is None or r.offset < stop):
+                yield r
+
+
+def test_records_sharing_an_offset_land_in_one_binding(env) -> None:
+    _clock, _w, _log, db, _ = env
+    recs = [SourceRecord(0, off, b"k%d-%d" % (off, j), b"v") for off in (0, 5, 9) for j in range(4)]
+    stats = db.ingest(ListSource(recs), name="shared", batch_records=1)
+    assert stats.frontier == {0: 10} and stats.batches == 3
+    assert [b.frontier[0] for b in db.remap("shared").bindings()] == [1, 6, 10]
+    for b in db.remap("shared").bindings():
+        with db.snapshot_at_seq(b.seq) as snap:
+            assert len(list(snap.scan())) == 4 * len([o for o in (0, 5, 9) if o < b.frontier[0]])
+
+
+def test_ttl_from_commit_or_event_time(env) -> None:
+    clock, w, log, db, tmp = env
+    clock.set(50_000)
+    w.append(0, b"commit", b"v", ttl=1000, event_ts=10_000)
+    db.ingest(log, name="c")
+    assert db.get_entry(b"commit").expire_ts == 51_000
+    w2 = LogWriter(tmp / "log2")
+    w2.append(0, b"event", b"v", ttl=1000, event_ts=49_500)
+    w2.append(0, b"late", b"v", ttl=1000, event_ts=10_000)  # expired on arrival
+    w2.append(0, b"no-event-ts", b"v", ttl=1000)
+    w2.close()
+    db.ingest(PartitionedLog(tmp / "log2"), name="e", ttl_base="event")
+    assert db.get_entry(b"event").expire_ts == 50_500
+    assert db.get(b"late") is None
+    assert db.get_entry(b"late", lsm.ReadOptions(include_expired=True)).expire_ts == 11_000
+    assert db.get_entry(b"no-event-ts").expire_ts == 51_000
+    clock.advance(600)
+    assert db.get(b"event") is None and db.get(b"commit") == b"v"
+
+
+def test_deletes_and_overwrites_in_offset_order(env) -> None:
+    _clock, w, log, db, _ = env
+    db.put(b"gone", b"old")
+    w.append(0, b"k", b"1")
+    w.append(0, b"k", b"2")
+    w.append(0, b"gone", None)
+    w.append(0, b"k", b"3")
+    db.ingest(log, name="s")
+    assert db.get(b"k") == b"3" and db.get(b"gone") is None
+
+
+def test_a_partition_that_went_backwards_writes_nothing(env) -> None:
+    _clock, w, log, db, tmp = env
+    for i in range(5):
+        w.append(0, b"k%d" % i, b"v")
+    w.append(1, b"x", b"v")
+    db.ingest(log, name="s")
+    w.close()
+    path = partition_path(str(tmp / "log"), 0)
+    with open(path, "r+b") as f:  # cut the file inside record 3
+        size = os.path.getsize(path)
+        f.truncate(size - 2 * (size // 10))
+    seq = db.seq
+    with pytest.raises(lsm.SourceRegressedError) as e:
+        db.ingest(PartitionedLog(tmp / "log"), name="s")
+    msg = str(e.value)
+    assert "partition 0" in msg and "offset 5" in msg and "ends at" in msg and str(tmp / "log") in msg
+    assert db.seq == seq and db.remap("s").frontier == {0: 5, 1: 1}
+    os.unlink(partition_path(str(tmp / "log"), 1))  # a partition that vanished went back to 0
+    with pytest.raises(lsm.SourceRegressedError, match="partition 0"):
+        db.ingest(PartitionedLog(tmp / "log"), name="s")
+
+
+def test_a_partition_added_later_joins_the_frontier(env) -> None:
+    _clock, w, log, db, _ = env
+    w.append(0, b"a", b"1")
+    db.ingest(log, name="s")
+    w.append(2, b"b", b"2")
+    db.ingest(log, name="s")
+    r = db.remap("s")
+    assert [b.frontier for b in r.bindings()] == [{0: 1}, {0: 1, 2: 1}]
+    assert r.binding_for(2, 0) == r.bindings()[1] and r.as_of(1000).offset(2) == 1
+
+
+def test_fenced_ingest_makes_nothing_visible(env) -> None:
+    clock, w, log, db, tmp = env
+    for i in range(10):
+        w.append(0, b"k%d" % i, b"v")
+    db.ingest(log, name="s", max_records=4)
+    other = open_db(str(tmp / "db"), clock)  # a second process takes the database over
+    try:
+        with pytest.raises(lsm.FencedError):
+            db.ingest(log, name="s")
+        assert other.remap("s").frontier == {0: 4}
+        assert sorted(k for k, _ in other.scan()) == [b"k%d" % i for i in range(4)]
+        assert other.ingest(log, name="s").records == 6
+        assert len(list(other.scan())) == 10
+    finally:
+        other.close()
+
+
+def test_reserved_keys_are_hidden_and_refused(env, tmp_path) -> None:
+    from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision
+
+    seen: list[bytes] = []
+
+    class Spy(CompactionFilter):
+        def filter(self, entry):
+            seen.append(entry.key)
+            return Decision.KEEP
+
+    class SpyFactory(CompactionFilterFactory):
+        def create(self, ctx):
+            return Spy()
+
+    clock, w, log, db, _ = env
+    db.close()
+    db = open_db(str(tmp_path / "db2"), clock, compaction_filters=[SpyFactory()], compaction_process=False)
+    try:
+        w.append(0, b"k", b"v")
+        high = b"\xff\xff\xff\xfflsm\x01user"  # just above the reserved range: an ordinary key
+        db.put(high, b"h")
+        db.put(b"\xff", b"ff")
+        db.ingest(log, name="s")
+        sys_key = lsm.syskeys.SYSTEM_PREFIX + b"x"
+        for bad in (
+            lambda: db.put(sys_key, b"v"),
+            lambda: db.delete(sys_key),
+            lambda: lsm.WriteBatch().put(sys_key, b""),
+        ):
+            with pytest.raises(ValueError, match="reserved"):
+                bad()
+        assert db.get(lsm.syskeys.SYSTEM_PREFIX + b"remap\x00s\x00" + (1).to_bytes(8, "big")) is None
+        expected = [(b"k", b"v"), (b"\xff", b"ff"), (high, b"h")]
+        assert list(db.scan()) == expected
+        assert list(db.scan(reverse=True)) == expected[::-1]
+        assert list(db.scan(start=b"\xff\xff")) == [(high, b"h")]
+        assert list(db.scan(prefix=b"\xff\xff\xff\xfflsm")) == [(high, b"h")]
+        assert list(db.scan(prefix=lsm.syskeys.SYSTEM_PREFIX)) == []
+        with db.snapshot() as snap:
+            assert list(snap.scan()) == expected
+        assert sorted(c[1] for c in db.changes(seq=0)) == [b"k", b"\xff", high]
+        db.flush()
+        db.compact(full=True)
+        assert seen and not any(lsm.syskeys.is_system(k) for k in seen)
+        assert db.remap("s").frontier == {0: 1} and list(db.scan()) == expected
+    finally:
+        db.close()
+
+
+def test_remap_survives_flush_compaction_and_restart(env) -> None:
+    clock, w, log, db, tmp = env
+    for round_ in range(6):
+        clock.advance(1000)
+        for i in range(50):
+            w.append(i % 2, b"r%d-%d" % (round_, i), b"v" * 20)
+        db.ingest(log, name="s", batch_records=30)
+        if round_ % 2:
+            db.flush()
+    before = db.remap("s").bindings()
+    db.compact(full=True)
+    assert db.remap("s").bindings() == before
+    db.close()
+    db2 = open_db(str(tmp / "db"), clock)
+    try:
+        assert db2.remap("s").bindings() == before and db2.sources() == ["s"]
+        assert len(list(db2.scan())) == 300
+        for b in before:
+            with db2.snapshot_at_seq(b.seq) as snap:
+                assert len(list(snap.scan())) == sum(b.frontier.values())
+    finally:
+        db2.close()
+
+
+def test_remap_compaction_in_the_store(env, monkeypatch) -> None:
+    clock, w, log, db, tmp = env
+    for i in range(40):
+        clock.advance(100)
+        w.append(0, b"k%03d" % i, b"v")
+        db.ingest(log, name="s")
+    full = db.remap("s")
+    since = full.bindings()[25].ts - 50
+    compacted = ingest_mod.compact_remap(db, "s", since)
+    assert compacted is not None
+    expected = full.compact(since)
+    got = db.remap("s")
+    assert got.bindings() == expected.bindings() and got.since == since
+    with pytest.raises(lsm.RetentionError):
+        got.as_of(since - 1)
+    for t in range(since, full.bindings()[-1].ts + 1, 37):
+        assert got.as_of(t) == expected.as_of(t)
+    assert ingest_mod.compact_remap(db, "s", since - 10) is None  # since never goes back
+    db.close()
+    db = open_db(str(tmp / "db"), clock)
+    try:
+        assert db.remap("s").bindings() == expected.bindings() and db.remap("s").since == since
+        # ingest keeps going on top of the compacted remap; the cadence compacts at now - retention
+        monkeypatch.setattr(ingest_mod, "REMAP_COMPACT_EVERY", 5)
+        db.options.history_retention = 250
+        for i in range(40, 50):
+            clock.advance(100)
+            w.append(0, b"k%03d" % i, b"v")
+            db.ingest(log, name="s")
+        r = db.remap("s")
+        assert r.since is not None and r.since >= clock.now() - 250 - 5 * 100
+        assert r.frontier == {0: 50} and len(r) < 10
+        assert len(list(db.scan())) == 50
+    finally:
+        db.close()
+
+
+def test_snapshot_at_seq_outside_history_is_refused(tmp_path) -> None:
+    clock = lsm.ManualClock(1000)
+    with open_db(str(tmp_path / "db"), clock, history_retention=1000) as db:
+        s1 = db.put(b"a", b"1")
+        clock.advance(10)
+        db.put(b"a", b"2")
+        with db.snapshot_at_seq(s1) as snap:
+            assert snap.get(b"a") == b"1"
+        clock.advance(5000)
+        with pytest.raises(lsm.RetentionError):
+            db.snapshot_at_seq(s1)
+        with db.snapshot_at_seq(db.seq) as snap:  # the latest state is always readable
+            assert snap.get(b"a") == b"2"
+        with pytest.raises(ValueError):
+            db.snapshot_at_seq(db.seq + 1)
+
+
+def test_bad_arguments(env) -> None:
+    _clock, w, log, db, _ = env
+    w.append(0, b"k", b"v")
+    for kw, exc in (
+        ({"name": ""}, ValueError),
+        ({"name": "a\x00b"}, ValueError),
+        ({"name": 3}, TypeError),
+        ({"name": "s", "batch_records": 0}, ValueError),
+        ({"name": "s", "max_records": -1}, ValueError),
+        ({"name": "s", "ttl_base": "wall"}, ValueError),
+        ({"name": "s", "engine": "bulk"}, ValueError),
+        ({"name": "s", "engine": "local", "max_records": 5}, ValueError),
+        ({"name": "s", "engine": "local", "master": "local[2]"}, ValueError),
+        ({"name": "s", "engine": "local", "tasks": 0}, ValueError),
+        ({"name": "s", "engine": "local", "ttl_base": "wall"}, ValueError),
+        ({"name": "s", "tasks": 2}, ValueError),
+    ):
+        with pytest.raises(exc):
+            db.ingest(log, **kw)
+    with pytest.raises(lsm.UnknownSourceError) as e:
+        db.remap("nope")
+    assert isinstance(e.value, lsm.LsmError) and "nope" in str(e.value)
+    assert db.sources() == [] and db.seq == 0
+    bad = ListSource(
+        [SourceRecord(0, 0, b"ok", b"v"), SourceRecord(0, 1, lsm.syskeys.SYSTEM_PREFIX + b"x", b"v")]
+    )
+    with pytest.raises(ValueError, match="reserved"):
+        db.ingest(bad, name="bad")
+    assert db.seq == 0 and db.sources() == []

@@ -1,0 +1,127 @@
+"""A stateful model test of ingest: random appends (transactions included), ingests of random sizes,
+reopens, flushes, compactions and remap compactions; after every step the store holds exactly the log's
+records below the durable frontier, and the stored remap equals the model's bindings compacted at its
+since."""
+
+from __future__ import annotations
+
+import shutil
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import lsm
+from lsm import ingest as ingest_mod
+from lsm.remap import Binding, Remap
+from lsm.sources import LogWriter, PartitionedLog
+from tests.compaction._util import fast_tmp
+
+
+class IngestMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = fast_tmp("lsm-ingest-model-")
+        self.clock = lsm.ManualClock(1_000)
+        self.writer = LogWriter(self.dir + "/log")
+        self.log: dict[int, list[tuple[bytes, bytes | None, object, bool]]] = {}
+        self.open_tx: dict[int, str] = {}
+        self.tx_ids = 0
+        self.db = self._open()
+        self.model: list[Binding] = []  # every binding ever committed, oldest first
+        self.since: int | None = None
+
+    def _open(self) -> lsm.DB:
+        opts = lsm.DbOptions(clock=self.clock, background_compaction=False, history_retention=10**12)
+        return lsm.DB.open(self.dir + "/db", opts)
+
+    def teardown(self) -> None:
+        self.db.close()
+        self.writer.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(
+        p=st.integers(0, 2),
+        key=st.integers(0, 6),
+        delete=st.booleans(),
+        tx=st.sampled_from(["no", "open", "close"]),
+    )
+    def append(self, p: int, key: int, delete: bool, tx: str) -> None:
+        tx_id, tx_end = None, False
+        if p in self.open_tx:
+            tx_id = self.open_tx[p]
+            if tx == "close":
+                tx_end = True
+                del self.open_tx[p]
+        elif tx == "open":
+            self.tx_ids += 1
+            tx_id = self.open_tx[p] = f"t{self.tx_ids}"
+        off = len(self.log.setdefault(p, []))
+        value = None if delete else b"%d:%d" % (p, off)
+        k = b"%d-%d" % (p, key)
+        self.writer.append(p, k, value, tx=tx_id, tx_end=tx_end)
+        self.log[p].append((k, value, tx_id, tx_end))
+
+    @rule(batch=st.integers(1, 5), limit=st.one_of(st.none(), st.integers(0, 8)), dt=st.integers(0, 50))
+    def ingest(self, batch: int, limit: int | None, dt: int) -> None:
+        self.clock.advance(dt)
+        before = self.db.seq
+        self.db.ingest(PartitionedLog(self.dir + "/log"), name="s", batch_records=batch, max_records=limit)
+        if self.db.seq != before:
+            r = self.db.remap("s")
+            self.model += [b for b in r.bindings() if b.seq > before]
+
+    @rule()
+    def reopen(self) -> None:
+        self.db.close()
+        self.db = self._open()
+
+    @rule(full=st.booleans())
+    def flush_and_compact(self, full: bool) -> None:
+        self.db.flush()
+        if full:
+            self.db.compact(full=True)
+
+    @precondition(lambda self: len(self.model) >= 2)
+    @rule(data=st.data())
+    def compact_remap(self, data) -> None:
+        lo = self.model[0].ts - 5
+        since = data.draw(st.integers(lo, self.model[-1].ts + 5))
+        if ingest_mod.compact_remap(self.db, "s", since) is not None:
+            self.since = since if self.since is None else max(self.since, since)
+
+    def expected_remap(self) -> Remap:
+        r = Remap("s", self.model)
+        return r if self.since is None else r.compact(self.since)
+
+    @invariant()
+    def store_is_the_log_below_the_frontier(self) -> None:
+        try:
+            remap = self.db.remap("s")
+        except lsm.UnknownSourceError:
+            assert not self.model and list(self.db.scan()) == []
+            return
+        state: dict[bytes, bytes | None] = {}
+        for p, recs in self.log.items():
+            for k, v, _tx, _end in recs[: remap.frontier.get(p, 0)]:
+                state[k] = v
+        assert dict(self.db.scan()) == {k: v for k, v in state.items() if v is not None}
+        exp = self.expected_remap()
+        assert remap.bindings() == exp.bindings() and remap.since == exp.since
+        for b in self.model:  # every question at or after since answers as the model compacted at since
+            t = b.ts if exp.since is None else max(b.ts, exp.since)
+            assert remap.as_of(t) == exp.as_of(t)
+
+    @invariant()
+    def no_binding_cuts_a_transaction(self) -> None:
+        for b in self.model:
+            for p, cut in b.frontier.items():
+                open_tx: set = set()
+                for _k, _v, tx, end in self.log[p][:cut]:
+                    if tx is not None:
+                        (open_tx.discard if end else open_tx.add)(tx)
+                assert not open_tx
+
+
+TestIngestModel = IngestMachine.TestCase
+TestIngestModel.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)

@@ -1,0 +1,360 @@
+"""PartitionedLog and LogWriter (lsm/sources/partitioned_log.py) on real files, with a real second process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lsm import CorruptionError, FormatVersionError, SourceError
+from lsm.sources import LogWriter, PartitionedLog, Source, SourceRecord
+from lsm.sources import partitioned_log as plog
+from lsm.sources.partitioned_log import partition_path
+
+PRODUCER = str(Path(__file__).with_name("_log_producer.py"))
+
+
+def producer(*args: object) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, PRODUCER, *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
+
+
+def test_append_and_read(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    with LogWriter(d) as w:
+        assert w.append(0, b"a", b"1") == 0
+        assert w.append(0, b"b", None, ttl=10, event_ts=5) == 1
+        assert w.append(2, b"c", b"3", tx="t1") == 0
+        assert w.append(2, b"d", b"4", tx="t1", tx_end=True) == 1
+        assert w.end(0) == 2 and w.end(1) == 0
+    log = PartitionedLog(d)
+    assert isinstance(log, Source) and log.name == str(d)
+    assert log.partitions() == [0, 2]
+    assert (log.end(0), log.end(1), log.end(2)) == (2, 0, 2)
+    assert list(log.read(0, 0)) == [
+        SourceRecord(0, 0, b"a", b"1"),
+        SourceRecord(0, 1, b"b", None, ttl=10, event_ts=5),
+    ]
+    assert list(log.read(2, 1)) == [SourceRecord(2, 1, b"d", b"4", tx="t1", tx_end=True)]
+    assert list(log.read(0, 1, 1)) == [] and list(log.read(0, 5)) == [] and list(log.read(7, 0)) == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.binary(min_size=1, max_size=8)), max_size=60), st.data())
+def test_read_ranges_match_a_model(
+    tmp_path_factory: pytest.TempPathFactory, ops: list, data: st.DataObject
+) -> None:
+    d = tmp_path_factory.mktemp("log")
+    model: dict[int, list[bytes]] = {}
+    log = PartitionedLog(d)
+    with LogWriter(d) as w:
+        for i, (p, key) in enumerate(ops):
+            assert w.append(p, key, b"%d" % i) == len(model.setdefault(p, []))
+            model[p].append(key)
+            if data.draw(st.booleans()):  # read while the producer is still appending
+                q = data.draw(st.sampled_from(sorted(model)))
+                start = data.draw(st.integers(0, len(model[q]) + 1))
+                stop = data.draw(st.none() | st.integers(0, len(model[q]) + 1))
+                got = [(r.offset, r.key) for r in log.read(q, start, stop)]
+                hi = len(model[q]) if stop is None else min(stop, len(model[q]))
+                assert got == [(o, model[q][o]) for o in range(start, hi)]
+    assert log.partitions() == sorted(model)
+    for p, keys in model.items():
+        assert log.end(p) == len(keys)
+        assert [r.key for r in PartitionedLog(d).read(p, 0)] == keys
+
+
+def test_records_larger_than_the_read_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plog, "CHUNK", 64)
+    values = [bytes([i]) * n for i, n in enumerate((10, 500, 3, 64, 65, 1000, 1))]
+    with LogWriter(tmp_path) as w:
+        for v in values:
+            w.append(0, b"k", v)
+    log = PartitionedLog(tmp_path)
+    assert log.end(0) == len(values)
+    assert [r.value for r in log.read(0, 0)] == values
+    assert [r.value for r in log.read(0, 4, 6)] == values[4:6]
+
+
+def test_a_torn_tail_is_never_consumed_and_is_read_once_complete(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as w:
+        w.append(0, b"first", b"1")
+    log = PartitionedLog(tmp_path)
+    assert log.end(0) == 1
+    p = producer("torn", tmp_path, 0)
+    try:
+        assert p.stdout.readline().strip() == "half"
+        size = os.path.getsize(partition_path(str(tmp_path), 0))
+        for _ in range(3):  # polling a half-written record: never a record, never an error
+            assert log.end(0) == 1
+            assert [r.key for r in log.read(0, 0)] == [b"first"]
+            assert list(log.read(0, 1)) == []
+        assert os.path.getsize(partition_path(str(tmp_path), 0)) == size
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "done"
+        assert p.wait(30) == 0
+    finally:
+        p.kill()
+    assert log.end(0) == 2
+    rec = list(log.read(0, 1))
+    assert [(r.offset, r.key, len(r.value)) for r in rec] == [(1, b"torn", 4096)]
+
+
+def test_a_reader_racing_a_producer_process_sees_only_complete_prefixes(tmp_path: Path) -> None:
+    """A second process appends 3 partitions of ~9 KiB records; the reader polls as it goes."""
+    count, size = 600, 9000
+    p = producer("append", tmp_path, 3, count, size)
+    log = PartitionedLog(tmp_path)
+    seen = {0: 0, 1: 0, 2: 0}
+    try:
+        while True:
+            done = p.poll() is not None
+            for part in log.partitions():
+                end = log.end(part)
+                assert end >= seen[part]
+                for r in log.read(part, seen[part], end):
+                    i = int(r.key)
+                    assert i % 3 == part and r.offset == i // 3 and r.offset == seen[part]
+                    assert r.value.startswith(b"%d:" % i) and len(r.value) == size
+                    seen[part] += 1
+                assert seen[part] == end
+            if done:
+                break
+        assert p.returncode == 0, p.stderr.read()
+    finally:
+        p.kill()
+    assert sum(seen.values()) == count
+
+
+def test_partitions_may_appear_at_any_time(tmp_path: Path) -> None:
+    log = PartitionedLog(tmp_path)
+    assert log.partitions() == [] and log.end(0) == 0
+    with LogWriter(tmp_path) as w:
+        w.append(1, b"a", b"1")
+        assert log.partitions() == [1]
+        w.append(10, b"b", b"2")
+        w.append(0, b"c", b"3")
+        assert log.partitions() == [0, 1, 10]
+    (tmp_path / "01.log").write_bytes(b"")  # not a partition name: leading zero
+    (tmp_path / ".3.log.99.tmp").write_bytes(b"")  # a writer's temporary file
+    (tmp_path / "notes.txt").write_bytes(b"")
+    assert log.partitions() == [0, 1, 10]
+
+
+def test_a_corrupt_record_mid_file_raises_with_file_and_offset(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as w:
+        for i in range(5):
+            w.append(0, b"k%d" % i, b"v" * 20)
+    path = partition_path(str(tmp_path), 0)
+    rec_len = (os.path.getsize(path) - 6) // 5
+    third = 6 + 2 * rec_len
+    with open(path, "r+b") as f:
+        f.seek(third + 20)
+        b = f.read(1)
+        f.seek(third + 20)
+        f.write(bytes([b[0] ^ 0xFF]))
+    log = PartitionedLog(tmp_path)
+    for call in (lambda: log.end(0), lambda: list(log.read(0, 0)), lambda: list(log.read(0, 3))):
+        with pytest.raises(CorruptionError) as ei:
+            call()
+        assert (ei.value.path, ei.value.offset) == (path, third)
+    with pytest.raises(CorruptionError):  # a writer refuses to append after corruption too
+        LogWriter(tmp_path).append(0, b"x", b"y")
+
+
+def test_corruption_after_indexing_is_found_by_read(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as w:
+        for i in range(3):
+            w.append(0, b"k%d" % i, b"value")
+    log = PartitionedLog(tmp_path)
+    assert log.end(0) == 3
+    path = partition_path(str(tmp_path), 0)
+    with open(path, "r+b") as f:  # damage record 1 in place (same inode, same size)
+        f.seek(6 + (os.path.getsize(path) - 6) // 3 + 18)
+        f.write(b"Z")
+    it = log.read(0, 0)
+    assert next(it).key == b"k0"
+    with pytest.raises(CorruptionError) as ei:
+        next(it)
+    assert ei.value.offset == 6 + (os.path.getsize(path) - 6) // 3
+
+
+def test_truncation_is_visible_through_end(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as w:
+        for i in range(10):
+            w.append(0, b"k%d" % i, b"v")
+    log = PartitionedLog(tmp_path)
+    assert log.end(0) == 10
+    path = partition_path(str(tmp_path), 0)
+    rec_len = (os.path.getsize(path) - 6) // 10
+    os.truncate(path, 6 + 4 * rec_len)
+    assert log.end(0) == 4
+    assert [r.key for r in log.read(0, 0)] == [b"k%d" % i for i in range(4)]
+    os.unlink(path)  # a deleted partition ends at 0 (ingest reports it as a regression)
+    assert log.end(0) == 0 and list(log.read(0, 0)) == []
+
+
+def test_a_replaced_file_is_indexed_again(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as w:
+        for i in range(3):
+            w.append(0, b"old%d" % i, b"v")
+    log = PartitionedLog(tmp_path)
+    assert log.end(0) == 3
+    other = tmp_path / "other"
+    with LogWriter(other) as w:
+        for i in range(5):
+            w.append(0, b"new%d" % i, b"v")
+    os.replace(partition_path(str(other), 0), partition_path(str(tmp_path), 0))
+    assert log.end(0) == 5
+    assert [r.key for r in log.read(0, 0)] == [b"new%d" % i for i in range(5)]
+
+
+def test_a_writer_reopening_cuts_a_torn_tail_and_continues(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as w:
+        w.append(0, b"a", b"1")
+        w.append(0, b"b", b"2")
+    path = partition_path(str(tmp_path), 0)
+    os.truncate(path, os.path.getsize(path) - 3)  # what a producer killed mid-append leaves
+    log = PartitionedLog(tmp_path)
+    assert log.end(0) == 1
+    with LogWriter(tmp_path) as w:
+        assert w.end(0) == 1
+        assert w.append(0, b"c", b"3") == 1
+    assert [(r.offset, r.key) for r in log.read(0, 0)] == [(0, b"a"), (1, b"c")]
+
+
+def test_one_writer_per_partition(tmp_path: Path) -> None:
+    w1 = LogWriter(tmp_path)
+    w1.append(0, b"a", b"1")
+    w2 = LogWriter(tmp_path)
+    with pytest.raises(SourceError, match="another LogWriter"):
+        w2.append(0, b"b", b"2")
+    assert w2.append(1, b"b", b"2") == 0  # other partitions are free
+    w1.close()
+    assert w2.append(0, b"c", b"3") == 1
+    w2.close()
+    w2.close()  # idempotent
+    with pytest.raises(SourceError, match="closed"):
+        w2.append(0, b"d", b"4")
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="not a directory"):
+        PartitionedLog(tmp_path / "missing")
+    log = PartitionedLog(tmp_path)
+    for args, exc in (
+        ((-1, 0), ValueError),
+        ((0, -1), ValueError),
+        (("0", 0), TypeError),
+        ((True, 0), TypeError),
+    ):
+        with pytest.raises(exc):
+            log.read(*args)
+    with pytest.raises(ValueError):
+        log.read(0, 0, -2)
+    with LogWriter(tmp_path) as w:
+        with pytest.raises(ValueError):
+            w.append(-1, b"k", b"v")
+        with pytest.raises(TypeError):
+            w.append(0, "k", b"v")
+        with pytest.raises(ValueError):
+            w.append(0, b"k", b"v", tx_end=True)
+        assert w.append(0, b"k", b"v") == 0  # nothing was written by the refused appends
+    (tmp_path / "5.log").write_bytes(b"LSMP\x00\x09")
+    with pytest.raises(FormatVersionError):
+        log.end(5)
+    (tmp_path / "6.log").write_bytes(b"garbage!")
+    with pytest.raises(CorruptionError):
+        log.end(6)
+
+
+def test_torn_bytes(tmp_path: Path) -> None:
+    with LogWriter(tmp_path) as w:
+        w.append(0, b"a", b"1")
+    log = PartitionedLog(tmp_path)
+    assert log.torn_bytes(0) == 0 and log.torn_bytes(3) == 0
+    with open(partition_path(str(tmp_path), 0), "ab") as f:
+        f.write(b"\x00\x00\x00")
+    assert log.torn_bytes(0) == 3 and log.end(0) == 1
+
+
+def test_make_record_builds_the_same_frozen_record() -> None:
+    import dataclasses
+
+    from lsm.sources.protocol import make_record
+
+    args = (3, 9, b"k", None, 5, 7, "t", True)
+    r = make_record(*args)
+    assert r == SourceRecord(*args) and hash(r) == hash(SourceRecord(*args)) and type(r) is SourceRecord
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.offset = 10  # type: ignore[misc]
+
+
+def test_a_failed_append_leaves_no_torn_record_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = LogWriter(tmp_path)
+    w.append(0, b"a", b"1")
+    real = plog._write
+
+    def half_then_fail(fd: int, data: bytes) -> int:
+        real(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plog, "_write", half_then_fail)
+    with pytest.raises(OSError, match="No space"):
+        w.append(0, b"b", b"2" * 100)
+    monkeypatch.setattr(plog, "_write", real)
+    log = PartitionedLog(tmp_path)
+    assert log.torn_bytes(0) == 0 and log.end(0) == 1
+    assert w.append(0, b"c", b"3") == 1  # continues right after the last complete record
+    w.close()
+    assert [(r.offset, r.key) for r in log.read(0, 0)] == [(0, b"a"), (1, b"c")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.binary(max_size=200), min_size=1, max_size=12),
+    st.data(),
+    st.sampled_from([16, 64, 1 << 20]),
+)
+def test_a_file_growing_by_arbitrary_pieces_is_indexed_exactly(
+    tmp_path_factory: pytest.TempPathFactory, values: list[bytes], data: st.DataObject, chunk: int
+) -> None:
+    """Whatever prefix of its appends a reader sees (cut anywhere, read in chunks of any size), end() is
+    the number of complete records, and the same reader catches up as the rest arrives."""
+    from formats.log import encode_file_header, encode_record
+
+    d = tmp_path_factory.mktemp("log")
+    body = encode_file_header() + b"".join(encode_record(b"k%d" % i, v) for i, v in enumerate(values))
+    bounds = [len(encode_file_header())]
+    for i, v in enumerate(values):
+        bounds.append(bounds[-1] + len(encode_record(b"k%d" % i, v)))
+    cuts = sorted(data.draw(st.lists(st.integers(bounds[0], len(body)), max_size=4)))
+    path = partition_path(str(d), 0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plog, "CHUNK", chunk)
+        log = PartitionedLog(d)
+        with open(path, "wb") as f:
+            f.write(body[: bounds[0]])
+        written = bounds[0]
+        for cut in [*cuts, len(body)]:
+            with open(path, "ab") as f:
+                f.write(body[written:cut])
+            written = max(written, cut)
+            complete = sum(1 for b in bounds[1:] if b <= written)
+            assert log.end(0) == complete
+            assert log.torn_bytes(0) == written - bounds[complete]
+        assert [r.value for r in log.read(0, 0)] == values

@@ -1,0 +1,139 @@
+"""`lsm ingest` and `lsm remap`, run as real subprocesses (and a real SIGINT for --follow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import lsm
+from lsm.sources import LogWriter
+from tests.tools._cli import LSM_CMD, ROOT, T0, one_line_error, run_lsm
+
+
+def write_log(path, n: int, parts: int = 2, start: int = 0) -> None:
+    with LogWriter(path) as w:
+        for i in range(start, start + n):
+            w.append(i % parts, b"k%04d" % i, b"v%d" % i)
+
+
+def test_ingest_then_remap(tmp_path) -> None:
+    log, db = tmp_path / "log", tmp_path / "db"
+    write_log(log, 25)
+    r = run_lsm("ingest", db, log, "--name", "ev", "--batch-records", "10", "--json")
+    assert r.code == 0, r.err
+    out = r.json()
+    assert out["records"] == 25 and out["batches"] == 3 and out["frontier"] == {"0": 13, "1": 12}
+    assert not out["interrupted"]
+    progress = [json.loads(line) for line in r.err.splitlines()]
+    assert progress and all(p["progress"] == "ev" for p in progress)
+    again = run_lsm("ingest", db, log, "--name", "ev")
+    assert again.code == 0 and "records     0" in again.out and "end of log" in again.out
+
+    r = run_lsm("remap", db, "ev", "--json")
+    assert r.code == 0
+    rel = r.json()
+    assert rel["bindings"] == 3 and rel["frontier"] == {"0": 13, "1": 12} and rel["since"] is None
+    assert [(x["seq"], x["partition"], x["offset"]) for x in rel["rows"]] == [
+        (1, 0, 10),
+        (2, 0, 10),
+        (2, 1, 10),
+        (3, 0, 13),
+        (3, 1, 12),
+    ]
+    assert all(x["ts_rfc3339"].endswith("Z") for x in rel["rows"])
+    table = run_lsm("remap", db, "ev")
+    assert table.code == 0 and "frontier  0:13 1:12" in table.out and "partition" in table.out
+
+    b = run_lsm("remap", db, "ev", "--offset", "1:11", "--json").json()
+    assert b["binding"]["seq"] == 3 and b["binding"]["frontier"] == {"0": 13, "1": 12}
+    last_ts = rel["rows"][-1]["ts"]
+    b = run_lsm("remap", db, "ev", "--as-of", str(last_ts)).out
+    assert "seq       3" in b and f"({last_ts})" in b
+    with lsm.DB.open(db, read_only=True) as d:  # what ingest wrote is the log, once
+        assert dict(d.scan()) == {b"k%04d" % i: b"v%d" % i for i in range(25)}
+    du = run_lsm("du", db, "--json").json()  # the 3 binding rows are the engine's, not counted
+    assert du["total"]["live_rows"] == 25
+    scan = run_lsm("scan", db, "--json").json()
+    assert len(scan) == 25 and all(not row["key"].startswith("0xffffffff") for row in scan)
+
+
+def test_remap_lookups_without_an_answer_and_bad_input(tmp_path) -> None:
+    log, db = tmp_path / "log", tmp_path / "db"
+    write_log(log, 4)
+    assert run_lsm("ingest", db, log, "--name", "ev").code == 0
+    msg = one_line_error(run_lsm("remap", db, "ev", "--offset", "0:99"), 1)
+    assert "0:99" in msg and "0:2 1:2" in msg
+    r = run_lsm("remap", db, "ev", "--as-of", "2001-01-01T00:00:00Z", "--json")
+    assert r.code == 1 and r.json()["binding"] is None
+    assert "no ingested source named 'nope'" in one_line_error(run_lsm("remap", db, "nope"), 2)
+    assert "PARTITION:OFFSET" in one_line_error(run_lsm("remap", db, "ev", "--offset", "3"), 2)
+    assert "no such log directory" in one_line_error(run_lsm("ingest", db, tmp_path / "none", "--name", "x"), 2)
+    one_line_error(run_lsm("ingest", db, log), 2)  # --name is required
+    one_line_error(run_lsm("remap", tmp_path / "nodb", "ev"), 2)
+
+
+def test_follow_tails_until_sigint_and_stops_cleanly(tmp_path) -> None:
+    log, db = tmp_path / "log", tmp_path / "db"
+    write_log(log, 10)
+    env = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
+    env["PYTHONPATH"] = str(ROOT)
+    p = subprocess.Popen(
+        [*LSM_CMD, "ingest", str(db), str(log), "--name", "ev", "--follow", "--interval", "20", "--json"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        write_log(log, 30, start=10)  # appended while it follows
+        deadline = time.monotonic() + 60
+        frontier = {}
+        while time.monotonic() < deadline and frontier != {0: 20, 1: 20}:
+            time.sleep(0.1)
+            try:
+                with lsm.DB.open(db, read_only=True) as d:
+                    frontier = d.remap("ev").frontier
+            except lsm.LsmError:
+                pass
+        assert frontier == {0: 20, 1: 20}
+        assert p.poll() is None  # still following
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert "Traceback" not in err
+    summary = json.loads(out)
+    assert summary["interrupted"] and summary["records"] == 40 and summary["frontier"] == {"0": 20, "1": 20}
+    with lsm.DB.open(db, lsm.DbOptions(clock=lsm.ManualClock(T0 * 2))) as d:  # closed cleanly: reopens
+        assert len(list(d.scan())) == 40 and d.remap("ev").frontier == {0: 20, 1: 20}
+
+
+def test_bulk_ingest_with_the_local_engine(tmp_path) -> None:
+    log, db = tmp_path / "log", tmp_path / "db"
+    write_log(log, 40, parts=3)
+    r = run_lsm("ingest", db, log, "--name", "ev", "--engine", "local", "--tasks", "5", "--json")
+    assert r.code == 0, r.err
+    out = r.json()
+    assert (out["engine"], out["records"], out["batches"]) == ("local", 40, 1)
+    assert out["frontier"] == {"0": 14, "1": 13, "2": 13}
+    with lsm.DB.open(db, read_only=True) as d:
+        assert dict(d.scan()) == {b"k%04d" % i: b"v%d" % i for i in range(40)}
+        assert [b.frontier for b in d.remap("ev").bindings()] == [{0: 14, 1: 13, 2: 13}]
+    write_log(log, 5, parts=3, start=40)
+    r = run_lsm("ingest", db, log, "--name", "ev", "--engine", "local")
+    assert r.code == 0 and "records   5" in r.out and "batches   1" in r.out, r.out
+    for bad in (
+        ("--engine", "local", "--follow"),
+        ("--engine", "local", "--max-records", "3"),
+        ("--engine", "local", "--master", "local[2]"),
+        ("--tasks", "2"),
+        ("--engine", "local", "--tasks", "0"),
+    ):
+        one_line_error(run_lsm("ingest", db, log, "--name", "ev", *bad), 2)

@@ -1,0 +1,130 @@
+"""The databases `lsm bench compact` compacts, written directly as SSTs plus one manifest version.
+
+`build_database` writes ``spec.num`` rows (db_bench keys, db_bench values) as ``spec.runs`` overlapping
+sorted runs of geometrically decreasing size, newest (smallest) first, each split into SSTs of
+``target_sst_bytes``; some rows carry a TTL (half expired at the compaction tick) and the newer runs hold
+tombstones, so a full compaction drops versions, tombstones and expired rows. `build_tiny` is a handful
+of rows in two L0 SSTs (the fixed cost of a compaction).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import sys
+from typing import Any
+
+from tools.bench.harness import KEY_SIZE, make_values
+
+T0 = 1_700_000_000_000  # first row timestamp (ms)
+TTL = 3_600_000
+
+
+@dataclasses.dataclass
+class Spec:
+    """The database to build: rows, runs, value size, and the share of TTL rows and tombstones."""
+
+    num: int
+    runs: int
+    value_size: int
+    seed: int
+    ttl_fraction: float
+    delete_fraction: float
+    target_sst_bytes: int
+    block_bytes: int
+
+
+# -- building the database -------------------------------------------------------------------------------
+def run_sizes(num: int, runs: int) -> list[int]:
+    """Rows per run, newest first, each twice the size of the one above it."""
+    weights = [2**i for i in range(runs)]
+    sizes = [num * w // sum(weights) for w in weights]
+    sizes[-1] += num - sum(sizes)
+    return sizes
+
+
+def build_database(path: str, spec: Spec, progress: bool = False) -> dict[str, Any]:
+    """Write `spec.num` rows as `spec.runs` sorted runs of SSTs and commit them as the database at `path`."""
+    from formats.manifest import SortedRun, SstEntry
+    from formats.sst import SstWriter
+    from lsm import DB, DbOptions, ManualClock
+    from lsm.manifest import ManifestStore
+
+    values = make_values(spec.value_size, 0.5, spec.seed)
+    nvals = len(values)
+    sst_dir = os.path.join(path, "sst")
+    tick = T0 + spec.num + 2 * TTL  # the compaction clock: after every write
+    DB.open(
+        path, DbOptions(clock=ManualClock(tick), background_compaction=False)
+    ).close()  # an empty database
+    sizes = run_sizes(spec.num, spec.runs)
+    rng = random.Random(spec.seed)
+    seq = spec.num  # the newest run holds the highest seqs; each row its own seq
+    file_no = 0
+    runs: list[tuple[SstEntry, ...]] = []
+    per_sst = max(1, spec.target_sst_bytes // (KEY_SIZE + spec.value_size + 33))
+    for r, n in enumerate(sizes):
+        keys = rng.sample(range(spec.num), n)
+        keys.sort()
+        deletes = spec.delete_fraction if r < spec.runs - 1 else 0.0  # tombstones above the oldest run
+        rand = rng.random
+        entries = []
+        for lo in range(0, n, per_sst):
+            chunk = keys[lo : lo + per_sst]
+            file_no += 1
+            name = f"{file_no:020d}-bench-{r}.sst"
+            w = SstWriter(
+                os.path.join(sst_dir, name), creation_timestamp=T0, block_bytes=spec.block_bytes, sync=False
+            )
+            for k in chunk:
+                s = seq
+                seq -= 1
+                ts = T0 + s
+                x = rand()
+                if x < deletes:
+                    w.add((b"%016d" % k, s, ts, None, None))
+                elif x < deletes + spec.ttl_fraction:
+                    # half expire before the tick, half after
+                    exp = tick - 1 if x < deletes + spec.ttl_fraction / 2 else tick + TTL
+                    w.add((b"%016d" % k, s, ts, exp, values[s % nvals]))
+                else:
+                    w.add((b"%016d" % k, s, ts, None, values[s % nvals]))
+            entries.append(SstEntry(name, w.finish()))
+        runs.append(tuple(entries))
+        if progress:
+            print(
+                f"# built run {r + 1}/{spec.runs}: {n} rows in {len(entries)} SSTs",
+                file=sys.stderr,
+                flush=True,
+            )
+        del keys
+    runs.reverse()  # newest (smallest, highest seqs) first
+    # the manifest: one new version after the empty database's, published by compare-and-swap (no DB
+    # is open, so no writer can race it; the next DB.open recovers from it)
+    store = ManifestStore(path)
+    mid, m = store.latest()
+    records = tuple(SortedRun(i + 1, ssts) for i, ssts in enumerate(runs))
+    edited = m.replace(
+        runs=records,
+        next_run_id=len(records) + 1,
+        last_seq=max(m.last_seq, spec.num),
+        clock_watermark=tick - 1,
+    )
+    if not store.try_create(mid + 1, edited):
+        raise RuntimeError(f"{path}: another process committed a manifest while the benchmark built it")
+    nbytes = sum(e.info.file_size for ssts in runs for e in ssts)
+    return {"rows": spec.num, "runs": [len(s) for s in runs], "ssts": file_no, "bytes": nbytes, "tick": tick}
+
+
+def build_tiny(path: str, tick: int) -> None:
+    """A handful of rows in two L0 SSTs."""
+    from lsm import DB, DbOptions, ManualClock
+
+    clock = ManualClock(tick - 100)
+    with DB.open(path, DbOptions(clock=clock, background_compaction=False)) as db:
+        for i in range(8):
+            db.put(b"tiny%02d" % (i % 5), b"v%d" % i, ttl=10 if i == 3 else None)
+            if i == 4:
+                db.flush()
+        db.delete(b"tiny00")

@@ -1,0 +1,330 @@
+"""``lsm bench [db] ...``: RocksDB db_bench's workloads on lsm, and side by side on RocksDB and LevelDB.
+
+As in db_bench: 16-byte zero-padded decimal keys, values cut from a buffer of compressible random bytes
+(``--compression-ratio``, 0.5 as in db_bench), the benchmarks run in the order given on one DB per
+engine, ``fill*`` benchmarks start from a fresh (empty) DB and the others use whatever the earlier
+benchmarks left. Engines run one after another (the whole benchmark list on one engine, then it is
+closed, then the next), so one engine's background flushes and compactions never run during another
+engine's measurement; the lines are then printed grouped by benchmark, with the ratio of lsm's
+micros/op to each other engine's::
+
+    fillrandom   :      12.345 micros/op 81004 ops/sec;    9.4 MB/s [lsm] (cpu 20.100 micros/op)
+    readrandom   :       8.910 micros/op 112233 ops/sec;   10.3 MB/s [lsm] (632 of 1000 found; cpu ...)
+
+Keys and the order of operations are generated before the clock starts, from ``--seed``, identically
+for every engine; what is timed is the loop of engine calls (chunked so a progress bar can be updated
+between chunks). Values come from a pool of distinct byte strings that the loop cycles through.
+
+Adding a workload: write ``def mybench(ctx: RunContext, eng: Engine, step: int) -> Result`` decorated
+with ``@workload("mybench")`` (``fresh_db=True`` if it starts from an empty DB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+
+from tools.bench.engines import ENGINES, Engine
+from tools.bench.harness import (
+    DEFAULT_SEED,
+    KEY_SIZE,
+    Result,
+    make_values,
+    ratio_line,
+    split_list,
+    timed_chunks,
+    timed_scan,
+)
+from tools.render import float_arg, int_arg
+
+DEFAULT_BENCHMARKS = "fillseq,fillrandom,overwrite,readrandom,readseq"
+
+
+@dataclasses.dataclass
+class RunContext:
+    """The options of one `lsm bench` run, shared by every workload and engine."""
+
+    num: int
+    reads: int
+    value_size: int
+    batch_size: int
+    sync: bool
+    seed: int
+    progress: bool
+    values: list[bytes]
+
+    def rng(self, step: int, name: str) -> random.Random:
+        """The same generator for every engine at benchmark number `step`."""
+        return random.Random(f"{self.seed}:{step}:{name}")
+
+    def keys(self, numbers: Sequence[int] | range) -> list[bytes]:
+        """db_bench's keys for `numbers`: 16-byte zero-padded decimal."""
+        return [b"%016d" % k for k in numbers]
+
+    def random_keys(self, step: int, name: str, count: int) -> list[bytes]:
+        """`count` keys drawn uniformly, with repetition, from [0, num) (db_bench's random keys)."""
+        rand = self.rng(step, name).randrange
+        n = self.num
+        return [b"%016d" % rand(n) for _ in range(count)]
+
+
+Workload = Callable[[RunContext, Engine, int], Result]
+WORKLOADS: dict[str, Workload] = {}
+FRESH_DB: set[str] = set()  # workloads that start from an empty DB, as db_bench's fill* do
+
+
+def workload(name: str, fresh_db: bool = False) -> Callable[[Workload], Workload]:
+    """Register `fn(ctx, engine, step) -> Result` as a benchmark of the db suite."""
+
+    def register(fn: Workload) -> Workload:
+        WORKLOADS[name] = fn
+        if fresh_db:
+            FRESH_DB.add(name)
+        return fn
+
+    return register
+
+
+def write_keys(ctx: RunContext, eng: Engine, name: str, keys: list[bytes]) -> Result:
+    """Time writing `keys` (values cycled from the pool), one put or one batch of --batch-size at a time."""
+    values = itertools.cycle(ctx.values)
+    if ctx.batch_size <= 1:
+        put = eng.put_fn()
+
+        def body(a: int, b: int) -> int:
+            for k, v in zip(keys[a:b], values):  # noqa: B905 - values is endless
+                put(k, v)
+            return 0
+
+    else:
+        bs = ctx.batch_size
+        write_batch = eng.write_batch
+
+        def body(a: int, b: int) -> int:
+            for i in range(a, b, bs):
+                write_batch(list(zip(keys[i : min(i + bs, b)], values)))  # noqa: B905
+            return 0
+
+    t, done, _ = timed_chunks(ctx.progress, f"{eng.name} {name}", len(keys), body)
+    note = f"batch {ctx.batch_size}" if ctx.batch_size > 1 else ""
+    if ctx.sync:
+        note = f"{note}; sync" if note else "sync"
+    nbytes = done * (KEY_SIZE + ctx.value_size)
+    return Result(eng.name, name, done, t.seconds, nbytes, note=note, cpu_seconds=t.cpu_seconds)
+
+
+@workload("fillseq", fresh_db=True)
+def fillseq(ctx: RunContext, eng: Engine, step: int) -> Result:
+    """num writes of keys 0..num-1 in order into an empty DB."""
+    return write_keys(ctx, eng, "fillseq", ctx.keys(range(ctx.num)))
+
+
+@workload("fillrandom", fresh_db=True)
+def fillrandom(ctx: RunContext, eng: Engine, step: int) -> Result:
+    """num writes of random keys (with repetition) into an empty DB."""
+    return write_keys(ctx, eng, "fillrandom", ctx.random_keys(step, "fillrandom", ctx.num))
+
+
+@workload("overwrite")
+def overwrite(ctx: RunContext, eng: Engine, step: int) -> Result:
+    """num writes of random keys into the DB as the previous benchmarks left it."""
+    return write_keys(ctx, eng, "overwrite", ctx.random_keys(step, "overwrite", ctx.num))
+
+
+@workload("readrandom")
+def readrandom(ctx: RunContext, eng: Engine, step: int) -> Result:
+    """--reads gets of random keys in [0, num), after the engine's flush (see Engine.prepare_reads)."""
+    note = eng.prepare_reads()
+    keys = ctx.random_keys(step, "readrandom", ctx.reads)
+    get = eng.get_fn()
+
+    def body(a: int, b: int) -> int:
+        found = 0
+        for k in keys[a:b]:
+            if get(k) is not None:
+                found += 1
+        return found
+
+    t, done, found = timed_chunks(ctx.progress, f"{eng.name} readrandom", len(keys), body)
+    nbytes = found * (KEY_SIZE + ctx.value_size)
+    return Result(eng.name, "readrandom", done, t.seconds, nbytes, found, note, t.cpu_seconds)
+
+
+@workload("readseq")
+def readseq(ctx: RunContext, eng: Engine, step: int) -> Result:
+    """A forward scan from the first key, of at most --reads rows."""
+    t, rows = timed_scan(ctx.progress, f"{eng.name} readseq", ctx.reads, eng.scan())
+    nbytes = rows * (KEY_SIZE + ctx.value_size)
+    return Result(eng.name, "readseq", rows, t.seconds, nbytes, cpu_seconds=t.cpu_seconds)
+
+
+# -- the suite ---------------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    """The db suite's options (``lsm bench --help``)."""
+    from tools.bench import SUITES  # the registry (loaded by now): named in the help as the other suites
+
+    p = argparse.ArgumentParser(
+        prog="lsm bench",
+        description="db_bench-style benchmarks of lsm-sim, optionally side by side with RocksDB/LevelDB. "
+        f"Other suites: {', '.join(sorted(n for n in SUITES if n != 'db'))} (lsm bench SUITE --help).",
+    )
+    p.add_argument(
+        "--benchmarks",
+        default=DEFAULT_BENCHMARKS,
+        help=f"comma list, run in order on one DB per engine (default {DEFAULT_BENCHMARKS}; "
+        f"known: {', '.join(WORKLOADS)})",
+    )
+    p.add_argument(
+        "--num", type=int_arg(1), default=1_000_000, help="number of key-value pairs (default 1000000)"
+    )
+    p.add_argument(
+        "--reads", type=int_arg(0), default=None, help="reads for readrandom/readseq (default --num)"
+    )
+    p.add_argument(
+        "--value-size", type=int_arg(0), default=100, help="value bytes (default 100); keys are 16 bytes"
+    )
+    p.add_argument(
+        "--compression-ratio",
+        type=float_arg(0, 1, above_minimum=True),
+        default=0.5,
+        help="value compressibility, in (0, 1] (default 0.5)",
+    )
+    p.add_argument(
+        "--batch-size", type=int_arg(1), default=1, help="writes per WriteBatch (default 1: plain puts)"
+    )
+    p.add_argument("--sync", action="store_true", help="fsync every write (WriteOptions(sync=True))")
+    p.add_argument(
+        "--db",
+        default=None,
+        help="directory; each engine uses PATH/<engine> (default: a temp dir, removed after)",
+    )
+    p.add_argument(
+        "--seed", type=int_arg(None), default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})"
+    )
+    p.add_argument(
+        "--compare", default="", help="other engines to run the same workload on: rocksdict,plyvel"
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON list of results instead of lines")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when not a TTY)")
+    return p
+
+
+def _engine_names(p: argparse.ArgumentParser, compare: str) -> list[str]:
+    """lsm, then each usable ``--compare`` engine (an unusable one is skipped with a note on stderr)."""
+    engines = ["lsm"]
+    for e in split_list(compare):
+        if e not in ENGINES or e == "lsm":
+            p.error(f"--compare: unknown engine {e!r}; known: {', '.join(n for n in ENGINES if n != 'lsm')}")
+        why = ENGINES[e].available()
+        if why:
+            print(f"# {e}: {why}; skipped", file=sys.stderr)
+        elif e not in engines:
+            engines.append(e)
+    return engines
+
+
+def run_engine(
+    ctx: RunContext, name: str, path: str, names: list[str], emit: Callable[[Result], None]
+) -> tuple[str, list[Result]]:
+    """Every benchmark of `names`, in order, on engine `name` in `path`; return (its version, results)."""
+    eng = ENGINES[name](path, ctx.sync)
+    results = []
+    try:
+        eng.open(fresh=True)
+        version = eng.version()
+        for step, bench in enumerate(names):
+            if bench in FRESH_DB and step > 0:
+                eng.open(fresh=True)
+            r = WORKLOADS[bench](ctx, eng, step)
+            results.append(r)
+            emit(r)
+    finally:
+        eng.close()
+    return version, results
+
+
+def print_grouped(names: list[str], versions: list[str], results: list[Result]) -> None:
+    """The engines' versions, then each benchmark's lines, one per engine, and lsm's ratio to the others."""
+    for v in versions:
+        print(f"# {v}")
+    for bench in names:
+        group = [r for r in results if r.benchmark == bench]
+        for r in group:
+            print(r.line())
+        ratio = ratio_line(bench, group)
+        if ratio:
+            print(ratio)
+
+
+def main(argv: list[str]) -> int:
+    """``lsm bench [db] ARGS``: run the benchmarks on lsm and the ``--compare`` engines; print the figures."""
+    p = parser()
+    a = p.parse_args(argv)
+    names = split_list(a.benchmarks)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        p.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+    engines = _engine_names(p, a.compare)
+    ctx = RunContext(
+        num=a.num,
+        reads=a.num if a.reads is None else a.reads,
+        value_size=a.value_size,
+        batch_size=a.batch_size,
+        sync=a.sync,
+        seed=a.seed,
+        progress=not a.no_progress,
+        values=make_values(a.value_size, a.compression_ratio, a.seed),
+    )
+    stream = len(engines) == 1 and not a.json  # one engine: print each line as soon as it is measured
+
+    def emit(r: Result) -> None:
+        if stream:
+            print(r.line(), flush=True)
+        elif not a.json and ctx.progress and sys.stderr.isatty():
+            print(f"# done: {r.line()}", file=sys.stderr, flush=True)
+
+    root = a.db or tempfile.mkdtemp(prefix="lsm-bench-")
+    results: list[Result] = []
+    versions: list[str] = []
+    try:
+        os.makedirs(root, exist_ok=True)
+        if not a.json:
+            _print_header(ctx, a, names, engines, root)
+        for name in engines:
+            version, got = run_engine(ctx, name, os.path.join(root, name), names, emit)
+            versions.append(version)
+            results += got
+    finally:
+        if a.db is None:
+            shutil.rmtree(root, ignore_errors=True)
+    if a.json:
+        print(json.dumps([r.to_dict() for r in results], indent=1))
+    elif not stream:
+        print_grouped(names, versions, results)
+    return 0
+
+
+def _print_header(
+    ctx: RunContext, a: argparse.Namespace, names: list[str], engines: list[str], root: str
+) -> None:
+    print(f"Engines:    {', '.join(engines)} (each with its default options)")
+    print(f"Keys:       {KEY_SIZE} bytes each")
+    print(f"Values:     {ctx.value_size} bytes each (compression ratio {a.compression_ratio})")
+    print(f"Entries:    {ctx.num}")
+    print(f"Reads:      {ctx.reads}")
+    print(f"WriteBatch: {ctx.batch_size} ops")
+    print(f"Sync:       {'true' if ctx.sync else 'false'}")
+    print(f"Seed:       {ctx.seed}")
+    print(f"DB:         {root}{'' if a.db else ' (temporary, removed after)'}")
+    print(f"Benchmarks: {','.join(names)}")
+    print("-" * 48, flush=True)

@@ -1,0 +1,238 @@
+"""``lsm log write|show``: produce to and inspect a partitioned log (`lsm.sources.PartitionedLog`).
+
+``lsm log write DIR`` reads JSON Lines on stdin, one record per line, and appends each to its partition
+as soon as it is read (so a producer can stream into it)::
+
+    {"partition": 0, "key": "user:1", "value": "alice", "ttl": 60000, "event_ts": 1700000000000,
+     "tx": "t1", "tx_end": true}
+
+- ``key`` (required) and ``value`` (required; ``null`` is a delete) are UTF-8 text, or hex when the
+  object also holds ``"key_hex": true`` / ``"value_hex": true``: the same convention as every ``--json``
+  output of `lsm` (see tools/render.py), so the records of ``lsm log show --json`` can be written back.
+- ``partition`` defaults to ``--partition`` (0); ``ttl`` (ms), ``event_ts`` (ms or RFC 3339), ``tx``
+  (int or string) and ``tx_end`` (bool) are optional. Unknown fields are refused.
+- ``offset`` is optional: the log assigns offsets, and when a line gives one it must be the offset the
+  record gets (so copying a log, or resuming a copy, cannot silently misplace records).
+
+A bad line stops the command (exit 2) naming the line; the lines before it were already appended.
+
+``lsm log show DIR`` prints the complete records (partition, offset, op, key, value, ttl, event_ts, tx),
+and notes a torn tail (a record a producer is still appending). ``--json`` prints a JSON array of the
+record objects above, each with its ``offset``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tools import render
+
+FIELDS = frozenset(
+    ("partition", "offset", "key", "key_hex", "value", "value_hex", "ttl", "event_ts", "tx", "tx_end")
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("log", help="a partitioned log (the source of lsm ingest): write, show")
+    s = p.add_subparsers(dest="log_command", metavar="COMMAND", required=True)
+    w = s.add_parser(
+        "write",
+        help="append records given as JSON Lines on stdin to a partitioned log",
+        description="Append one record per JSON line of stdin to the partitioned log in DIR (created if "
+        'missing), each as soon as it is read: {"partition": 0, "key": "k", "value": "v" or null, "ttl": '
+        'ms, "event_ts": ms or RFC 3339, "tx": id, "tx_end": true}. Keys and values are UTF-8 text, or hex '
+        'with "key_hex": true / "value_hex": true. Prints where the records went.',
+    )
+    w.add_argument("dir", metavar="DIR")
+    w.add_argument(
+        "--partition", type=render.int_arg(0), default=0, metavar="P", help="for lines without one (0)"
+    )
+    w.add_argument("--sync", action="store_true", help="fsync after every record (else once at the end)")
+    w.add_argument("--json", action="store_true", help="print the summary as JSON")
+    w.set_defaults(func=cmd_write)
+
+    sh = s.add_parser(
+        "show",
+        help="the complete records of a partitioned log, and any torn tail",
+        description="Print the complete records of the partitioned log in DIR, partition by partition in "
+        "offset order, and where a partition ends in a torn record (a producer mid-append: not yet a "
+        "record).",
+    )
+    sh.add_argument("dir", metavar="DIR")
+    sh.add_argument("--partition", type=render.int_arg(0), metavar="P", help="only partition P")
+    sh.add_argument("--from", dest="start", type=render.int_arg(0), default=0, metavar="OFFSET")
+    sh.add_argument("--limit", type=render.int_arg(0), metavar="N", help="at most N records per partition")
+    render.add_output_args(sh)
+    sh.set_defaults(func=cmd_show)
+
+
+# -- write ----------------------------------------------------------------------------------------------
+def _bytes_field(obj: dict[str, Any], field: str) -> bytes | None:
+    v = obj[field]
+    is_hex = obj.get(f"{field}_hex", False)
+    if not isinstance(is_hex, bool):
+        raise ValueError(f'"{field}_hex" must be true or false')
+    if v is None:
+        if is_hex:
+            raise ValueError(f'"{field}_hex" given for a null {field}')
+        return None
+    if not isinstance(v, str):
+        raise ValueError(f'"{field}" must be a string (text, or hex with "{field}_hex": true) or null')
+    if is_hex:
+        try:
+            return bytes.fromhex(v)
+        except ValueError:
+            raise ValueError(f'"{field}" is not hex') from None
+    return v.encode("utf-8", "surrogateescape")
+
+
+def _int_field(obj: dict[str, Any], field: str) -> int | None:
+    v = obj.get(field)
+    if v is not None and (type(v) is not int):
+        raise ValueError(f'"{field}" must be an integer')
+    return v
+
+
+def parse_line(line: str, default_partition: int) -> tuple[int, int | None, dict[str, Any]]:
+    """(partition, expected offset or None, LogWriter.append keyword arguments) for one JSON line;
+    ValueError if it is bad."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e.msg} at column {e.colno}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("a record must be a JSON object")
+    unknown = sorted(set(obj) - FIELDS)
+    if unknown:
+        raise ValueError(f"unknown fields {unknown} (known: {sorted(FIELDS)})")
+    for field in ("key", "value"):
+        if field not in obj:
+            raise ValueError(f'"{field}" is required ("value": null is a delete)')
+    key = _bytes_field(obj, "key")
+    if key is None:
+        raise ValueError('"key" must not be null')
+    partition = obj.get("partition", default_partition)
+    if type(partition) is not int or partition < 0:
+        raise ValueError('"partition" must be an integer >= 0')
+    event_ts = obj.get("event_ts")
+    if isinstance(event_ts, str):
+        event_ts = render.parse_time(event_ts)
+    elif event_ts is not None and type(event_ts) is not int:
+        raise ValueError('"event_ts" must be integer ms or an RFC 3339 string')
+    tx = obj.get("tx")
+    if tx is not None and type(tx) not in (int, str):
+        raise ValueError('"tx" must be an integer or a string')
+    tx_end = obj.get("tx_end", False)
+    if not isinstance(tx_end, bool):
+        raise ValueError('"tx_end" must be true or false')
+    offset = obj.get("offset")
+    if offset is not None and (type(offset) is not int or offset < 0):
+        raise ValueError('"offset" must be an integer >= 0')
+    kw = {
+        "key": key,
+        "value": _bytes_field(obj, "value"),
+        "ttl": _int_field(obj, "ttl"),
+        "event_ts": event_ts,
+        "tx": tx,
+        "tx_end": tx_end,
+    }
+    return partition, offset, kw
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    from lsm.sources import LogWriter
+
+    written: dict[int, list[int]] = {}  # partition -> [first offset, next offset]
+    count = 0
+    with LogWriter(args.dir, sync=args.sync) as w:
+        for lineno, line in enumerate(sys.stdin, 1):
+            if not line.strip():
+                continue
+            try:
+                partition, expected, kw = parse_line(line, args.partition)
+                if expected is not None and expected != w.end(partition):
+                    raise ValueError(
+                        f"the record says offset {expected}, but the next offset of partition {partition} "
+                        f"is {w.end(partition)}"
+                    )
+                offset = w.append(partition, **kw)
+            except (ValueError, TypeError) as e:
+                n = "1 record" if count == 1 else f"{count} records"
+                before = f"; the {n} before it {'was' if count == 1 else 'were'} written" if count else ""
+                raise ValueError(f"stdin line {lineno}: {e}{before}") from None
+            span = written.setdefault(partition, [offset, offset])
+            span[1] = offset + 1
+            count += 1
+    parts = {str(p): {"first": a, "next": b} for p, (a, b) in sorted(written.items())}
+    if args.json:
+        render.print_json({"dir": args.dir, "records": count, "partitions": parts})
+        return 0
+    spans = "; ".join(
+        f"partition {p}: " + (f"offset {a}" if b - a == 1 else f"offsets {a}..{b - 1}")
+        for p, (a, b) in sorted(written.items())
+    )
+    render.print_text(
+        f"wrote {count} record{'s' if count != 1 else ''} to {args.dir}" + (f" ({spans})" if spans else "")
+    )
+    return 0
+
+
+# -- show -----------------------------------------------------------------------------------------------
+def record_json(r: Any, mode: str) -> dict[str, Any]:
+    """One record as a JSON object (the shape `lsm log write` reads, plus its offset)."""
+    d: dict[str, Any] = {"partition": r.partition, "offset": r.offset}
+    render.put_bytes(d, "key", r.key, mode)
+    render.put_bytes(d, "value", r.value, mode)
+    d.update(ttl=r.ttl, event_ts=r.event_ts, tx=r.tx, tx_end=r.tx_end)
+    return d
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from lsm.sources import PartitionedLog
+
+    mode = args.bytes_mode
+    log = PartitionedLog(args.dir)
+    parts = log.partitions() if args.partition is None else [args.partition]
+
+    def records():
+        for p in parts:
+            stop = None if args.limit is None else args.start + args.limit
+            yield from log.read(p, args.start, stop)
+
+    if args.json:
+        render.print_json_array(record_json(r, mode) for r in records())
+        return 0
+    cells = [
+        (
+            r.partition,
+            r.offset,
+            "delete" if r.value is None else "put",
+            render.bytes_for_table(r.key, mode),
+            render.bytes_for_table(r.value, mode, render.MAX_VALUE_CHARS),
+            "-" if r.ttl is None else r.ttl,
+            render.time_cell(r.event_ts),
+            "-" if r.tx is None else f"{r.tx}{' (end)' if r.tx_end else ''}",
+        )
+        for r in records()
+    ]
+    if cells:
+        render.print_text(
+            render.table(("partition", "offset", "op", "key", "value", "ttl", "event_ts", "tx"), cells)
+        )
+    ends = {p: log.end(p) for p in parts}
+    total = sum(ends.values())
+    render.print_text(
+        f"{len(parts)} partition{'s' if len(parts) != 1 else ''}, {total} record{'s' if total != 1 else ''}"
+        + (f" ({', '.join(f'{p}: {n}' for p, n in ends.items())})" if parts else "")
+    )
+    for p in parts:
+        torn = log.torn_bytes(p)
+        if torn:
+            render.print_text(
+                f"partition {p}: torn tail of {torn} bytes after offset {ends[p] - 1}: a record still being "
+                "appended (or cut short); it is not a record yet"
+            )
+    return 0

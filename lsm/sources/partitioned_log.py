@@ -10,6 +10,11 @@ The reader keeps, per partition, the byte position of every complete record it h
 reads what was appended since the last call and `read(p, start)` seeks straight to `start`. A file that
 got shorter or was replaced (a new inode) is indexed again from the start: its `end()` may then be below
 what a consumer already read, which ingest reports as `SourceRegressedError`.
+
+Each record is verified (both checksums) once: by the index pass. Reading verifies it again unless the
+file had settled when indexed and still has the same inode, size, mtime and ctime after the read (see
+`SETTLED_NS`, `_chunks` and docs/ingest.md). Reading decodes runs of about `CHUNK` bytes in one loop
+(`formats.log.decode_run`); `read_runs` hands them to bulk consumers as tuples, `read` as `SourceRecord`s.
 """
 
 from __future__ import annotations

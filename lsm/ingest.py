@@ -95,13 +95,15 @@ def _runs(source: Source, partition: int, start: int, stop: int) -> Iterator[tup
     """The records [start, stop) of `partition` as runs ``(tuples, simple)``; a tuple holds the fields of
     `SourceRecord` in order. `simple` says the run has consecutive offsets, one record each, and no
     transaction: every boundary in it is a cut. A `PartitionedLog` decodes whole runs (its `read_runs`);
-    any other source's records are converted."""
+    any other source's records are converted. The source's read is called here, not lazily, so what it
+    checks at the call (arguments, an index pass) raises before anything of this call is written."""
     read_runs = getattr(source, "read_runs", None)
     if read_runs is not None:
-        for run, has_tx in read_runs(partition, start, stop):
-            yield run, not has_tx
-        return
-    it = source.read(partition, start, stop)
+        return ((run, not has_tx) for run, has_tx in read_runs(partition, start, stop))
+    return _converted(source.read(partition, start, stop))
+
+
+def _converted(it: Iterator[SourceRecord]) -> Iterator[tuple[list[tuple], bool]]:
     while True:
         run = [(r.partition, r.offset, r.key, r.value, r.ttl, r.event_ts, r.tx, r.tx_end) for r in islice(it, 512)]
         if not run:

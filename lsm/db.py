@@ -44,15 +44,13 @@ from typing import Any
 
 from compaction.filter import Entry
 from compaction.merge import CompactionStats, OutputSpec, flush_rows, merge_sources
-from formats.manifest import Manifest, SortedRun, SstEntry
+from formats.manifest import Manifest, SstEntry
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_key, check_value
-from formats.sst import SstReader
 from formats.wal import encode_put, encode_record
 from lsm import bulk as bulk_mod
 from lsm import ingest as ingest_mod
 from lsm import wal as wal_files
 from lsm.batch import WriteBatch
-from lsm.cache import LruCache
 from lsm.clock import I64_MAX, MonotonicClock
 from lsm.compactor import DbCompactor
 from lsm.errors import (
@@ -65,7 +63,6 @@ from lsm.errors import (
 )
 from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.iterators import run_iter, visible_rows
-from lsm.manifest import FenceToken, ManifestStore, PublishUnknownError
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions, check_ttl
 from lsm.remap import IngestStats, Remap
@@ -74,6 +71,7 @@ from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
 from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, check_user_key, is_system
 from lsm.timeline import Timeline, parse_time
+from lsm.versions import Run, State, VersionSet
 from lsm.wal_lock import IdleReleaser
 
 SST_SUFFIX = ".sst"
@@ -81,26 +79,6 @@ SST_SUFFIX = ".sst"
 
 class ReadOnlyError(LsmError):
     """A write on a DB opened with read_only=True."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """A sorted run in the read path: its manifest record, open readers and their last keys."""
-
-    record: SortedRun
-    readers: tuple[SstReader, ...]
-    last_keys: tuple[bytes, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class State:
-    """What readers see, swapped atomically as a whole."""
-
-    mem: Memtable
-    imm: tuple[Memtable, ...]  # frozen memtables, newest first
-    l0: tuple[tuple[SstEntry, SstReader], ...]  # newest first
-    runs: tuple[Run, ...]  # newest first
-    gen: int
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -134,24 +112,20 @@ class DB:
         self.path = path
         self.options = options
         self.read_only = read_only
-        self._sst_dir = os.path.join(path, "sst")
         self._wal_dir = os.path.join(path, "wal")
         _prepare_dir(path, create=not read_only)
-        self._store = ManifestStore(path)
-        self._cache = LruCache(options.block_cache_bytes)
-        self._readers: dict[str, SstReader] = {}
-        self._write_lock = threading.Lock()
-        self._state_lock = threading.Lock()
-        self._commit_lock = threading.Lock()
-        self._cv = threading.Condition(threading.Lock())
         self._bg_error: BaseException | None = None
+        # the version set owns the manifest, the SST readers and the read path's State (lsm.versions);
+        # its locks come after the write lock: write lock -> commit lock -> state lock (self._state_lock)
+        vs = self._vs = VersionSet(path, options, read_only, lambda: self._bg_error, self._fail)
+        self._sst_dir = vs.sst_dir
+        self._write_lock = threading.Lock()  # the write path: seq, WAL appends, memtable rotation; taken first
+        self._state_lock = vs.lock  # the version set's state lock (taken last, held briefly)
+        self._cv = threading.Condition(threading.Lock())  # flush hand-off: imm queue, _stopping, _bg_error
         self._stopping = False
-        self._snapshots: Counter[int] = Counter()
+        self._snapshots: Counter[int] = Counter()  # guarded by the state lock
         self._as_of_snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()  # open snapshot_at() results
-        self._iter_gens: Counter[int] = Counter()
-        self._obsolete: list[tuple[int, list[str]]] = []
         self._wal: wal_files.WalWriter | None = None
-        self._token: FenceToken | None = None
         self._flush_thread: threading.Thread | None = None
         self._on_flush_hooks: list[Callable[[], None]] = []
         self._on_close_hooks: list[Callable[[], None]] = []
@@ -161,31 +135,28 @@ class DB:
         self._default_ttl = options.default_ttl
         self.user_bytes_written = 0
         self.flush_bytes_written = 0
+        self._engine = Engine(self)
 
-        man_id, man = self._open_manifest()
-        self._manifest_id, self._manifest = man_id, man
+        man = vs.manifest
         if not read_only:
-            self._store.remove_stale_tmp()
-        self._writer_epoch = man.writer_epoch
-        self._compactor_epoch = man.compactor_epoch
-        self._next_id = max(man.next_sst_id, _max_sst_number(self._sst_dir) + 1)
-        state_l0 = tuple((e, self._reader(e.name)) for e in man.l0)
-        state_runs = tuple(self._make_run(r) for r in man.runs)
+            vs.store.remove_stale_tmp()
+        self._writer_epoch = vs.writer_epoch
+        self._token_bytes, self._epoch_bytes = vs.token_bytes, vs.epoch_bytes
 
         self._timeline = Timeline(man.seq_tracker, man.time_seq, options.time_seq_min_time)
         mem, max_ts, last_seg = self._replay_wal(man)
         self._seq = max(man.last_seq, mem.max_seq)
         self._last_commit_ts = max(man.clock_watermark, max_ts)
         self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts))
-        self._state = State(mem, (), state_l0, state_runs, 0)
+        vs.open_state(mem)
         self._closed = False
         if read_only:
             return
         try:
             if not mem.is_empty():
-                self._state = dataclasses.replace(self._state, mem=Memtable(last_seg + 1), imm=(mem,))
+                vs.swap_memtable(Memtable(last_seg + 1))
                 self._flush_memtable(mem)
-            next_seg = max(last_seg + 1, self._manifest.wal_replay_from)
+            next_seg = max(last_seg + 1, vs.manifest.wal_replay_from)
             # every older segment is flushed or empty: retire them all, so that a fenced handle still
             # appending to one can never have those writes replayed
             self._delete_wal_below(next_seg)
@@ -196,37 +167,17 @@ class DB:
                 except FileExistsError:  # a handle we just fenced rotated into it: skip past
                     next_seg += 1
             new_mem = Memtable(next_seg)
-            self._state = dataclasses.replace(self._state, mem=new_mem)
+            vs.state = dataclasses.replace(vs.state, mem=new_mem)
             self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
             self._flush_thread.start()
-            self._lock_releaser = IdleReleaser(self)
-            self._compactor = DbCompactor(self)
+            self._lock_releaser = IdleReleaser(self._engine)
+            self._compactor = DbCompactor(self._engine)
             if self._compactor.background is not None:
                 self._on_flush_hooks.append(self._compactor.background.wake)
                 self._compactor.background.wake()
         except BaseException:
             self._release()
             raise
-
-    def _open_manifest(self) -> tuple[int, Manifest]:
-        store = self._store
-        for _ in range(100):
-            mid, man = store.latest()
-            if man is None:
-                if self.read_only:
-                    raise NotADatabaseError(f"{self.path}: no manifest: not an lsm-sim database")
-                store.try_create(1, Manifest())
-                continue
-            if self.read_only:
-                return mid, man
-            bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1)
-            if store.try_create(mid + 1, bumped):
-                self._token = FenceToken(store.dir)
-                self._token.publish(bumped.writer_epoch)
-                self._token_bytes = self._token.view
-                self._epoch_bytes = self._token.encode(bumped.writer_epoch)
-                return mid + 1, bumped
-        raise FencedError(f"{self.path}: could not open: the manifest keeps changing under us")
 
     def _replay_wal(self, man: Manifest) -> tuple[Memtable, int, int]:
         """Replay unflushed WAL records into a memtable; return it, the newest ts seen, and the last segment."""
@@ -254,78 +205,7 @@ class DB:
     # -- SST bookkeeping ---------------------------------------------------------------------------
     def sst_path(self, name: str) -> str:
         """The path of the SST file `name` in this database's ``sst/`` directory."""
-        return os.path.join(self._sst_dir, name)
-
-    def _reader(self, name: str) -> SstReader:
-        r = self._readers.get(name)
-        if r is None:
-            r = SstReader(self.sst_path(name), cache=self._cache if self.options.block_cache_bytes else None)
-            self._readers[name] = r
-        return r
-
-    def _make_run(self, record: SortedRun) -> Run:
-        readers = tuple(self._reader(e.name) for e in record.ssts)
-        return Run(record, readers, tuple(e.info.last_key for e in record.ssts))
-
-    def _alloc_ids(self, n: int = 1) -> int:
-        with self._state_lock:
-            first = self._next_id
-            self._next_id += n
-            return first
-
-    def _output_spec(self, prefix: str, target_bytes: int | None) -> OutputSpec:
-        o = self.options
-        return OutputSpec(
-            directory=self._sst_dir,
-            prefix=f"{prefix}-e{self._writer_epoch}",  # unique per open: a fenced handle never clobbers a name
-            format_version=o.sst_format_version,
-            block_bytes=o.block_bytes,
-            bloom_bits_per_key=o.bloom_bits_per_key,
-            compression=o.compression,
-            target_bytes=target_bytes,
-        )
-
-    def _commit(
-        self, edit: Callable[[Manifest], Manifest], on_commit: Callable[[Manifest], None] | None = None
-    ) -> Manifest:
-        """Publish edit(current manifest) as the next version (CAS); FencedError if another handle took over.
-
-        `on_commit(new)` runs under the commit lock right after the commit, so read-path state swaps
-        happen in commit order."""
-        with self._commit_lock:
-            if isinstance(self._bg_error, DbFailedError):
-                # the store's files may be ahead of what this handle knows (a maybe-published version):
-                # only a reopen may commit again
-                raise self._bg_error
-            for _ in range(100):
-                base = self._manifest
-                new = edit(base)
-                new = new.replace(next_sst_id=max(new.next_sst_id, self._next_id))
-                try:
-                    created = self._store.try_create(self._manifest_id + 1, new)
-                except PublishUnknownError as e:
-                    raise self._fail(e.error, published=None) from e.error
-                except OSError as e:
-                    raise self._fail(e) from e
-                if created:
-                    self._manifest_id += 1
-                    self._manifest = new
-                    if self._manifest_id % 16 == 0:
-                        self._store.prune(self.options.manifest_history)
-                    if on_commit is not None:
-                        on_commit(new)
-                    return new
-                lid, latest = self._store.latest()
-                if latest is None or (latest.writer_epoch, latest.compactor_epoch) != (
-                    self._writer_epoch,
-                    self._compactor_epoch,
-                ):
-                    raise FencedError(
-                        f"{self.path}: another handle opened this database (writer epoch "
-                        f"{latest.writer_epoch if latest else '?'} > {self._writer_epoch}); this one is fenced"
-                    )
-                self._manifest_id, self._manifest = lid, latest
-            raise FencedError(f"{self.path}: manifest commit kept conflicting")
+        return self._vs.sst_path(name)
 
     # -- write path --------------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes, ttl: int | None = None, options: WriteOptions | None = None) -> int:
@@ -367,7 +247,7 @@ class DB:
             except OSError as e:
                 wal.release()
                 raise self._fail(e) from e
-            mem = self._state.mem
+            mem = self._vs.state.mem
             mem.add((key, seq, ts, exp, value))
             self._seq = seq
             self._last_commit_ts = ts
@@ -408,7 +288,7 @@ class DB:
         raise self._bg_error
 
     def _check_fence(self) -> None:
-        if self._token.read() != self._writer_epoch:
+        if self._vs.is_fenced():
             raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
 
     def _fenced(self, wal: wal_files.WalWriter) -> None:
@@ -455,7 +335,7 @@ class DB:
             wal = self._wal
             if not wal.held:  # as in put
                 wal.hold()
-            if self._token.read() != self._writer_epoch:
+            if self._vs.is_fenced():
                 self._fenced(wal)
             ts = self._clock.tick()
             seq = self._seq + 1
@@ -465,7 +345,7 @@ class DB:
             except OSError as e:
                 wal.release()
                 raise self._fail(e) from e
-            mem = self._state.mem
+            mem = self._vs.state.mem
             for key, exp, value in wal_ops:
                 mem.add((key, seq, ts, exp, value))
             self._seq = seq
@@ -479,7 +359,7 @@ class DB:
 
     def _rotate_locked(self) -> None:
         """Freeze the memtable behind a new WAL segment and hand it to the flush thread (write lock held)."""
-        old = self._state.mem
+        old = self._vs.state.mem
         if old.is_empty():
             return
         new = Memtable(old.segment_id + 1)
@@ -493,12 +373,10 @@ class DB:
             raise self._fail(e) from e
         old_wal, self._wal = self._wal, new_wal
         old_wal.close()
-        with self._state_lock:
-            st = self._state
-            self._state = dataclasses.replace(st, mem=new, imm=(old,) + st.imm, gen=st.gen + 1)
+        self._vs.swap_memtable(new)
         with self._cv:
             self._cv.notify_all()
-            while len(self._state.imm) > self.options.max_immutable_memtables and self._bg_error is None:
+            while len(self._vs.state.imm) > self.options.max_immutable_memtables and self._bg_error is None:
                 self._cv.wait()
 
     def flush(self) -> None:
@@ -511,7 +389,7 @@ class DB:
 
     def _wait_flushed(self) -> None:
         with self._cv:
-            while self._state.imm and self._bg_error is None:
+            while self._vs.state.imm and self._bg_error is None:
                 self._cv.wait()
         if self._bg_error is not None:
             raise self._bg_error
@@ -519,12 +397,12 @@ class DB:
     def _flush_loop(self) -> None:
         while True:
             with self._cv:
-                while not self._state.imm and not self._stopping:
+                while not self._vs.state.imm and not self._stopping:
                     self._cv.wait()
-                if not self._state.imm:
+                if not self._vs.state.imm:
                     return
             try:
-                self._flush_memtable(self._state.imm[-1])
+                self._flush_memtable(self._vs.state.imm[-1])
             except BaseException as e:  # noqa: BLE001 - surfaced to writers as the background error
                 with self._cv:
                     if self._bg_error is None:  # the first failure is the one to report
@@ -539,7 +417,7 @@ class DB:
     def _flush_memtable(self, mem: Memtable) -> None:
         """Write one frozen memtable to L0, commit, swap it into the read path, retire its WAL."""
         tick = self._clock.read()
-        spec = self._output_spec(f"{self._alloc_ids():020d}", None)
+        spec = self._vs.new_output(None)
         dropped = CompactionStats()  # its history_floor: the newest version the flush dropped
         try:
             # on failure flush_rows removes what it wrote: nothing references it yet
@@ -557,7 +435,7 @@ class DB:
         try:
             fsync_dir(self._sst_dir)
         except OSError as e:
-            self._discard_outputs(entries)
+            self._vs.discard_outputs(entries)
             raise self._fail(e) from e
         watermark = max(mem.max_ts, self._clock.last)
 
@@ -572,24 +450,16 @@ class DB:
             )
 
         try:
-            self._commit(edit, lambda m: self._install(m, drop_imm=mem))
+            self._vs.commit(edit, lambda m: self._vs.install(m, drop_imm=mem))
         except DbFailedError as e:
             if e.published is not None:  # known unpublished; otherwise a manifest on disk may name them
-                self._discard_outputs(entries)
+                self._vs.discard_outputs(entries)
             raise
         except BaseException:
-            self._discard_outputs(entries)
+            self._vs.discard_outputs(entries)
             raise
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
         self._delete_wal_below(mem.segment_id + 1)
-
-    def _discard_outputs(self, entries: tuple[SstEntry, ...]) -> None:
-        """Delete SSTs of a flush no manifest references (its commit failed before publishing)."""
-        for e in entries:
-            r = self._readers.pop(e.name, None)
-            if r is not None:
-                r.close()
-            unlink_quiet(self.sst_path(e.name))
 
     def _fail(self, error: BaseException, published: bool | None = False) -> DbFailedError:
         """Enter the failed state for `error` (an I/O error on the write path); return the error to raise.
@@ -603,15 +473,6 @@ class DB:
             self._cv.notify_all()
         return err
 
-    def _install(self, m: Manifest, drop_imm: Memtable | None = None) -> None:
-        """Point the read path at manifest `m` (called under the commit lock, in commit order)."""
-        l0 = tuple((e, self._reader(e.name)) for e in m.l0)
-        runs = tuple(self._make_run(r) for r in m.runs)
-        with self._state_lock:
-            st = self._state
-            imm = st.imm if drop_imm is None else tuple(x for x in st.imm if x is not drop_imm)
-            self._state = dataclasses.replace(st, imm=imm, l0=l0, runs=runs, gen=st.gen + 1)
-
     def _manifest_extras(self, m: Manifest) -> dict[str, Any]:
         """Fields folded into every writer commit: the seq<->time maps (see lsm.timeline)."""
         return self._timeline.to_manifest()
@@ -622,7 +483,7 @@ class DB:
         # an open as-of snapshot judges expiry at its own time: keep what had not expired by then
         with self._state_lock:
             snaps = list(self._as_of_snapshots)  # dropped outside the lock: a last reference runs close()
-        held = [s.read_ts for s in snaps if not s._closed]
+        held = [s.read_ts for s in snaps if not s.closed]
         if held:
             cutoff = min(held) if cutoff is None else min(cutoff, *held)
         return cutoff
@@ -645,7 +506,7 @@ class DB:
     def _find(self, key: bytes, max_seq: int | None, st: State | None = None) -> tuple | None:
         """The newest version of `key` with seq <= max_seq, tombstones included."""
         if st is None:
-            st = self._state
+            st = self._vs.state
         row = st.mem.get(key, max_seq)
         if row is not None:
             return row
@@ -679,10 +540,10 @@ class DB:
             # flush that completes in between may drop versions <= seq that newer rows shadow, so a
             # state read after the seq can lack them. Read first, it holds every commit up to the
             # last one in its memtable, a consistent prefix of what the seq allows.
-            st = self._state
+            st = self._vs.state
             max_seq = self._seq
         else:
-            st = self._state
+            st = self._vs.state
         row = st.mem.get(key, max_seq)
         if row is None:
             row = self._find(key, max_seq, st)
@@ -700,14 +561,35 @@ class DB:
         row = self._visible(key, max_seq, include_expired, now)
         return None if row is None else Entry(row[0], row[4], row[1], row[2], row[3])
 
+    def _read_point(self, options: ReadOptions) -> tuple[int | None, bool, int | None]:
+        """(max_seq, include_expired, now) of a read with `options` (its snapshot and its time)."""
+        now = options.now
+        if now is not None and type(now) is not int:
+            now = parse_time(now)
+        snap = options.snapshot
+        if snap is None:
+            return None, options.include_expired, now
+        if snap.db is not self:
+            raise ValueError("ReadOptions.snapshot belongs to another DB handle")
+        if snap.closed:
+            raise ClosedError("snapshot is released")
+        return snap.seq, options.include_expired, snap.read_ts if now is None else now
+
     def get(self, key: bytes, options: ReadOptions | None = None) -> bytes | None:
-        """The value of `key`, or None if it is absent, deleted or expired."""
-        row = self._visible(key, None, options is not None and options.include_expired, None)
+        """The value of `key`, or None if it is absent, deleted or expired.
+
+        ReadOptions: `snapshot` reads as of that snapshot, `now` judges expiry at that time."""
+        if options is None:
+            row = self._visible(key, None, False, None)
+        else:
+            row = self._visible(key, *self._read_point(options))
         return None if row is None else row[4]
 
     def get_entry(self, key: bytes, options: ReadOptions | None = None) -> Entry | None:
-        """The visible row of `key` with its metadata (seq, ts, expire_ts), or None."""
-        return self._get_entry(key, None, options is not None and options.include_expired, None)
+        """The visible row of `key` with its metadata (seq, ts, expire_ts), or None (ReadOptions as in get)."""
+        if options is None:
+            return self._get_entry(key, None, False, None)
+        return self._get_entry(key, *self._read_point(options))
 
     def scan(
         self,
@@ -721,7 +603,8 @@ class DB:
     ) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs with start <= key < end (and key starting with prefix), in key order.
 
-        as_of (ms or RFC 3339) reads the state as of that time (see `snapshot_at`)."""
+        as_of (ms or RFC 3339) reads the state as of that time (see `snapshot_at`); ReadOptions as in
+        `get` (a snapshot excludes as_of; `now` overrides the expiry time as_of sets)."""
         return self._public_scan(start, end, reverse, prefix, options, as_of, False)
 
     def scan_entries(
@@ -739,11 +622,13 @@ class DB:
 
     def _public_scan(self, start, end, reverse, prefix, options, as_of, entries: bool) -> Iterator:
         self._check_open()
-        include = options is not None and options.include_expired
+        max_seq, include, now = (None, False, None) if options is None else self._read_point(options)
         if as_of is not None:
+            if max_seq is not None:
+                raise ValueError("scan() takes as_of= or ReadOptions.snapshot, not both")
             t = parse_time(as_of)
-            return self._user_scan(start, end, reverse, prefix, self._as_of_seq(t), include, t, entries)
-        return self._user_scan(start, end, reverse, prefix, None, include, None, entries)
+            return self._user_scan(start, end, reverse, prefix, self._as_of_seq(t), include, t if now is None else now, entries)
+        return self._user_scan(start, end, reverse, prefix, max_seq, include, now, entries)
 
     def _user_scan(self, start, end, reverse, prefix, max_seq, include_expired, now, entries) -> Iterator:
         """`_scan` without the reserved key space [SYSTEM_PREFIX, SYSTEM_END): the parts below and above it."""
@@ -782,11 +667,12 @@ class DB:
                 end = pend
         if now is None:
             now = self._clock.read()
-        with self._state_lock:
-            st = self._state
+        vs = self._vs
+        with vs.lock:
+            st = vs.state
             if max_seq is None:
                 max_seq = self._seq  # read with the state, see _get_entry
-            self._iter_gens[st.gen] += 1
+            vs.iter_gens[st.gen] += 1
         it = self._scan_gen(st, start, end, reverse, max_seq, include_expired, now, entries)
         next(it)  # run it to its first yield, inside the try: dropped unread, it still unpins st.gen
         return it
@@ -808,30 +694,7 @@ class DB:
                 for r in rows:
                     yield (r[0], r[4])
         finally:
-            self._release_gen(st.gen)
-
-    def _release_gen(self, gen: int) -> None:
-        with self._state_lock:
-            self._iter_gens[gen] -= 1
-            if self._iter_gens[gen] <= 0:
-                del self._iter_gens[gen]
-        self._delete_obsolete()
-
-    def _retire_files(self, names: list[str]) -> None:
-        """Files no longer in the manifest: deleted once no iterator started before now is open."""
-        with self._state_lock:
-            self._obsolete.append((self._state.gen, names))
-        self._delete_obsolete()
-
-    def _delete_obsolete(self) -> None:
-        with self._state_lock:
-            oldest = min(self._iter_gens) if self._iter_gens else None
-            ready = [x for x in self._obsolete if oldest is None or oldest > x[0]]
-            self._obsolete = [x for x in self._obsolete if not (oldest is None or oldest > x[0])]
-        for _gen, names in ready:
-            for name in names:
-                self._readers.pop(name, None)
-                unlink_quiet(self.sst_path(name))
+            self._vs.unpin(st.gen)
 
     # -- snapshots ---------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -840,7 +703,7 @@ class DB:
         with self._state_lock:
             seq = self._seq
             self._snapshots[seq] += 1
-        return Snapshot(self, seq)
+        return Snapshot(self, seq, release=self._release_snapshot)
 
     def _release_snapshot(self, seq: int) -> None:
         with self._state_lock:
@@ -872,7 +735,7 @@ class DB:
                     self._rotate_locked()
                 self._wait_flushed()
                 watermark = self._clock.last
-                self._commit(
+                self._vs.commit(
                     lambda m: m.replace(
                         clock_watermark=max(m.clock_watermark, watermark), **self._manifest_extras(m)
                     )
@@ -907,12 +770,7 @@ class DB:
                 finally:
                     self._wal.close()
                     self._wal = None
-            if self._token is not None:
-                self._token.close()
-                self._token = None
-            for r in list(self._readers.values()):
-                r.close()
-            self._readers.clear()
+            self._vs.close()
             self._closed = True
         if failure is not None:
             raise failure
@@ -934,6 +792,12 @@ class DB:
         one's; None when there is none in that direction."""
         self._check_open()
         return self._timeline.timestamp_for_seq(seq, round)
+
+    def seq_tracker_entries(self) -> list[tuple[int, int]]:
+        """The seq tracker's (seq, unix second) pairs, oldest first: what timestamp_for_seq and
+        seq_for_timestamp interpolate between."""
+        self._check_open()
+        return self._timeline.tracker_entries()
 
     def seq_for_timestamp(self, ts_ms: int | str, round: Round = Round.DOWN) -> int | None:
         """The seq tracked at time `ts_ms` (ms or RFC 3339); otherwise the previous (DOWN) or next (UP)."""
@@ -969,7 +833,7 @@ class DB:
         with self._state_lock:
             seq = self._as_of_seq(t)
             self._snapshots[seq] += 1
-            snap = Snapshot(self, seq, read_ts=t)
+            snap = Snapshot(self, seq, read_ts=t, release=self._release_snapshot)
             self._as_of_snapshots.add(snap)
         return snap
 
@@ -991,9 +855,9 @@ class DB:
                 return iter(())
         now = self._clock.read()
         with self._state_lock:
-            st = self._state
+            st = self._vs.state
             top = self._seq
-            self._iter_gens[st.gen] += 1
+            self._vs.iter_gens[st.gen] += 1
         try:
             sources = [st.mem.iter()] + [m.iter() for m in st.imm]
             sources += [r.iter() for _e, r in st.l0 if r.info.max_seq > seq]
@@ -1013,7 +877,7 @@ class DB:
                     value = None
                 out.append((row[1], row[0], value, row[2]))
         finally:
-            self._release_gen(st.gen)
+            self._vs.unpin(st.gen)
         out.sort(key=lambda c: (c[0], c[1]))
         return iter(out)
 
@@ -1026,7 +890,7 @@ class DB:
         """Forget the time bins (after a clock mishap); committed to the manifest at once."""
         self._check_writable()
         self._timeline.reset_bins()
-        self._commit(lambda m: m.replace(**self._manifest_extras(m)))
+        self._vs.commit(lambda m: m.replace(**self._manifest_extras(m)))
 
     # -- compaction --------------------------------------------------------------------------------
     def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
@@ -1136,7 +1000,7 @@ class DB:
     def bulk_output_spec(self) -> OutputSpec:
         """Where and how a bulk load writes its SSTs (tasks add attempt-unique suffixes to the prefix)."""
         self._check_writable()
-        return self._output_spec(f"{self._alloc_ids():020d}-bulk", self.options.target_sst_bytes)
+        return self._vs.output_spec(f"{self._vs.alloc_ids():020d}-bulk", self.options.target_sst_bytes)
 
     def commit_bulk(self, entries: list[SstEntry], base: int, last: int, ts: int) -> None:
         """Commit a bulk load's SSTs (seqs in [base, last], from `reserve_seqs`; newest first) in ONE
@@ -1144,7 +1008,7 @@ class DB:
         be). Pauses compaction for the edit, so none can commit across it."""
         self._check_writable()
         fsync_dir(self._sst_dir)
-        with self._compactor._lock:
+        with self._compactor.exclusive():
 
             def edit(m: Manifest) -> Manifest:
                 return m.replace(
@@ -1154,7 +1018,7 @@ class DB:
                     **self._manifest_extras(m),
                 )
 
-            self._commit(edit, self._install)
+            self._vs.commit(edit, self._vs.install)
 
     def remap(self, name: str) -> Remap:
         """The lsm.Remap of source `name` (its bindings, frontier, as-of lookups); UnknownSourceError if
@@ -1193,27 +1057,105 @@ class DB:
                         f"known to be no later than {after} ms)"
                     )
             self._snapshots[seq] += 1
-            snap = Snapshot(self, seq, read_ts=read_ts)
+            snap = Snapshot(self, seq, read_ts=read_ts, release=self._release_snapshot)
             if read_ts is not None:
                 self._as_of_snapshots.add(snap)
         return snap
 
     # -- introspection -----------------------------------------------------------------------------
     @property
+    def closed(self) -> bool:
+        """True once the handle is closed (reads and writes then raise ClosedError)."""
+        return self._closed
+
+    @property
+    def engine(self) -> Engine:
+        """The engine's internal services (compaction, ingest, the WAL lock); not a user API."""
+        return self._engine
+
+    @property
     def manifest(self) -> Manifest:
         """The current manifest (the LSM shape)."""
-        return self._manifest
+        return self._vs.manifest
 
     def lsm_shape(self) -> dict[str, Any]:
         """The current shape, for tools and tests: memtable rows, immutable memtables, L0 SST names
         (newest first) and each sorted run's SST names (newest run first)."""
-        st = self._state
+        st = self._vs.state
         return {
             "memtable_rows": len(st.mem),
             "immutable_memtables": len(st.imm),
             "l0": [e.name for e, _ in st.l0],
             "runs": [[e.name for e in run.record.ssts] for run in st.runs],
         }
+
+
+class Engine:
+    """The DB's services for the engine's own modules: the `CompactionHost` of lsm.compactor, the
+    `WriterHost` of lsm.wal_lock and the write/read primitives lsm.ingest and lsm.remap_store use.
+
+    Not a user API (reach it as ``db.engine``); it exists so that no module outside lsm/db.py touches a
+    private DB member. Every method is safe to call from any thread."""
+
+    def __init__(self, db: DB) -> None:
+        self._db = db
+        self.versions: VersionSet = db._vs
+        self.options: DbOptions = db.options
+        self.path: str = db.path
+
+    @property
+    def closed(self) -> bool:
+        """Is the DB closed?"""
+        return self._db._closed
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The failed-state (or flush) error refusing writes, else None."""
+        return self._db._bg_error
+
+    def now(self) -> int:
+        """The DB clock's current time (ms; never goes backwards)."""
+        return self._db._clock.read()
+
+    def check_writable(self) -> None:
+        """Raise ClosedError / ReadOnlyError / the failed-state error if writes are refused."""
+        self._db._check_writable()
+
+    def fail(self, error: BaseException, published: bool | None = False) -> DbFailedError:
+        """Enter the failed state for I/O error `error`; return the `DbFailedError` to raise."""
+        return self._db._fail(error, published)
+
+    def retention_cutoff(self, tick: int) -> int | None:
+        """The expiry time before which a flush or compaction at `tick` may drop expired rows."""
+        return self._db._retention_cutoff(tick)
+
+    def snapshot_seqs(self) -> tuple[int, ...]:
+        """Seqs of live snapshots, ascending."""
+        return self._db.snapshot_seqs()
+
+    def commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
+        """Commit the (key, expire_ts, value) rows ``rows_at(ts, seq)`` builds under one seq and ts, system
+        keys allowed; returns (seq, ts). See DB._commit_rows."""
+        return self._db._commit_rows(rows_at, sync)
+
+    def scan_raw(self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None) -> Iterator:
+        """(key, value) rows in [start, end) as of `max_seq` (None: latest), system keys and expired rows
+        included (for the engine's own rows, e.g. the remap)."""
+        return self._db._scan(start, end, reverse, None, max_seq, True, None, False)
+
+    def release_idle_lock(self, last_seq: int) -> int:
+        """Drop the writer's WAL segment flock if no commit happened since `last_seq` (lsm.wal_lock);
+        returns the current seq. Never waits for the write lock."""
+        db = self._db
+        wal = db._wal
+        seq = db._seq
+        if wal is not None and wal.held and seq == last_seq and db._write_lock.acquire(blocking=False):
+            try:
+                if db._wal is wal and db._seq == seq:
+                    wal.release()
+            finally:
+                db._write_lock.release()
+        return seq
 
 
 def _concat(first: Iterator, second: Iterator) -> Iterator:
@@ -1240,20 +1182,7 @@ def _prepare_dir(path: str, create: bool) -> None:
             os.makedirs(os.path.join(path, sub), exist_ok=True)
 
 
-def _max_sst_number(sst_dir: str) -> int:
-    best = 0
-    try:
-        names = os.listdir(sst_dir)
-    except FileNotFoundError:
-        return 0
-    for n in names:
-        head = n.split("-", 1)[0].split(".", 1)[0]
-        if head.isdigit():
-            best = max(best, int(head))
-    return best
-
-
-__all__ = ["DB", "Entry", "ReadOnlyError", "State", "Run", "prefix_end"]
+__all__ = ["DB", "Engine", "Entry", "ReadOnlyError", "State", "Run", "prefix_end"]
 
 
 

@@ -102,7 +102,7 @@ def decode_since(key: bytes, value: bytes) -> int:
 def _rows(
     db: DB, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None
 ) -> Iterator[tuple]:
-    return db._scan(start, end, reverse, None, max_seq, True, None, False)
+    return db.engine.scan_raw(start, end, reverse, max_seq)
 
 
 def load_head(db: DB, name: str) -> Binding | None:

@@ -7,6 +7,15 @@ Directory layout::
     PATH/wal/%020d.wal             WAL segments, one per memtable (formats.wal)
     PATH/sst/<name>.sst            SSTs (formats.sst); only those the manifest names are live
 
+Where the code is: `DB` is one class assembled from mixins, one module per concern — this module (open,
+recovery, close, the read path's entry points, and `Engine`, the DB's services for the engine's own
+modules), lsm/db_write.py (the write path, flushes, the failed state), lsm/db_time.py (time lookups
+and time travel), lsm/db_admin.py (compaction, ingest, introspection). The manifest, the SST readers and
+the read path's `State` belong to the version set (lsm.versions); lock-free reads over a pinned State
+are lsm.readpath. Locks, in acquisition order: the write lock (`_write_lock`), the compactor's job lock,
+the version set's commit lock, its state lock (`_state_lock`); the flush condition (`_cv`) and the
+timeline's lock are leaves (docs/architecture.md, "Owners, callers and locks").
+
 Write path: a commit takes the write lock and (if it does not hold it yet) a shared flock on the active
 WAL segment, checks the fence, reads the clock (never backwards), takes the next seq, appends one WAL
 record (one write(2); fsync when sync=True), then adds its rows to the memtable. The flock is kept

@@ -49,6 +49,7 @@ from lsm.remap_store import (
     decode_binding,
     decode_since,
     encode_binding,
+    host,
     load_head,
     source_prefix,
 )
@@ -315,7 +316,7 @@ def ingest(
         raise ValueError(f"max_records must be None or an int >= 0, got {max_records!r}")
     if ttl_base not in TTL_BASES:
         raise ValueError(f"ttl_base must be one of {TTL_BASES}, got {ttl_base!r}")
-    db.engine.check_writable()
+    host(db).check_writable()
     st = _state(db, name)
     with st.lock:
         head = durable_head(db, name)
@@ -347,14 +348,14 @@ def ingest(
             cursors = [c for c in cursors if not c.done]
             if new_frontier == frontier:  # every cursor ended without a cut: nothing to commit
                 break
-            seq, ts = db.engine.commit_rows(_batch_rows(db, source, name, records, new_frontier, ttl_base), sync)
+            seq, ts = host(db).commit_rows(_batch_rows(db, source, name, records, new_frontier, ttl_base), sync)
             frontier = new_frontier
             st.head = Binding(ts, seq, frontier)
             records_total += len(records)
             batches += 1
             st.batches += 1
             if st.batches % REMAP_COMPACT_EVERY == 0:
-                _compact_remap_locked(db, name, db.engine.now() - db.options.history_retention)
+                _compact_remap_locked(db, name, host(db).now() - db.options.history_retention)
             if progress is not None:
                 progress(IngestStats(records_total, batches, dict(frontier)))
         return IngestStats(records_total, batches, dict(frontier))
@@ -366,7 +367,7 @@ def compact_remap(db: DB, name: str, since: int) -> Remap | None:
     check_name(name)
     if type(since) is not int:
         raise TypeError(f"since is int milliseconds, not {type(since).__name__}")
-    db.engine.check_writable()
+    host(db).check_writable()
     with _state(db, name).lock:
         return _compact_remap_locked(db, name, since)
 
@@ -375,7 +376,7 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
     pre = source_prefix(name)
     old_since = None
     prefix: list[Binding] = []
-    for key, value in db.engine.scan_raw(pre, pre[:-1] + b"\x01"):
+    for key, value in host(db).scan_raw(pre, pre[:-1] + b"\x01"):
         if key == pre + SEQ.pack(0):
             old_since = decode_since(key, value)
             continue
@@ -392,7 +393,7 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
         return list(ops), 0
 
     st = _state(db, name)
-    db.engine.commit_rows(rows_at, True)
+    host(db).commit_rows(rows_at, True)
     head = st.head
     if isinstance(head, Binding) and head.ts <= since:
         st.head = Binding(since, head.seq, head.frontier)

@@ -452,6 +452,11 @@ class Engine:
         """The failed-state (or flush) error refusing writes, else None."""
         return self._db._bg_error
 
+    @property
+    def compactor(self) -> DbCompactor | None:
+        """The handle's compaction driver (None for a read-only handle); `step()` runs one due job."""
+        return self._db._compactor
+
     def now(self) -> int:
         """The DB clock's current time (ms; never goes backwards)."""
         return self._db._clock.read()

@@ -424,7 +424,7 @@ def test_gc_cleans_up_outputs_of_a_job_that_died_before_commit(db_dir):
         live = set(sst_files(db))
         m = db.manifest
         plan = scheduler.pick_full(m.l0, m.runs)
-        job = db._compactor.make_job(plan, m, db.engine.now())
+        job = db.engine.compactor.make_job(plan, m, db.engine.now())
         from compaction.merge import run_job
 
         orphans = {n for n, _ in run_job(job).outputs}

@@ -137,7 +137,7 @@ def run_compaction(db: lsm.DB, o: Oracle) -> None:
 
 def run_worker_compaction(db: lsm.DB, o: Oracle) -> None:
     try:
-        db._compactor.step()  # what the background thread runs: the job goes to the worker process
+        db.engine.compactor.step()  # what the background thread runs: the job goes to the worker process
     except lsm.DbFailedError as e:
         o.errors.append(e)
     o.write(db)
@@ -359,7 +359,7 @@ def test_compaction_worker_error_names_the_file(tmp_path):
     prepopulate(db, Oracle())
     with fileio.faults("enospc", 1, ops={"write"}, path="/sst/") as plan:
         with pytest.raises(lsm.DbFailedError, match=r"write of .*\.sst failed") as ei:
-            db._compactor.step()
+            db.engine.compactor.step()
     assert plan.fired == 1 and plan.log[0][1].endswith(".sst")
     assert ei.value.op == "write"
     before = sorted(p.name for p in (tmp_path / "db" / "sst").iterdir())

@@ -37,7 +37,8 @@ from collections.abc import Sequence
 import xxhash
 
 from compaction.filter import Reason
-from formats.manifest import SortedRun, SstEntry
+from formats.errors import CompactionError
+from formats.manifest import Manifest, SortedRun, SstEntry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,3 +188,42 @@ def pick(
 ) -> Plan | None:
     """The next job the scheduler wants, or None when nothing is due."""
     return pick_size_tiered(l0, runs, o) or pick_periodic(l0, runs, tick, o)
+
+
+def apply_plan(
+    m: Manifest, plan: Plan, outputs: tuple[SstEntry, ...], tick: int, history_floor: int = 0
+) -> Manifest:
+    """The manifest after `plan` produced `outputs` (raises CompactionError if its inputs are gone).
+
+    `history_floor` is the largest seq of a version the job dropped or rewrote (`CompactionStats`)."""
+    l0_names = {e.name for e in m.l0}
+    run_ssts = {r.id: {e.name for e in r.ssts} for r in m.runs}
+    gone_partial = plan.partial is not None and not set(plan.partial[1]) <= run_ssts.get(plan.partial[0], set())
+    if not set(plan.l0) <= l0_names or not set(plan.runs) <= run_ssts.keys() or gone_partial:
+        raise CompactionError("the compaction's inputs changed before it could commit")
+    gone = set(plan.l0)
+    new_l0 = tuple(e for e in m.l0 if e.name not in gone)
+    runs = list(m.runs)
+    next_run_id = m.next_run_id
+    if plan.partial is not None:
+        rid, names = plan.partial
+        idx = next(k for k, r in enumerate(runs) if r.id == rid)
+        kept = [e for e in runs[idx].ssts if e.name not in set(names)]
+        ssts = tuple(sorted(kept + list(outputs), key=lambda e: e.info.first_key))
+        if ssts:
+            runs[idx] = SortedRun(rid, ssts)
+        else:
+            del runs[idx]
+    else:
+        positions = [k for k, r in enumerate(runs) if r.id in plan.runs]
+        at = positions[0] if positions else 0
+        runs = [r for r in runs if r.id not in plan.runs]
+        if outputs:
+            runs.insert(at, SortedRun(next_run_id, outputs))
+            next_run_id += 1
+    return m.replace(
+        l0=new_l0,
+        runs=tuple(runs),
+        next_run_id=next_run_id,
+        history_floor=max(m.history_floor, history_floor),
+    )

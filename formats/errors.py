@@ -32,3 +32,7 @@ class FormatVersionError(LsmError):
         self.path = str(path)
         self.detail = detail
         super().__init__(f"{self.path}: {detail}")
+
+
+class CompactionError(LsmError):
+    """A compaction job failed; the database is unchanged."""

@@ -29,6 +29,7 @@ commit ts is the time), no compression, no segment rolling (one file per partiti
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 import msgpack
@@ -142,7 +143,7 @@ def record_extent(buf: bytes, pos: int, base: int, path: str, verify: bool = Tru
 
 def decode_fields(buf: bytes, pos: int, base: int, path: str) -> tuple | None:
     """The record at `buf[pos]` as ``(end, key, value, ttl, event_ts, tx, tx_end)`` (`end` indexes `buf`),
-    or None if it is torn (incomplete). File offsets are `base + pos`: the hot path of every reader.
+    or None if it is torn (incomplete). File offsets are `base + pos`.
 
     Raises CorruptionError(path, offset) for a damaged record and FormatVersionError for a field this
     code does not know.
@@ -158,15 +159,22 @@ def decode_fields(buf: bytes, pos: int, base: int, path: str) -> tuple | None:
     payload = buf[pos + 16 : end]
     if _xxh3(payload) != check:
         raise CorruptionError(path, base + pos, "partition log record checksum mismatch")
+    return (end, *_payload_fields(payload, path, base + pos))
+
+
+def _payload_fields(payload: bytes, path: str, at: int) -> tuple:
+    """``(key, value, ttl, event_ts, tx, tx_end)`` of a checksummed payload; the general (msgpack) decoder.
+
+    Raises CorruptionError(path, at) unless it is a well-formed record map."""
     try:
         d = _unpackb(payload, raw=False)
     except Exception as e:  # msgpack raises several unrelated types for malformed input
-        raise CorruptionError(path, base + pos, f"malformed partition log record: {e}") from None
+        raise CorruptionError(path, at, f"malformed partition log record: {e}") from None
     if type(d) is not dict or "k" not in d or "v" not in d:
-        raise CorruptionError(path, base + pos, "partition log record is not a map with 'k' and 'v'")
+        raise CorruptionError(path, at, "partition log record is not a map with 'k' and 'v'")
     if len(d) > 2 and not d.keys() <= _FIELDS:
         unknown = sorted(map(str, d.keys() - _FIELDS))
-        raise FormatVersionError(path, f"record at offset {base + pos} has unknown fields {unknown}")
+        raise FormatVersionError(path, f"record at offset {at} has unknown fields {unknown}")
     key = d["k"]
     value = d["v"]
     if (
@@ -174,9 +182,9 @@ def decode_fields(buf: bytes, pos: int, base: int, path: str) -> tuple | None:
         or not 0 < len(key) <= MAX_KEY_LEN
         or (value is not None and type(value) is not bytes)
     ):
-        raise CorruptionError(path, base + pos, f"partition log record has a bad key or value: {d!r}")
+        raise CorruptionError(path, at, f"partition log record has a bad key or value: {d!r}")
     if len(d) == 2:
-        return end, key, value, None, None, None, False
+        return key, value, None, None, None, False
     ttl, ets, tx, tx_end = d.get("ttl"), d.get("ets"), d.get("tx"), d.get("end", False)
     if (
         not (ttl is None or (type(ttl) is int and ttl >= 0))
@@ -186,8 +194,8 @@ def decode_fields(buf: bytes, pos: int, base: int, path: str) -> tuple | None:
         and tx_end is not False
         or (tx_end and tx is None)
     ):
-        raise CorruptionError(path, base + pos, f"partition log record has fields of the wrong type: {d!r}")
-    return end, key, value, ttl, ets, tx, tx_end
+        raise CorruptionError(path, at, f"partition log record has fields of the wrong type: {d!r}")
+    return key, value, ttl, ets, tx, tx_end
 
 
 def decode_record(buf: bytes, pos: int, base: int, path: str) -> LogEntry | None:
@@ -212,6 +220,109 @@ def decode_records(buf: bytes, base: int = 0, path: str = "<bytes>") -> tuple[li
     return out, pos
 
 
+# The bulk readers below are the hot path of `lsm.sources.PartitionedLog`: one loop per buffer of
+# back-to-back records with everything hoisted (as formats.row's block decoders), same checks and errors
+# as `record_extent` / `decode_fields`.
+
+_KEY_HEAD = struct.Struct(">IB")  # fixmap(2) fixstr "k" bin8, and the key's length: what packb writes
+_VALUE_HEAD = struct.Struct(">HB")  # fixstr "v" and the value's type byte
+_U16 = struct.Struct(">H")
+_K_BIN8 = 0x82A16BC4
+_V = 0xA176
+
+
+def scan_records(buf: bytes, base: int, path: str, append: Callable[[int], object]) -> int:
+    """Verify the complete records of `buf` (back to back from index 0; file offset `base`): both
+    checksums of each. Call `append(file offset)` for each; return the index after the last complete one
+    (where a torn tail, or the end, starts). Raises CorruptionError at the first damaged record.
+    O(len(buf))."""
+    unpack = _unpack_header
+    xxh3 = _xxh3
+    pos = 0
+    n = len(buf)
+    while pos + 16 <= n:
+        length, check, head_check = unpack(buf, pos)
+        if xxh3(buf[pos : pos + 12]) & 0xFFFFFFFF != head_check:
+            raise CorruptionError(path, base + pos, "partition log record header checksum mismatch")
+        end = pos + 16 + length
+        if end > n:
+            break
+        if xxh3(buf[pos + 16 : end]) != check:
+            raise CorruptionError(path, base + pos, "partition log record checksum mismatch")
+        append(base + pos)
+        pos = end
+    return pos
+
+
+def decode_run(
+    buf: bytes, base: int, path: str, label: int, first: int, verify: bool = True
+) -> tuple[list[tuple], bool]:
+    """Decode the complete records of `buf` (back to back from index 0; file offset `base`), the first
+    of which has offset `first`, into tuples ``(label, offset, key, value, ttl, event_ts, tx, tx_end)``
+    (`label`: the caller's partition id). Stops at a torn tail. Returns (tuples, whether any has a tx).
+
+    With `verify` False the checksums are not checked again: only for bytes the caller verified (with
+    `scan_records`) and knows unchanged since. A payload in the exact layout `encode_record` gives a
+    key and a value and nothing else (bin8 key, nil/bin8/bin16 value) is parsed here; any other goes
+    through msgpack and the full checks of `decode_fields`. Same results and errors either way. O(len(buf)).
+    """
+    out: list[tuple] = []
+    append = out.append
+    unpack = _unpack_header
+    key_head = _KEY_HEAD.unpack_from
+    value_head = _VALUE_HEAD.unpack_from
+    u16 = _U16.unpack_from
+    xxh3 = _xxh3
+    has_tx = False
+    off = first
+    pos = 0
+    n = len(buf)
+    while pos + 16 <= n:
+        length, check, head_check = unpack(buf, pos)
+        if verify and xxh3(buf[pos : pos + 12]) & 0xFFFFFFFF != head_check:
+            raise CorruptionError(path, base + pos, "partition log record header checksum mismatch")
+        q = pos + 16
+        end = q + length
+        if end > n:
+            break
+        if verify and xxh3(buf[q:end]) != check:
+            raise CorruptionError(path, base + pos, "partition log record checksum mismatch")
+        if length >= 9:
+            tag, klen = key_head(buf, q)
+            if tag == _K_BIN8 and klen:
+                ke = q + 5 + klen
+                if ke + 3 <= end:
+                    vtag, vtype = value_head(buf, ke)
+                    if vtag == _V:
+                        if vtype == 0xC4:
+                            vs = ke + 4
+                            if vs <= end and vs + buf[ke + 3] == end:
+                                append((label, off, buf[q + 5 : ke], buf[vs:end], None, None, None, False))
+                                off += 1
+                                pos = end
+                                continue
+                        elif vtype == 0xC0:
+                            if ke + 3 == end:
+                                append((label, off, buf[q + 5 : ke], None, None, None, None, False))
+                                off += 1
+                                pos = end
+                                continue
+                        elif vtype == 0xC5:
+                            vs = ke + 5
+                            if vs <= end and vs + u16(buf, ke + 3)[0] == end:
+                                append((label, off, buf[q + 5 : ke], buf[vs:end], None, None, None, False))
+                                off += 1
+                                pos = end
+                                continue
+        key, value, ttl, ets, tx, tx_end = _payload_fields(buf[q:end], path, base + pos)
+        if tx is not None:
+            has_tx = True
+        append((label, off, key, value, ttl, ets, tx, tx_end))
+        off += 1
+        pos = end
+    return out, has_tx
+
+
 __all__ = [
     "FILE_HEADER",
     "FORMAT_VERSION",
@@ -222,7 +333,9 @@ __all__ = [
     "decode_fields",
     "decode_record",
     "decode_records",
+    "decode_run",
     "encode_file_header",
     "encode_record",
     "record_extent",
+    "scan_records",
 ]

@@ -1,47 +1,85 @@
 """The DB's side of compaction: turn scheduler plans into jobs, run them, commit the result.
 
-`compaction` knows nothing of the DB: it takes a `CompactionJob` and returns output SSTs. This module owns
-what only the DB can do — reading the manifest, choosing the executor, committing one manifest edit under
-the DB's epochs (compare-and-swap), pointing the read path at the new shape, and deleting the inputs once
-no iterator still reads them. A job that fails (a filter raising, an executor error, a fenced commit)
+`compaction` knows nothing of the DB: it takes a `CompactionJob` and returns output SSTs. This module
+turns a plan into a job, chooses the executor, and hands the result to the version set
+(`lsm.versions.VersionSet`), which commits one manifest edit under the DB's epochs (compare-and-swap),
+points the read path at the new shape, and deletes the inputs once no iterator still reads them. It sees
+the DB only through `CompactionHost` (implemented by `lsm.db.Engine`), never through DB privates. A job that fails (a filter raising, an executor error, a fenced commit)
 removes its outputs and leaves the manifest as it was. An I/O error puts the DB into the failed state
 (`lsm.errors.DbFailedError`); when it struck while publishing the manifest, the outputs are kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from compaction import scheduler
 from compaction.filter import Reason
 from compaction.local import BackgroundCompactor, run_in_worker, run_local
 from compaction.merge import CompactionJob, CompactionStats, MergeResult
 from compaction.purge_lag import accumulate
-from formats.manifest import Manifest, SortedRun, SstEntry
-from lsm.errors import CompactionError
+from compaction.scheduler import apply_plan
+from formats.manifest import Manifest, SstEntry
 from lsm.events import CompactionInfo, notify
 from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.syskeys import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
-    from lsm.db import DB
+    from lsm.errors import DbFailedError
+    from lsm.options import DbOptions
+    from lsm.versions import VersionSet
 
 Executor = Callable[[CompactionJob], MergeResult]
+
+
+class CompactionHost(Protocol):
+    """What compaction needs from the DB (`lsm.db.Engine` implements it)."""
+
+    options: DbOptions
+    versions: VersionSet
+
+    @property
+    def closed(self) -> bool:
+        """Is the DB closed?"""
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error refusing writes (failed state, flush error), or None."""
+
+    def now(self) -> int:
+        """The DB clock's time (ms), the compaction tick."""
+
+    def check_writable(self) -> None:
+        """Raise if writes (and so compactions) are refused."""
+
+    def fail(self, error: BaseException, published: bool | None = False) -> DbFailedError:
+        """Enter the failed state for an I/O error; return the error to raise."""
+
+    def retention_cutoff(self, tick: int) -> int | None:
+        """Expired rows older than this may be dropped (history retention, as-of snapshots)."""
+
+    def snapshot_seqs(self) -> tuple[int, ...]:
+        """Seqs of live snapshots, ascending."""
+
+    def flush_if_idle(self) -> bool:
+        """Flush a memtable whose oldest row is periodic_compaction_interval old; True if it flushed."""
 
 
 class DbCompactor:
     """The DB's compaction driver: picks plans (scheduler), builds jobs, runs them on an executor,
     commits their result, and owns the background compaction thread. Jobs run one at a time."""
 
-    def __init__(self, db: DB) -> None:
+    def __init__(self, db: CompactionHost) -> None:
         self.db = db
+        self.versions = db.versions
         o = db.options
         self.sched = scheduler.SchedulerOptions(
             l0_compaction_threshold=o.l0_compaction_threshold,
@@ -52,6 +90,8 @@ class DbCompactor:
             periodic_compaction_max_bytes=o.periodic_compaction_max_bytes,
         )
         self.stats = CompactionStats()
+        # one job at a time (plan, run, commit); taken before the version set's commit and state locks,
+        # never while holding the DB's write lock (docs/architecture.md, "Owners, callers and locks")
         self._lock = threading.Lock()
         self.background: BackgroundCompactor | None = None
         if o.background_compaction:
@@ -78,13 +118,13 @@ class DbCompactor:
     def step(self) -> bool:
         """Run one scheduled job if one is due; True if a job ran (for the background thread)."""
         db = self.db
-        if db._closed or db._bg_error is not None:
+        if db.closed or db.failure is not None:
             return False
-        db._flush_if_idle()  # the poll that checks periodic compaction also flushes an old memtable
+        db.flush_if_idle()  # the poll that checks periodic compaction also flushes an old memtable
         with self._lock:
             t0 = time.perf_counter()
-            m = db.manifest
-            plan = scheduler.pick(m.l0, m.runs, db._clock.read(), self.sched)
+            m = self.versions.manifest
+            plan = scheduler.pick(m.l0, m.runs, db.now(), self.sched)
             if plan is None:
                 return False
             self._run(plan, None, background=True, planned=time.perf_counter() - t0)
@@ -96,19 +136,19 @@ class DbCompactor:
             raise ValueError(f"unknown executor {executor!r}: use 'local' or 'spark'")
         total = CompactionStats()
         if not full:
-            self.db._flush_if_idle()
+            self.db.flush_if_idle()
         with self._lock:
             if full:
                 t0 = time.perf_counter()
-                m = self.db.manifest
+                m = self.versions.manifest
                 plan = scheduler.pick_full(m.l0, m.runs)
                 if plan is not None:
                     total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
                 return total
             for _ in range(10_000):
                 t0 = time.perf_counter()
-                m = self.db.manifest
-                plan = scheduler.pick(m.l0, m.runs, self.db._clock.read(), self.sched)
+                m = self.versions.manifest
+                plan = scheduler.pick(m.l0, m.runs, self.db.now(), self.sched)
                 if plan is None:
                     break
                 total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
@@ -118,18 +158,18 @@ class DbCompactor:
     def make_job(self, plan: scheduler.Plan, m: Manifest, tick: int) -> CompactionJob:
         """The `CompactionJob` for `plan` on manifest `m` at compaction tick `tick`: input paths and
         SsTableInfos, a fresh output name prefix, the filters, live snapshots and the retention cutoff."""
-        db = self.db
+        db, vs = self.db, self.versions
         src = plan.input_entries(m.l0, m.runs)
         return CompactionJob(
-            sources=tuple(tuple(db.sst_path(e.name) for e in s) for s in src),
+            sources=tuple(tuple(vs.sst_path(e.name) for e in s) for s in src),
             inputs=tuple(e.info for s in src for e in s),
             is_last_run=plan.is_last_run,
             tick=tick,
             reason=plan.reason,
-            output=db._output_spec(f"{db._alloc_ids():020d}", db.options.target_sst_bytes),
+            output=vs.new_output(db.options.target_sst_bytes),
             filters=tuple(db.options.compaction_filters),
             snapshots=db.snapshot_seqs(),
-            retention_cutoff=db._retention_cutoff(tick),
+            retention_cutoff=db.retention_cutoff(tick),
             protected_prefix=SYSTEM_PREFIX,
         )
 
@@ -163,11 +203,11 @@ class DbCompactor:
         planned: float,
         on_begin: Callable[[CompactionInfo], None] | None,
     ) -> tuple[CompactionStats, tuple[str, ...]]:
-        db = self.db
-        db._check_writable()
+        db, vs = self.db, self.versions
+        db.check_writable()
         t0 = time.perf_counter()
-        tick = db._clock.read()
-        m = db.manifest
+        tick = db.now()
+        m = vs.manifest
         job = self.make_job(plan, m, tick)
         run = self._executor(job, executor, background)
         input_names = [e.name for s in plan.input_entries(m.l0, m.runs) for e in s]
@@ -177,7 +217,7 @@ class DbCompactor:
         try:
             result = run(job)
         except OSError as e:  # the merge removed what it wrote; the DB's files are as they were
-            raise db._fail(e) from e
+            raise db.fail(e) from e
         t2 = time.perf_counter()
         outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
         stats = result.stats
@@ -190,12 +230,12 @@ class DbCompactor:
         self.stats.add(stats)
         try:
             try:
-                fsync_dir(db._sst_dir)
+                fsync_dir(vs.sst_dir)
             except OSError as e:
-                raise db._fail(e) from e
-            db._commit(
+                raise db.fail(e) from e
+            vs.commit(
                 lambda cur: with_purge_lag(apply_plan(cur, plan, outputs, tick, stats.history_floor), stats),
-                db._install,
+                vs.install,
             )
         except BaseException as e:
             self.stats = before
@@ -203,12 +243,19 @@ class DbCompactor:
             # a manifest on disk may reference them, and the next open decides
             if getattr(e, "published", False) is not None:
                 for o in outputs:
-                    unlink_quiet(db.sst_path(o.name))
+                    unlink_quiet(vs.sst_path(o.name))
             raise
-        db._retire_files(input_names)
+        vs.retire_files(input_names)
         stats.commit_seconds = time.perf_counter() - t2
         self.stats.commit_seconds += stats.commit_seconds  # known only now; the rest was added above
         return stats, tuple(e.name for e in outputs)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the job lock: no compaction plans, runs or commits until the block ends (a bulk load's
+        commit uses it so that no job commits across it)."""
+        with self._lock:
+            yield
 
     def stop(self) -> None:
         """Stop the background compaction thread (waits for a running job); idempotent."""
@@ -219,46 +266,9 @@ class DbCompactor:
     # -- garbage ---------------------------------------------------------------------------------
     def gc(self, grace_ms: int | None = None) -> list[str]:
         """Delete SSTs the manifest does not reference, older than the grace period (wall time)."""
-        db = self.db
-        grace = db.options.gc_grace_ms if grace_ms is None else grace_ms
-        return collect_garbage(db._sst_dir, db.manifest, grace, keep=set(db._readers))
-
-
-def apply_plan(
-    m: Manifest, plan: scheduler.Plan, outputs: tuple[SstEntry, ...], tick: int, history_floor: int = 0
-) -> Manifest:
-    """The manifest after `plan` produced `outputs` (raises CompactionError if its inputs are gone).
-
-    `history_floor` is the largest seq of a version the job dropped or rewrote (`CompactionStats`)."""
-    l0_names = {e.name for e in m.l0}
-    if not set(plan.l0) <= l0_names or not set(plan.runs) <= {r.id for r in m.runs}:
-        raise CompactionError("the compaction's inputs changed before it could commit")
-    gone = set(plan.l0)
-    new_l0 = tuple(e for e in m.l0 if e.name not in gone)
-    runs = list(m.runs)
-    next_run_id = m.next_run_id
-    if plan.partial is not None:
-        rid, names = plan.partial
-        idx = next(k for k, r in enumerate(runs) if r.id == rid)
-        kept = [e for e in runs[idx].ssts if e.name not in set(names)]
-        ssts = tuple(sorted(kept + list(outputs), key=lambda e: e.info.first_key))
-        if ssts:
-            runs[idx] = SortedRun(rid, ssts)
-        else:
-            del runs[idx]
-    else:
-        positions = [k for k, r in enumerate(runs) if r.id in plan.runs]
-        at = positions[0] if positions else 0
-        runs = [r for r in runs if r.id not in plan.runs]
-        if outputs:
-            runs.insert(at, SortedRun(next_run_id, outputs))
-            next_run_id += 1
-    return m.replace(
-        l0=new_l0,
-        runs=tuple(runs),
-        next_run_id=next_run_id,
-        history_floor=max(m.history_floor, history_floor),
-    )
+        vs = self.versions
+        grace = self.db.options.gc_grace_ms if grace_ms is None else grace_ms
+        return collect_garbage(vs.sst_dir, vs.manifest, grace, keep=vs.live_files())
 
 
 def executor_name(run: Executor) -> str:
@@ -301,4 +311,4 @@ def collect_garbage(sst_dir: str, m: Manifest, grace_ms: int, keep: set[str] = f
     return removed
 
 
-__all__ = ["DbCompactor", "apply_plan", "collect_garbage", "Reason"]
+__all__ = ["CompactionHost", "DbCompactor", "apply_plan", "collect_garbage", "Reason"]

@@ -1,12 +1,12 @@
 """Every error the engine raises on purpose is an `LsmError`.
 
-The codec errors (`CorruptionError`, `FormatVersionError`) are defined in `formats.errors`, the lowest
-package, and re-exported here so callers need one import.
+The codec errors (`CorruptionError`, `FormatVersionError`) and `CompactionError` (raised by
+`compaction.scheduler.apply_plan`) are defined in `formats.errors`, the lowest package, and re-exported here so callers need one import.
 """
 
 from __future__ import annotations
 
-from formats.errors import CorruptionError, FormatVersionError, LsmError
+from formats.errors import CompactionError, CorruptionError, FormatVersionError, LsmError
 
 __all__ = [
     "BulkLoadConflictError",
@@ -45,10 +45,6 @@ class NotADatabaseError(LsmError):
 
 class RetentionError(LsmError):
     """A read as of a time older than the history the database keeps."""
-
-
-class CompactionError(LsmError):
-    """A compaction job failed; the database is unchanged."""
 
 
 class SourceError(LsmError):

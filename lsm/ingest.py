@@ -32,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN
@@ -47,6 +49,7 @@ from lsm.remap_store import (
     decode_binding,
     decode_since,
     encode_binding,
+    host,
     load_head,
     source_prefix,
 )
@@ -89,31 +92,52 @@ def durable_head(db: DB, name: str) -> Binding | None:
     return st.head  # type: ignore[return-value]
 
 
-class _Cursor:
-    """One partition being read in this call: records [start, stop), with one record of lookahead."""
+def _runs(source: Source, partition: int, start: int, stop: int) -> Iterator[tuple[list[tuple], bool]]:
+    """The records [start, stop) of `partition` as runs ``(tuples, simple)``; a tuple holds the fields of
+    `SourceRecord` in order. `simple` says the run has consecutive offsets, one record each, and no
+    transaction: every boundary in it is a cut. A `PartitionedLog` decodes whole runs (its `read_runs`);
+    any other source's records are converted. The source's read is called here, not lazily, so what it
+    checks at the call (arguments, an index pass) raises before anything of this call is written."""
+    read_runs = getattr(source, "read_runs", None)
+    if read_runs is not None:
+        return ((run, not has_tx) for run, has_tx in read_runs(partition, start, stop))
+    return _converted(source.read(partition, start, stop))
 
-    __slots__ = ("partition", "pos", "stop", "_it", "_next", "blocked")
+
+def _converted(it: Iterator[SourceRecord]) -> Iterator[tuple[list[tuple], bool]]:
+    while True:
+        run = [(r.partition, r.offset, r.key, r.value, r.ttl, r.event_ts, r.tx, r.tx_end) for r in islice(it, 512)]
+        if not run:
+            return
+        yield run, False
+
+
+class _Cursor:
+    """One partition being read in this call: records [start, stop), read a run at a time."""
+
+    __slots__ = ("partition", "pos", "stop", "_runs", "_run", "_i", "_simple", "blocked")
 
     def __init__(self, source: Source, partition: int, start: int, stop: int) -> None:
         self.partition = partition
         self.pos = start  # the partition's frontier so far (next offset to read)
         self.stop = stop
-        self._it: Iterator[SourceRecord] | None = (
-            source.read(partition, start, stop) if stop > start else None
+        self._runs: Iterator[tuple[list[tuple], bool]] | None = (
+            _runs(source, partition, start, stop) if stop > start else None
         )
-        self._next: SourceRecord | None = None
+        self._run: list[tuple] = []  # the current run; self._run[self._i:] is not taken yet
+        self._i = 0
+        self._simple = False
         self.blocked = False  # an incomplete transaction ends the partition for this call
 
     @property
     def done(self) -> bool:
-        return self.blocked or (self._it is None and self._next is None)
+        return self.blocked or (self._runs is None and self._i >= len(self._run))
 
-    def take(self, budget: int, out: list[SourceRecord]) -> None:
+    def take(self, budget: int, out: list[tuple]) -> None:
         """Append whole offsets and whole transactions to `out` until `budget` records are reached at a
-        cut or the partition ends; advance `pos` to the last cut. The hot loop of ingest."""
-        it = self._it
-        rec = self._next
-        self._next = None
+        cut or the partition ends; advance `pos` to the last cut. The hot loop of ingest: a simple run
+        is taken by slices, other records one at a time."""
+        run, i, simple = self._run, self._i, self._simple
         cut = len(out)  # out[:cut] is committed to this batch
         limit = cut + budget
         pos = self.pos
@@ -121,10 +145,11 @@ class _Cursor:
         open_tx: set = set()
         append = out.append
         while True:
-            if rec is None:
-                rec = next(it, None) if it is not None else None
-                if rec is None:
-                    self._it = None
+            if i >= len(run):
+                nxt = next(self._runs, None) if self._runs is not None else None
+                if nxt is None:
+                    self._runs = None
+                    self._run, self._i = [], 0
                     if open_tx:  # the trailing transaction waits; its records are read again later
                         del out[cut:]
                         self.blocked = True
@@ -132,7 +157,24 @@ class _Cursor:
                     else:
                         self.pos = self.stop
                     return
-            off = rec.offset
+                run, simple = nxt
+                i = 0
+                if not run:
+                    continue
+            if simple and not open_tx:
+                # every boundary is a cut, starting with the one before run[i]; offsets are consecutive
+                cut = len(out)
+                if last >= 0:
+                    pos = last + 1
+                if cut >= limit:
+                    break
+                j = min(len(run), i + limit - cut)
+                out.extend(run[i:j] if i or j < len(run) else run)
+                last = run[j - 1][1]
+                i = j
+                continue
+            rec = run[i]
+            off = rec[1]
             if off != last:
                 if off < last or off < pos:
                     raise ValueError(
@@ -143,18 +185,18 @@ class _Cursor:
                     if last >= 0:
                         pos = last + 1
                     if cut >= limit:
-                        self._next = rec
-                        self.pos = pos
-                        return
+                        break
                 last = off
             append(rec)
-            tx = rec.tx
+            tx = rec[6]
             if tx is not None:
-                if rec.tx_end:
+                if rec[7]:
                     open_tx.discard(tx)
                 else:
                     open_tx.add(tx)
-            rec = None
+            i += 1
+        self._run, self._i, self._simple = run, i, simple
+        self.pos = pos
 
 
 def check_frontier(source: Source, name: str, frontier: dict[int, int]) -> None:
@@ -168,20 +210,24 @@ def check_frontier(source: Source, name: str, frontier: dict[int, int]) -> None:
             )
 
 
-def _check_record(source: Source, rec: SourceRecord) -> None:
-    """Raise for a record the store cannot hold (the batch is not written)."""
-    key, value = rec.key, rec.value
-    where = f"{source.name}: partition {rec.partition} offset {rec.offset}"
+def _check_record(source: Source, rec: tuple) -> None:
+    """Raise for a record (a tuple of `SourceRecord`'s fields) the store cannot hold (the batch is not
+    written)."""
+    partition, offset, key, value, ttl, event_ts = rec[:6]
+    where = f"{source.name}: partition {partition} offset {offset}"
     if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
         raise ValueError(f"{where}: key must be 1..{MAX_KEY_LEN} bytes, got {key!r:.60}")
     if is_system(key):
         raise ValueError(f"{where}: key {key!r} lies in the engine's reserved key space")
     if value is not None and (type(value) is not bytes or len(value) > MAX_VALUE_LEN):
         raise ValueError(f"{where}: value must be bytes or None")
-    if rec.ttl is not None:
-        check_ttl(rec.ttl)
-    if rec.event_ts is not None and type(rec.event_ts) is not int:
-        raise ValueError(f"{where}: event_ts must be int ms, got {rec.event_ts!r}")
+    if ttl is not None:
+        check_ttl(ttl)
+    if event_ts is not None and type(event_ts) is not int:
+        raise ValueError(f"{where}: event_ts must be int ms, got {event_ts!r}")
+
+
+_FIELDS = attrgetter("partition", "offset", "key", "value", "ttl", "event_ts", "tx", "tx_end")
 
 
 def resolve_records(
@@ -191,11 +237,19 @@ def resolve_records(
     wins; value None is a delete), and the user bytes they hold. Raises for a record the store cannot hold.
 
     Shared by streaming ingest and the bulk-load tasks (lsm.bulk_task): rules 5 and 6 above."""
+    return resolve_tuples(source, map(_FIELDS, records), ts, ttl_base, default_ttl, v0)
+
+
+def resolve_tuples(
+    source: Source, records: Iterable[tuple], ts: int, ttl_base: str, default_ttl: int | None, v0: bool
+) -> tuple[dict[bytes, tuple], int]:
+    """`resolve_records` of records given as tuples of the `SourceRecord` fields in order (what
+    `PartitionedLog.read_runs` yields): the loop streaming ingest runs, without an object per record."""
     event = ttl_base == "event"
     rows: dict[bytes, tuple] = {}
     nbytes = 0
     for rec in records:
-        key, value, ttl = rec.key, rec.value, rec.ttl
+        _, _, key, value, ttl, event_ts, _, _ = rec
         if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
             _check_record(source, rec)  # raises unless the key is fine after all
         exp = None
@@ -210,14 +264,14 @@ def resolve_records(
                 if v0:
                     raise ValueError("sst_format_version 0 cannot store TTLs")
                 base = ts
-                if event and rec.event_ts is not None:
-                    base = rec.event_ts
+                if event and event_ts is not None:
+                    base = event_ts
                     if type(base) is not int:
                         _check_record(source, rec)
                 exp = base + ttl
                 if not I64_MIN <= exp <= I64_MAX:
                     raise ValueError(
-                        f"{source.name}: partition {rec.partition} offset {rec.offset}: expiry {base} + ttl "
+                        f"{source.name}: partition {rec[0]} offset {rec[1]}: expiry {base} + ttl "
                         f"{ttl} does not fit the format's i64"
                     )
             nbytes += len(key) + len(value)
@@ -228,13 +282,13 @@ def resolve_records(
 
 
 def _batch_rows(
-    db: DB, source: Source, name: str, records: list[SourceRecord], frontier: dict[int, int], ttl_base: str
+    db: DB, source: Source, name: str, records: list[tuple], frontier: dict[int, int], ttl_base: str
 ) -> Callable[[int, int], tuple[list[tuple], int]]:
     default_ttl = db.options.default_ttl
     v0 = db.options.sst_format_version == 0
 
     def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
-        rows, nbytes = resolve_records(source, records, ts, ttl_base, default_ttl, v0)
+        rows, nbytes = resolve_tuples(source, records, ts, ttl_base, default_ttl, v0)
         out = list(rows.values())
         out.append((binding_key(name, seq), None, encode_binding(ts, frontier)))
         return out, nbytes
@@ -262,7 +316,7 @@ def ingest(
         raise ValueError(f"max_records must be None or an int >= 0, got {max_records!r}")
     if ttl_base not in TTL_BASES:
         raise ValueError(f"ttl_base must be one of {TTL_BASES}, got {ttl_base!r}")
-    db._check_writable()
+    host(db).check_writable()
     st = _state(db, name)
     with st.lock:
         head = durable_head(db, name)
@@ -278,7 +332,7 @@ def ingest(
             if should_stop is not None and should_stop():
                 break
             budget = batch_records if max_records is None else min(batch_records, max_records - records_total)
-            records: list[SourceRecord] = []
+            records: list[tuple] = []  # the fields of SourceRecord, in order
             n = len(cursors)
             for i in range(n):
                 c = cursors[(turn + i) % n]
@@ -294,14 +348,14 @@ def ingest(
             cursors = [c for c in cursors if not c.done]
             if new_frontier == frontier:  # every cursor ended without a cut: nothing to commit
                 break
-            seq, ts = db._commit_rows(_batch_rows(db, source, name, records, new_frontier, ttl_base), sync)
+            seq, ts = host(db).commit_rows(_batch_rows(db, source, name, records, new_frontier, ttl_base), sync)
             frontier = new_frontier
             st.head = Binding(ts, seq, frontier)
             records_total += len(records)
             batches += 1
             st.batches += 1
             if st.batches % REMAP_COMPACT_EVERY == 0:
-                _compact_remap_locked(db, name, db._clock.read() - db.options.history_retention)
+                _compact_remap_locked(db, name, host(db).now() - db.options.history_retention)
             if progress is not None:
                 progress(IngestStats(records_total, batches, dict(frontier)))
         return IngestStats(records_total, batches, dict(frontier))
@@ -313,7 +367,7 @@ def compact_remap(db: DB, name: str, since: int) -> Remap | None:
     check_name(name)
     if type(since) is not int:
         raise TypeError(f"since is int milliseconds, not {type(since).__name__}")
-    db._check_writable()
+    host(db).check_writable()
     with _state(db, name).lock:
         return _compact_remap_locked(db, name, since)
 
@@ -322,7 +376,7 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
     pre = source_prefix(name)
     old_since = None
     prefix: list[Binding] = []
-    for key, value in db._scan(pre, pre[:-1] + b"\x01", False, None, None, True, None, False):
+    for key, value in host(db).scan_raw(pre, pre[:-1] + b"\x01"):
         if key == pre + SEQ.pack(0):
             old_since = decode_since(key, value)
             continue
@@ -339,7 +393,7 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
         return list(ops), 0
 
     st = _state(db, name)
-    db._commit_rows(rows_at, True)
+    host(db).commit_rows(rows_at, True)
     head = st.head
     if isinstance(head, Binding) and head.ts <= since:
         st.head = Binding(since, head.seq, head.frontier)
@@ -355,4 +409,5 @@ __all__ = [
     "durable_head",
     "ingest",
     "resolve_records",
+    "resolve_tuples",
 ]

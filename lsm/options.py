@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsm.clock import I64_MAX, Clock, SystemClock
 from lsm.events import check_listeners
 from lsm.wal import RECOVERY_MODES
+
+if TYPE_CHECKING:
+    from lsm.snapshot import Snapshot
 
 
 class _NoTtl:
@@ -135,6 +138,18 @@ class WriteOptions:
 
 @dataclasses.dataclass(frozen=True)
 class ReadOptions:
-    """include_expired=True shows rows whose TTL has passed but that compaction has not removed yet."""
+    """How a read sees the database.
+
+    include_expired=True shows rows whose TTL has passed but that compaction has not removed yet.
+    now (ms, or an RFC 3339 string) judges TTL expiry at that time instead of the DB clock's now (the
+    state read is unchanged: use `snapshot`, or scan's as_of, to read an older state).
+    snapshot (an open `lsm.Snapshot` of the same DB) reads as of its seq, and at its read time unless
+    `now` is given (RocksDB's ReadOptions::snapshot)."""
 
     include_expired: bool = False
+    now: int | str | None = None
+    snapshot: Snapshot | None = None
+
+    def __post_init__(self) -> None:
+        if self.now is not None and type(self.now) not in (int, str):
+            raise TypeError(f"ReadOptions.now must be int ms or an RFC 3339 string, not {type(self.now).__name__}")

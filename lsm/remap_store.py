@@ -19,8 +19,8 @@ newest of them written again with ts = since, and the since row.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol
 
 import msgpack
 
@@ -30,6 +30,28 @@ from lsm.syskeys import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
     from lsm.db import DB
+
+
+class SystemRowsHost(Protocol):
+    """What the remap store and ingest need from the DB to read and commit the engine's own rows in the
+    reserved key space (``db.engine``, `lsm.db.Engine`, implements it)."""
+
+    def check_writable(self) -> None:
+        """Raise if writes are refused (closed, read-only, failed state)."""
+
+    def now(self) -> int:
+        """The DB clock's time (ms)."""
+
+    def commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
+        """Commit the (key, expire_ts, value) rows ``rows_at(ts, seq)`` builds; return (seq, ts)."""
+
+    def scan_raw(self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None) -> Iterator:
+        """(key, value) rows in [start, end), system keys and expired rows included."""
+
+
+def host(db: DB) -> SystemRowsHost:
+    """The `SystemRowsHost` of `db`."""
+    return db.engine
 
 REMAP_PREFIX = SYSTEM_PREFIX + b"remap\x00"
 SEQ = struct.Struct(">Q")
@@ -102,7 +124,7 @@ def decode_since(key: bytes, value: bytes) -> int:
 def _rows(
     db: DB, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None
 ) -> Iterator[tuple]:
-    return db._scan(start, end, reverse, None, max_seq, True, None, False)
+    return host(db).scan_raw(start, end, reverse, max_seq)
 
 
 def load_head(db: DB, name: str) -> Binding | None:

@@ -1,11 +1,15 @@
-"""Snapshots: a pinned sequence number that reads go through."""
+"""Snapshots: a pinned sequence number that reads go through.
+
+A snapshot reads through the DB's public read path: ``db.get(key, ReadOptions(snapshot=snap))`` is
+what `Snapshot.get` does, so the DB, a snapshot and a time-travel read share one code path.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from lsm.errors import ClosedError
+from lsm.options import ReadOptions
 
 if TYPE_CHECKING:
     from lsm.db import DB, Entry
@@ -15,33 +19,37 @@ class Snapshot:
     """Reads through a snapshot see the database as of `seq`, whatever is written or flushed later.
 
     Compaction keeps every version a live snapshot can read. TTL expiry is still judged by the clock at
-    read time (a row can expire while a snapshot is open), as in RocksDB and SlateDB. Release with
-    `close()` or a ``with`` block; until then old versions are kept on disk.
+    read time (a row can expire while a snapshot is open), as in RocksDB and SlateDB, unless the snapshot
+    has a `read_ts` (as-of snapshots judge expiry at their time). Release with `close()` or a ``with``
+    block; until then old versions are kept on disk. Made by `DB.snapshot`, `DB.snapshot_at` and
+    `DB.snapshot_at_seq`; `release(seq)` is the DB's unpin, called once by `close()`.
     """
 
-    def __init__(self, db: DB, seq: int, read_ts: int | None = None) -> None:
-        self._db = db
+    def __init__(
+        self, db: DB, seq: int, read_ts: int | None = None, *, release: Callable[[int], None] | None = None
+    ) -> None:
+        self.db = db
         self.seq = seq
         self.read_ts = read_ts  # as-of reads judge expiry at this time; None = the clock's now
+        self._release = release
         self._closed = False
 
-    def _check(self) -> None:
-        if self._closed:
-            raise ClosedError("snapshot is released")
-        if self._db._closed:  # scans do not pass through the DB's own check
-            raise ClosedError(f"{self._db.path}: DB is closed")
+    @property
+    def closed(self) -> bool:
+        """True once the snapshot is released (its reads then raise ClosedError)."""
+        return self._closed
+
+    def _options(self, include_expired: bool) -> ReadOptions:
+        return ReadOptions(include_expired=include_expired, snapshot=self)
 
     def get(self, key: bytes) -> bytes | None:
         """The value of `key` as of the snapshot (None if absent, deleted or expired at its read time)."""
-        self._check()
-        e = self._db._get_entry(key, self.seq, False, self.read_ts)
-        return None if e is None else e.value
+        return self.db.get(key, self._options(False))
 
     def get_entry(self, key: bytes, include_expired: bool = False) -> Entry | None:
         """The `lsm.Entry` of `key` as of the snapshot, or None; `include_expired` also returns a
         row whose TTL has passed."""
-        self._check()
-        return self._db._get_entry(key, self.seq, include_expired, self.read_ts)
+        return self.db.get_entry(key, self._options(include_expired))
 
     def scan(
         self,
@@ -54,14 +62,26 @@ class Snapshot:
     ) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs as of the snapshot, in key order (descending with `reverse`); `end` is
         exclusive, `prefix` limits the keys, `include_expired` also yields rows whose TTL has passed."""
-        self._check()
-        return self._db._user_scan(start, end, reverse, prefix, self.seq, include_expired, self.read_ts, False)
+        return self.db.scan(start, end, reverse, prefix=prefix, options=self._options(include_expired))
+
+    def scan_entries(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        reverse: bool = False,
+        *,
+        prefix: bytes | None = None,
+        include_expired: bool = False,
+    ) -> Iterator[Entry]:
+        """Like `scan`, yielding `lsm.Entry` rows with their seq, ts and expire_ts."""
+        return self.db.scan_entries(start, end, reverse, prefix=prefix, options=self._options(include_expired))
 
     def close(self) -> None:
         """Release the snapshot (compaction may then drop the versions only it needed); idempotent."""
         if not self._closed:
             self._closed = True
-            self._db._release_snapshot(self.seq)
+            if self._release is not None:
+                self._release(self.seq)
 
     release = close
 

@@ -57,6 +57,11 @@ class Timeline:
             next_bin = self.bins.min_time * 1000
         self.next_ms = min(next_track, next_bin)
 
+    def tracker_entries(self) -> list[tuple[int, int]]:
+        """The seq tracker's (seq, unix second) pairs, oldest first (a copy)."""
+        with self._lock:
+            return self.tracker.entries()
+
     def to_manifest(self) -> dict[str, bytes]:
         """The maps' encoded bytes, as the manifest fields ``seq_tracker`` and ``time_seq``."""
         with self._lock:

@@ -21,18 +21,23 @@ the publish, and that check fails.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from lsm.db import DB
+from typing import Protocol
 
 TICK_S = 0.005
+
+
+class WriterHost(Protocol):
+    """The write path's side of the idle release (`lsm.db.Engine` implements it)."""
+
+    def release_idle_lock(self, last_seq: int) -> int:
+        """Drop the segment lock if the seq is still `last_seq` and the write lock is free (without
+        waiting for it); return the current seq."""
 
 
 class IdleReleaser:
     """Drops the writer's segment lock once a tick passes without a commit."""
 
-    def __init__(self, db: DB, tick_s: float = TICK_S) -> None:
+    def __init__(self, db: WriterHost, tick_s: float = TICK_S) -> None:
         self._db = db
         self._tick = tick_s
         self._stop = threading.Event()
@@ -43,15 +48,7 @@ class IdleReleaser:
         db = self._db
         last = -1
         while not self._stop.wait(self._tick):
-            wal = db._wal
-            seq = db._seq
-            if wal is not None and wal.held and seq == last and db._write_lock.acquire(blocking=False):
-                try:
-                    if db._wal is wal and db._seq == seq:
-                        wal.release()
-                finally:
-                    db._write_lock.release()
-            last = seq
+            last = db.release_idle_lock(last)
 
     def stop(self) -> None:
         """Stop the thread and wait for it."""

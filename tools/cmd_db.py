@@ -127,8 +127,10 @@ ENTRY_HEADERS = ("key", "seq", "ts", "expire_ts", "value")
 def cmd_get(args: argparse.Namespace) -> int:
     mode = args.bytes_mode
     key = render.parse_key(args.key, mode == "hex", "KEY")
+    from lsm.options import ReadOptions
+
     with open_db(args.path) as db:
-        e = db._get_entry(key, None, args.include_expired, args.at)
+        e = db.get_entry(key, ReadOptions(include_expired=args.include_expired, now=args.at))
     if e is None:
         if args.json:
             render.print_json(None)
@@ -157,8 +159,13 @@ def cmd_scan(args: argparse.Namespace) -> int:
     start = None if args.start is None else render.parse_key(args.start, hex_in, "--from")
     end = None if args.end is None else render.parse_key(args.end, hex_in, "--to")
     prefix = None if args.prefix is None else render.parse_key(args.prefix, hex_in, "--prefix")
+    from lsm.options import ReadOptions
+
     with open_db(args.path) as db:
-        rows = db._user_scan(start, end, args.reverse, prefix, None, args.include_expired, args.at, True)
+        rows = db.scan_entries(
+            start, end, args.reverse, prefix=prefix,
+            options=ReadOptions(include_expired=args.include_expired, now=args.at),
+        )
         try:
             limited: Iterator[Entry] = itertools.islice(rows, args.limit) if args.limit is not None else rows
             if args.json:

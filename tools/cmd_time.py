@@ -131,12 +131,12 @@ def _time_fields(d: dict[str, Any], field: str, ms: int | None) -> None:
 
 
 def _tracker_span(db: DB) -> str:
-    t = db._timeline.tracker
-    if not len(t):
+    t = db.seq_tracker_entries()
+    if not t:
         return "the seq tracker is empty"
     return (
-        f"the seq tracker holds {len(t)} pairs, seqs {t.seqs[0]}..{t.seqs[-1]}, "
-        f"{render.rfc3339(t.timestamps[0] * 1000)}..{render.rfc3339(t.timestamps[-1] * 1000)}"
+        f"the seq tracker holds {len(t)} pairs, seqs {t[0][0]}..{t[-1][0]}, "
+        f"{render.rfc3339(t[0][1] * 1000)}..{render.rfc3339(t[-1][1] * 1000)}"
     )
 
 

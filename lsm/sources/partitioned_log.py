@@ -10,14 +10,22 @@ The reader keeps, per partition, the byte position of every complete record it h
 reads what was appended since the last call and `read(p, start)` seeks straight to `start`. A file that
 got shorter or was replaced (a new inode) is indexed again from the start: its `end()` may then be below
 what a consumer already read, which ingest reports as `SourceRegressedError`.
+
+Each record is verified (both checksums) once: by the index pass. Reading verifies it again unless the
+file had settled when indexed and still has the same inode, size, mtime and ctime after the read (see
+`SETTLED_NS`, `_chunks` and docs/ingest.md). Reading decodes runs of about `CHUNK` bytes in one loop
+(`formats.log.decode_run`); `read_runs` hands them to bulk consumers as tuples, `read` as `SourceRecord`s.
 """
 
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import re
+import time
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterator
 
 from formats.log import (
@@ -25,16 +33,21 @@ from formats.log import (
     RECORD_HEADER,
     check_file_header,
     decode_fields,
+    decode_run,
     encode_file_header,
     encode_record,
-    record_extent,
+    scan_records,
 )
-from lsm.errors import SourceError
+from lsm.errors import LsmError, SourceError
 from lsm.fsutil import fsync_dir, unlink_quiet, write_all
 from lsm.sources.protocol import SourceRecord, check_range, make_record
 
 _FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
 CHUNK = 1 << 20  # bytes read at a time while indexing or reading
+# A file whose last change (ctime) is this much older than the moment we look at it cannot change again
+# without its ctime changing too (timestamps are at worst a clock tick plus the file system's granularity,
+# 2 s on FAT, behind the clock): then what the index verified can be trusted while the stamp holds.
+SETTLED_NS = 3_000_000_000
 _write = os.write  # (tests replace it to fail an append half-way)
 
 
@@ -43,41 +56,41 @@ def partition_path(directory: str, partition: int) -> str:
     return os.path.join(directory, f"{partition}.log")
 
 
-def _scan(fd: int, pos: int, path: str) -> tuple[list[int], int]:
+def _scan(fd: int, pos: int, path: str) -> tuple[array, int]:
     """Verify the complete records of the file from byte `pos` on; return (their positions, the byte after
     the last one). Stops at a torn tail; raises CorruptionError at a damaged record."""
-    positions: list[int] = []
+    positions = array("q")
+    append = positions.append
     while True:
         buf = os.pread(fd, CHUNK, pos)
         if not buf:
             return positions, pos
-        i = 0
-        while True:
-            end = record_extent(buf, i, pos, path)
-            if end is None:
-                break
-            positions.append(pos + i)
-            i = end
+        i = scan_records(buf, pos, path, append)
         if i == 0:  # one record larger than the chunk, or a torn tail: read exactly what it needs
-            if len(buf) < RECORD_HEADER.size:
+            if len(buf) < CHUNK or len(buf) < RECORD_HEADER.size:  # the file ends in this record: torn
                 return positions, pos
-            length = int.from_bytes(buf[0:4], "big")  # trusted: record_extent checked the header
+            length = int.from_bytes(buf[0:4], "big")  # trusted: the header checksum was checked
             buf = os.pread(fd, RECORD_HEADER.size + length, pos)
-            end = record_extent(buf, 0, pos, path)
-            if end is None:
+            i = scan_records(buf, pos, path, append)
+            if i == 0:
                 return positions, pos
-            positions.append(pos)
-            i = end
         pos += i
 
 
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What any write(2), truncate or replacement of a file changes (on a local file system)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 class _Index:
-    __slots__ = ("ident", "positions", "scanned")
+    __slots__ = ("ident", "positions", "scanned", "stamp", "trusted")
 
     def __init__(self, ident: tuple[int, int]) -> None:
         self.ident = ident  # (st_dev, st_ino): a replaced file is indexed again
         self.positions = array("q")  # byte position of record i
         self.scanned = FILE_HEADER.size  # byte after the last complete record
+        self.stamp: tuple[int, ...] | None = None  # _stamp of the file when last looked at
+        self.trusted = (0, 0)  # bytes verified and unchanged while the file keeps `stamp`
 
 
 class PartitionedLog:
@@ -141,26 +154,68 @@ class PartitionedLog:
 
     def _records(self, partition: int, idx: _Index, lo: int, hi: int) -> Iterator[SourceRecord]:
         path = partition_path(self.directory, partition)
+        for buf, first, i, j, verify in self._chunks(path, idx, lo, hi):
+            try:
+                run, _ = decode_run(buf, first, path, partition, i, verify)
+            except LsmError:
+                # a damaged record: hand out the records before it, as a record-at-a-time reader would
+                pos = 0
+                for k in itertools.count(i):
+                    f = decode_fields(buf, pos, first, path)  # raises at the damaged record
+                    if f is None:
+                        return
+                    pos = f[0]
+                    yield make_record(partition, k, *f[1:])
+            for t in run:
+                yield make_record(*t)
+            if len(run) < j - i:  # the file shrank under us: stop at what is still there
+                return
+
+    def read_runs(self, partition: int, start: int, stop: int | None = None) -> Iterator[tuple[list[tuple], bool]]:
+        """`read` for bulk consumers (ingest): the same records, as runs of plain tuples with the fields
+        of `SourceRecord` in order, ``(partition, offset, key, value, ttl, event_ts, tx, tx_end)``.
+
+        Yields ``(tuples, has_tx)``, a run of about `CHUNK` bytes of consecutive offsets (one record per
+        offset) and whether any of them belongs to a transaction. Same checks, errors and laziness as
+        `read`. O(records read)."""
+        check_range(partition, start, stop)
+        idx = self._refresh(partition)
+        if idx is None:
+            return iter(())
+        n = len(idx.positions)
+        hi = n if stop is None else min(stop, n)
+        if start >= hi:
+            return iter(())
+        return self._runs(partition, idx, start, hi)
+
+    def _runs(self, partition: int, idx: _Index, lo: int, hi: int) -> Iterator[tuple[list[tuple], bool]]:
+        path = partition_path(self.directory, partition)
+        for buf, first, i, j, verify in self._chunks(path, idx, lo, hi):
+            run = decode_run(buf, first, path, partition, i, verify)
+            yield run
+            if len(run[0]) < j - i:  # the file shrank under us: stop at what is still there
+                return
+
+    def _chunks(self, path: str, idx: _Index, lo: int, hi: int) -> Iterator[tuple[bytes, int, int, int, bool]]:
+        """The bytes of records [lo, hi) in reads of about CHUNK bytes (at least one record each), as
+        ``(bytes, file position of the first, its offset, the offset after the last, verify)``.
+
+        `verify` is False only for bytes the index verified (both checksums) in a file that has not
+        changed since: same inode, size, mtime and ctime after the read as when it was indexed, and
+        settled then (see SETTLED_NS). Each checksum is then computed once per record, not twice."""
         positions = idx.positions
         n = len(positions)
         with open(path, "rb", buffering=0) as f:
             fd = f.fileno()
             i = lo
             while i < hi:
-                # read a run of whole records of about CHUNK bytes (at least one record)
                 first = positions[i]
-                j = i + 1
-                while j < hi and positions[j] - first < CHUNK:
-                    j += 1
+                j = bisect_left(positions, first + CHUNK, i + 1, hi) if hi - i > 1 else hi
                 last = positions[j] if j < n else idx.scanned
                 buf = os.pread(fd, last - first, first)
-                pos = 0
-                for k in range(i, j):
-                    f = decode_fields(buf, pos, first, path)
-                    if f is None:  # the file shrank under us: stop at what is still there
-                        return
-                    pos, key, value, ttl, ets, tx, tx_end = f
-                    yield make_record(partition, k, key, value, ttl, ets, tx, tx_end)
+                t0, t1 = idx.trusted
+                verify = not (t0 <= first and last <= t1 and _stamp(os.fstat(fd)) == idx.stamp)
+                yield buf, first, i, j, verify
                 i = j
 
     def _refresh(self, partition: int) -> _Index | None:
@@ -171,15 +226,23 @@ class PartitionedLog:
             self._index.pop(partition, None)
             return None
         try:
+            now = time.time_ns()
             st = os.fstat(fd)
             ident = (st.st_dev, st.st_ino)
             idx = self._index.get(partition)
             if idx is None or idx.ident != ident or st.st_size < idx.scanned:
                 check_file_header(os.pread(fd, FILE_HEADER.size, 0), path)
                 idx = self._index[partition] = _Index(ident)
-            if st.st_size > idx.scanned:
-                found, idx.scanned = _scan(fd, idx.scanned, path)
-                idx.positions.extend(found)
+            stamp = _stamp(st)
+            if stamp != idx.stamp:  # written to since we last looked: trust none of the old bytes
+                idx.trusted = (0, 0)
+                if st.st_size > idx.scanned:
+                    start = idx.scanned
+                    found, idx.scanned = _scan(fd, start, path)
+                    idx.positions.extend(found)
+                    if st.st_ctime_ns <= now - SETTLED_NS:
+                        idx.trusted = (start, idx.scanned)
+                idx.stamp = stamp
             return idx
         finally:
             os.close(fd)

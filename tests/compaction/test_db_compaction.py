@@ -72,7 +72,7 @@ def test_compact_runs_until_nothing_is_due(db_dir):
         assert len(db.manifest.l0) == 9
         stats = db.compact()
         m = db.manifest
-        assert scheduler.pick(m.l0, m.runs, db._clock.read(), sched_opts(db)) is None
+        assert scheduler.pick(m.l0, m.runs, db.engine.now(), sched_opts(db)) is None
         assert len(m.l0) < 2
         assert stats.jobs >= 1
         assert dict(db.scan()) == model
@@ -88,7 +88,7 @@ def test_compact_runs_several_jobs_when_one_leaves_more_due(db_dir):
             db.compact()
         # runs of similar size above each other are merged in the same compact() call
         m = db.manifest
-        assert scheduler.pick(m.l0, m.runs, db._clock.read(), sched_opts(db)) is None
+        assert scheduler.pick(m.l0, m.runs, db.engine.now(), sched_opts(db)) is None
         assert db.compaction_stats.jobs >= 4
         assert dict(db.scan()) == model
 
@@ -424,7 +424,7 @@ def test_gc_cleans_up_outputs_of_a_job_that_died_before_commit(db_dir):
         live = set(sst_files(db))
         m = db.manifest
         plan = scheduler.pick_full(m.l0, m.runs)
-        job = db._compactor.make_job(plan, m, db._clock.read())
+        job = db.engine.compactor.make_job(plan, m, db.engine.now())
         from compaction.merge import run_job
 
         orphans = {n for n, _ in run_job(job).outputs}

@@ -185,3 +185,71 @@ def test_encode_refuses_what_the_format_cannot_hold(kwargs: dict, exc: type) -> 
 
 def test_header_sizes() -> None:
     assert FILE_HEADER.size == 6 and RECORD_HEADER.size == 16
+
+
+def _runs_of(buf: bytes, base: int = 0, path: str = "<bytes>", verify: bool = True) -> list[tuple]:
+    from formats.log import decode_run
+
+    run, has_tx = decode_run(buf, base, path, 7, 100, verify)
+    assert has_tx == any(t[6] is not None for t in run)
+    return run
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(records, max_size=20), st.booleans())
+def test_decode_run_and_scan_records_agree_with_decode_records(recs: list[tuple], verify: bool) -> None:
+    from formats.log import scan_records
+
+    buf = b"".join(encode_record(*r) for r in recs)
+    entries, end = decode_records(buf, 10, "p")
+    run = _runs_of(buf + encode_record(b"torn", b"x")[:-1], 10, "p", verify)  # a torn tail is left out
+    assert run == [(7, 100 + i, *r) for i, r in enumerate(recs)]
+    positions: list[int] = []
+    assert scan_records(buf + b"\x00" * 5, 10, "p", positions.append) == end
+    assert positions == [e.pos for e in entries]
+
+
+@pytest.mark.parametrize("klen", [1, 16, 255, 256])
+@pytest.mark.parametrize("vlen", [None, 0, 1, 255, 256, 65535, 65536])
+def test_decode_run_parses_every_bin_width_like_msgpack(klen: int, vlen: int | None) -> None:
+    key = b"k" * klen
+    value = None if vlen is None else bytes(range(256)) * (vlen // 256) + b"v" * (vlen % 256)
+    buf = encode_record(key, value) + encode_record(b"x", b"y", tx=1)
+    assert _runs_of(buf) == [(7, 100, key, value, None, None, None, False), (7, 101, b"x", b"y", None, None, 1, False)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(records, min_size=2, max_size=6), st.data())
+def test_decode_run_finds_a_flipped_byte_at_its_record(recs: list[tuple], data: st.DataObject) -> None:
+    from formats.log import scan_records
+
+    encoded = [encode_record(*r) for r in recs]
+    buf = bytearray(b"".join(encoded))
+    victim = data.draw(st.integers(0, len(encoded) - 1))
+    start = sum(len(e) for e in encoded[:victim])
+    buf[start + data.draw(st.integers(0, len(encoded[victim]) - 1))] ^= 1 << data.draw(st.integers(0, 7))
+    for call in (lambda: _runs_of(bytes(buf), 100, "part.log"), lambda: scan_records(bytes(buf), 100, "part.log", id)):
+        with pytest.raises(CorruptionError) as ei:
+            call()
+        assert (ei.value.path, ei.value.offset) == ("part.log", 100 + start)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x82\xa1k\xc4\x00\xa1v\xc4\x01x",  # the fast layout with an empty key
+        b"\x82\xa1k\xc4\x01a\xa1v\xc4\x02x",  # a value running past the payload
+        b"\x82\xa1k\xc4\x01a\xa1v\xc4\x01xy",  # trailing bytes
+        b"\x82\xa1k\xc4\x01a\xa1w\xc4\x01x",  # another field name
+        b"\x82\xa1k\xc4\x05a",  # a key running past the payload
+        msgpack.packb({"k": "text", "v": b"x"}, use_bin_type=True),
+        msgpack.packb({"k": b"a", "v": b"x", "ttl": -1}, use_bin_type=True),
+    ],
+)
+def test_decode_run_refuses_malformed_payloads_with_valid_checksums(payload: bytes) -> None:
+    first = len(encode_record(b"x", b"y"))
+    buf = encode_record(b"x", b"y") + _raw_record(payload)
+    for verify in (True, False):
+        with pytest.raises(CorruptionError) as ei:
+            _runs_of(buf, 6, "p", verify)
+        assert ei.value.offset == 6 + first

@@ -507,7 +507,7 @@ def test_maps_survive_a_killed_writer(tmp_path):
     clock = lsm.ManualClock(t)
     with lsm.DB.open(path, lsm.DbOptions(clock=clock), read_only=True) as db:
         assert db.seq == len(commits)
-        assert db._timeline.tracker == tracker and db._timeline.bins == bins
+        assert db.seq_tracker_entries() == tracker.entries()
         assert db.time_seq_histogram() == bins.histogram(len(commits))
         ro = lookups(db, commits)
     with lsm.DB.open(path, lsm.DbOptions(clock=clock, background_compaction=False)) as db:

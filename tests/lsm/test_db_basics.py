@@ -13,6 +13,7 @@ import lsm
 from formats import wal as wal_codec
 from formats.sst import SstReader
 from lsm.manifest import ManifestStore
+from lsm.versions import VersionSet
 from tests.lsm._lsm_proc import Served
 
 T0 = 1_700_000_000_000
@@ -233,25 +234,27 @@ def test_scan_is_a_consistent_view_while_writes_go_on(lsm_db):
     assert [first] + list(it) == [(b"k%d" % i, b"1") for i in range(10)]
 
 
-class _PausingDB(lsm.DB):
-    """A DB whose next look at its read state first runs `pause_hook` in another thread: the reader
-    is 'descheduled' right there, at a moment of the test's choosing."""
+class _PausingVersions(VersionSet):
+    """A version set whose next look at its read state first runs `pause_hook` in another thread: the
+    reader is 'descheduled' right there, at a moment of the test's choosing. Installed on an open DB
+    through its public `db.engine.versions` (the property shadows the instance attribute)."""
 
     pause_hook = None
+    hook_thread = None
 
     @property
-    def _state(self):
+    def state(self):
         hook, self.pause_hook = self.pause_hook, None
         if hook is not None:
             t = threading.Thread(target=hook)
             t.start()
             t.join(2)  # a reader holding a lock here would block the hook: then the race cannot happen
-            self.__dict__["_hook_thread"] = t
-        return self.__dict__["_st"]
+            self.hook_thread = t
+        return self.__dict__["state"]
 
-    @_state.setter
-    def _state(self, value):
-        self.__dict__["_st"] = value
+    @state.setter
+    def state(self, value):
+        self.__dict__["state"] = value
 
 
 @pytest.mark.parametrize("call", ["get", "get_entry"])
@@ -259,7 +262,9 @@ def test_point_read_survives_a_flush_landing_mid_read(tmp_path, call):
     """While a get is between reading the seq and the state, the key is overwritten and the memtable
     flushed; the flush drops the version the get's seq would select. The get must still return a
     value the key had during the call, never an older one or None."""
-    db = _PausingDB.open(tmp_path / "db", opts())
+    db = lsm.DB.open(tmp_path / "db", opts())
+    vs = db.engine.versions
+    vs.__class__ = _PausingVersions
     db.put(b"k", b"1")
     db.flush()
     db.put(b"k", b"2")
@@ -268,9 +273,9 @@ def test_point_read_survives_a_flush_landing_mid_read(tmp_path, call):
         db.put(b"k", b"3")
         db.flush()
 
-    db.pause_hook = overwrite_and_flush
+    vs.pause_hook = overwrite_and_flush
     got = db.get(b"k") if call == "get" else db.get_entry(b"k").value
-    db.__dict__["_hook_thread"].join(10)
+    vs.hook_thread.join(10)
     assert got in (b"2", b"3")
     assert db.get(b"k") == b"3"
     db.close()

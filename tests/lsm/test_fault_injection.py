@@ -137,7 +137,7 @@ def run_compaction(db: lsm.DB, o: Oracle) -> None:
 
 def run_worker_compaction(db: lsm.DB, o: Oracle) -> None:
     try:
-        db._compactor.step()  # what the background thread runs: the job goes to the worker process
+        db.engine.compactor.step()  # what the background thread runs: the job goes to the worker process
     except lsm.DbFailedError as e:
         o.errors.append(e)
     o.write(db)
@@ -159,7 +159,7 @@ def run_close(db: lsm.DB, o: Oracle) -> None:
         db.close()
     except lsm.DbFailedError as e:
         o.errors.append(e)
-    assert db._closed, "close() must release the handle even when it fails"
+    assert db.closed, "close() must release the handle even when it fails"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,13 +194,13 @@ def test_the_sweep_injects_at_least_1000_faults():
 def settle(db: lsm.DB) -> None:
     """Wait (briefly) for the flush thread to finish or fail what the workload handed it."""
     deadline = time.monotonic() + 10
-    while not db._closed and db._state.imm and db.failure is None and time.monotonic() < deadline:
+    while not db.closed and db.lsm_shape()["immutable_memtables"] and db.failure is None and time.monotonic() < deadline:
         time.sleep(0.001)
 
 
 def crash(db: lsm.DB) -> None:
     """Drop the handle as a killed process would: no final WAL sync, no flush, no manifest commit."""
-    if db._closed:
+    if db.closed:
         return
     if db._wal is not None and db._wal.broken is None:
         db._wal.broken = OSError("simulated crash")  # _release skips the final sync of a broken writer
@@ -330,11 +330,11 @@ def test_short_manifest_write_is_never_published(tmp_path):
     """Issue 12 item 2: a short write of the manifest fails the commit; the WAL it would replace stays."""
     db = lsm.DB.open(tmp_path / "db", opts())
     db.put(b"a", b"1")
-    ids = db._store.ids()
+    ids = db.engine.versions.store.ids()
     with fileio.faults("short", 1, ops={"write"}, path="/manifest/"):
         with pytest.raises(lsm.DbFailedError, match="write of .*manifest/.tmp-"):
             db.flush()
-    assert db._store.ids() == ids
+    assert db.engine.versions.store.ids() == ids
     assert not [n for n in (tmp_path / "db" / "manifest").iterdir() if n.name.startswith(".tmp-")]
     crash(db)
     with lsm.DB.open(tmp_path / "db", opts()) as db2:
@@ -359,7 +359,7 @@ def test_compaction_worker_error_names_the_file(tmp_path):
     prepopulate(db, Oracle())
     with fileio.faults("enospc", 1, ops={"write"}, path="/sst/") as plan:
         with pytest.raises(lsm.DbFailedError, match=r"write of .*\.sst failed") as ei:
-            db._compactor.step()
+            db.engine.compactor.step()
     assert plan.fired == 1 and plan.log[0][1].endswith(".sst")
     assert ei.value.op == "write"
     before = sorted(p.name for p in (tmp_path / "db" / "sst").iterdir())

@@ -63,11 +63,11 @@ def test_fenced_flush_raises_and_touches_no_file(tmp_path, memtable):
     b.put(b"mine", b"b")
     b.flush()
     before = files(path)
-    manifest_ids = b._store.ids()
+    manifest_ids = b.engine.versions.store.ids()
     with pytest.raises(lsm.FencedError):
         a.flush()
     assert files(path) == before
-    assert b._store.ids() == manifest_ids
+    assert b.engine.versions.store.ids() == manifest_ids
     # b's SSTs are intact and it keeps working
     b.put(b"more", b"b")
     b.flush()

@@ -359,3 +359,29 @@ def test_bad_arguments(env) -> None:
     with pytest.raises(ValueError, match="reserved"):
         db.ingest(bad, name="bad")
     assert db.seq == 0 and db.sources() == []
+
+
+def test_a_corrupt_record_stops_ingest_at_the_record_before_it(env) -> None:
+    """A damaged record is a CorruptionError with file and offset, never a skip: a fresh reader refuses
+    before writing anything; a reader that indexed the file before the damage commits only the batches
+    wholly below it."""
+    clock, w, log, db, tmp = env
+    for i in range(40):
+        w.append(0, b"k%02d" % i, b"v%02d" % i)
+    w.flush()
+    path = partition_path(str(tmp / "log"), 0)
+    rec_len = (os.path.getsize(path) - 6) // 40
+    assert log.end(0) == 40  # indexed (verified) before the damage
+    with open(path, "r+b") as f:
+        f.seek(6 + 25 * rec_len + 18)
+        f.write(b"\x00")
+    with pytest.raises(lsm.CorruptionError) as ei:
+        db.ingest(PartitionedLog(str(tmp / "log")), name="fresh", batch_records=10)
+    assert (ei.value.path, ei.value.offset) == (path, 6 + 25 * rec_len)
+    assert "fresh" not in db.sources()
+    with pytest.raises(lsm.CorruptionError) as ei:
+        db.ingest(log, name="old", batch_records=10)
+    assert (ei.value.path, ei.value.offset) == (path, 6 + 25 * rec_len)
+    frontier = db.remap("old").frontier if "old" in db.sources() else {}
+    assert frontier.get(0, 0) <= 25
+    assert dict(db.scan()) == {b"k%02d" % i: b"v%02d" % i for i in range(frontier.get(0, 0))}

@@ -358,3 +358,86 @@ def test_a_file_growing_by_arbitrary_pieces_is_indexed_exactly(
             assert log.end(0) == complete
             assert log.torn_bytes(0) == written - bounds[complete]
         assert [r.value for r in log.read(0, 0)] == values
+
+
+def _flip(path: str, at: int) -> None:
+    with open(path, "r+b") as f:  # in place: same inode, same size
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x20]))
+
+
+def test_a_settled_file_is_verified_once_and_damage_in_place_is_still_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records the index verified in a settled file are not hashed again while its stamp holds; a write
+    in place after indexing changes the stamp (ctime), so read verifies again and finds the damage."""
+    import time
+
+    import formats.log as flog
+
+    with LogWriter(tmp_path) as w:
+        for i in range(6):
+            w.append(0, b"k%d" % i, b"value%d" % i)
+    path = partition_path(str(tmp_path), 0)
+    monkeypatch.setattr(plog, "SETTLED_NS", 20_000_000)
+    time.sleep(0.1)  # settled: older than SETTLED_NS (and a clock tick) when indexed
+    log = PartitionedLog(tmp_path)
+    assert log.end(0) == 6
+    hashed = []
+    real = flog._xxh3
+    monkeypatch.setattr(flog, "_xxh3", lambda b: hashed.append(len(b)) or real(b))
+    assert [r.key for r in log.read(0, 0)] == [b"k%d" % i for i in range(6)]
+    assert hashed == []  # trusted: verified by the index, file unchanged
+    rec_len = (os.path.getsize(path) - 6) // 6
+    _flip(path, 6 + 3 * rec_len + 20)
+    with pytest.raises(CorruptionError) as ei:
+        list(log.read(0, 0))
+    assert (ei.value.path, ei.value.offset) == (path, 6 + 3 * rec_len)
+    assert hashed  # the file changed: read verified again
+
+
+def test_a_file_appended_to_is_verified_again_by_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setattr(plog, "SETTLED_NS", 20_000_000)
+    w = LogWriter(tmp_path)
+    for i in range(3):
+        w.append(0, b"k%d" % i, b"v")
+    time.sleep(0.1)
+    log = PartitionedLog(tmp_path)
+    assert log.end(0) == 3
+    path = partition_path(str(tmp_path), 0)
+    _flip(path, 6 + 20)  # damage record 0 in place, then append (both change the stamp)
+    w.append(0, b"k3", b"v")
+    w.close()
+    assert log.end(0) == 4  # only the appended bytes are indexed
+    for call in (lambda: list(log.read(0, 0)), lambda: list(log.read_runs(0, 0))):
+        with pytest.raises(CorruptionError) as ei:
+            call()
+        assert ei.value.offset == 6
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.tuples(st.binary(min_size=1, max_size=300), st.none() | st.binary(max_size=300)), max_size=30),
+    st.lists(st.booleans(), max_size=30),
+    st.integers(0, 35),
+    st.none() | st.integers(0, 35),
+)
+def test_read_runs_are_the_records_of_read(
+    tmp_path_factory: pytest.TempPathFactory, kvs: list, txs: list, start: int, stop: int | None
+) -> None:
+    d = tmp_path_factory.mktemp("log")
+    with LogWriter(d) as w:
+        for i, (k, v) in enumerate(kvs):
+            tx = i if i < len(txs) and txs[i] else None
+            w.append(0, k, v, tx=tx, tx_end=tx is not None)
+    log = PartitionedLog(d)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plog, "CHUNK", 256)  # several runs
+        runs = list(log.read_runs(0, start, stop))
+        want = [tuple(getattr(r, f) for f in SourceRecord.__slots__) for r in log.read(0, start, stop)]
+    assert [t for run, _ in runs for t in run] == want
+    assert [has_tx for _, has_tx in runs] == [any(t[6] is not None for t in run) for run, _ in runs]

@@ -1,0 +1,112 @@
+"""The DB's time methods: seq<->time lookups, as-of snapshots, the change feed (part of `lsm.db.DB`).
+
+`DB` is one class assembled from mixins, one module per concern (lsm/db.py: open, close, the read path
+and the `Engine`; lsm/db_write.py: the write path and flushes; this module: time; lsm/db_admin.py:
+compaction, ingest and introspection). A mixin's ``self`` is the DB: it uses the DB's own members,
+documented in `DB._init`. Nothing but `DB` inherits these classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from lsm.errors import RetentionError
+from lsm.readpath import changed_rows
+from lsm.seq_tracker import Round
+from lsm.snapshot import Snapshot
+from lsm.timeline import parse_time
+
+
+class TimeMixin:
+    """Time lookups and time travel of `lsm.db.DB` (see the module docstring)."""
+
+    # -- time --------------------------------------------------------------------------------------
+    def timestamp_for_seq(self, seq: int, round: Round = Round.UP) -> int | None:
+        """Approximate commit time (ms, whole seconds) of `seq` from the seq tracker.
+
+        Without an exact entry, Round.UP takes the next tracked seq's time, Round.DOWN the previous
+        one's; None when there is none in that direction."""
+        self._check_open()
+        return self._timeline.timestamp_for_seq(seq, round)
+
+    def seq_tracker_entries(self) -> list[tuple[int, int]]:
+        """The seq tracker's (seq, unix second) pairs, oldest first: what timestamp_for_seq and
+        seq_for_timestamp interpolate between."""
+        self._check_open()
+        return self._timeline.tracker_entries()
+
+    def seq_for_timestamp(self, ts_ms: int | str, round: Round = Round.DOWN) -> int | None:
+        """The seq tracked at time `ts_ms` (ms or RFC 3339); otherwise the previous (DOWN) or next (UP)."""
+        self._check_open()
+        return self._timeline.seq_for_timestamp(parse_time(ts_ms), round)
+
+    def _as_of_seq(self, ts_ms: int) -> int:
+        """The seq whose state as-of reads at `ts_ms` see; RetentionError if history does not reach it."""
+        now = self._clock.read()
+        keep = self.options.history_retention
+        if ts_ms >= self._last_commit_ts and ts_ms >= now - keep:
+            # nothing committed since: the latest state, but only inside the window (compaction may
+            # already have removed rows that expired between an older time and the window's start)
+            return self._seq
+        pair = self._timeline.floor_pair(ts_ms)
+        tracked_at = pair[1] if pair is not None else None
+        if tracked_at is None or tracked_at <= now - keep:
+            raise RetentionError(
+                f"{self.path}: cannot read as of {ts_ms} ms: the database keeps history back to "
+                f"{now - keep} ms only (history_retention={keep} ms, seq tracked at or before that time: "
+                f"{tracked_at})"
+            )
+        return pair[0]
+
+    def snapshot_at(self, ts_ms: int | str) -> Snapshot:
+        """A snapshot of the state as of `ts_ms` (ms or RFC 3339), through seq_for_timestamp(ts, DOWN).
+
+        The seq tracker records a pair at most every 30 s, so the state is that of the last tracked
+        commit at or before the time. Expiry is judged at `ts_ms`. The time must lie within
+        DbOptions.history_retention of now (else RetentionError)."""
+        self._check_open()
+        t = parse_time(ts_ms)
+        with self._state_lock:
+            seq = self._as_of_seq(t)
+            self._snapshots[seq] += 1
+            snap = Snapshot(self, seq, read_ts=t, release=self._release_snapshot)
+            self._as_of_snapshots.add(snap)
+        return snap
+
+    def changes(
+        self, since: int | str | None = None, *, seq: int | None = None
+    ) -> Iterator[tuple[int, bytes, bytes | None, int | None]]:
+        """(seq, key, value or None, ts) for keys whose latest version is newer than a point, oldest
+        change first, one per key (its newest version; None for a delete or an expired row).
+
+        The point is `since` (ms or RFC 3339, mapped through the decaying time bins: it errs towards
+        too many changes, never too few) or `seq=` directly. SSTs whose max_seq is not newer are skipped.
+        """
+        self._check_open()
+        if (since is None) == (seq is None):
+            raise ValueError("changes() needs exactly one of since= or seq=")
+        if seq is None:
+            seq = self._timeline.since_seq(parse_time(since))
+            if seq is None:
+                return iter(())
+        now = self._clock.read()
+        with self._state_lock:
+            st = self._vs.state
+            top = self._seq
+            self._vs.iter_gens[st.gen] += 1
+        try:
+            out = changed_rows(st, seq, top, now)
+        finally:
+            self._vs.unpin(st.gen)
+        return iter(out)
+
+    def time_seq_histogram(self) -> list[tuple[str, int]]:
+        """(RFC 3339 bin start, number of updates) oldest first, from the decaying time bins."""
+        self._check_open()
+        return self._timeline.histogram(self._seq)
+
+    def reset_time_seq(self) -> None:
+        """Forget the time bins (after a clock mishap); committed to the manifest at once."""
+        self._check_writable()
+        self._timeline.reset_bins()
+        self._vs.commit(lambda m: m.replace(**self._manifest_extras(m)))

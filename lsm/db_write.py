@@ -1,0 +1,406 @@
+"""The DB's write path and flushes (part of `lsm.db.DB`; see lsm/db_time.py on the mixin split).
+
+A commit takes the write lock and (if it does not hold it yet) a shared flock on the active WAL
+segment, checks the fence, reads the clock (never backwards), takes the next seq, appends one WAL
+record, then adds its rows to the memtable. A full memtable is frozen behind a new WAL segment and
+flushed to an L0 SST by the flush thread; the version set (lsm.versions) then commits and installs the
+new shape, and only after that commit are the flushed segments deleted. Details in lsm/db.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from compaction.merge import CompactionStats, flush_rows
+from formats.manifest import Manifest, SstEntry
+from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_value
+from formats.wal import encode_put, encode_record
+from lsm import wal as wal_files
+from lsm.batch import WriteBatch
+from lsm.clock import I64_MAX
+from lsm.errors import ClosedError, DbFailedError, FencedError, LsmError
+from lsm.events import FlushInfo, notify
+from lsm.fsutil import fsync_dir, unlink_quiet
+from lsm.memtable import Memtable
+from lsm.options import NO_TTL, WriteOptions, check_ttl
+from lsm.syskeys import SYSTEM_PREFIX, check_user_key
+
+
+class ReadOnlyError(LsmError):
+    """A write on a DB opened with read_only=True."""
+
+
+class WriteMixin:
+    """The write path of `lsm.db.DB`: put, delete, write, flush and the flush thread."""
+
+    # -- write path --------------------------------------------------------------------------------
+    def put(self, key: bytes, value: bytes, ttl: int | None = None, options: WriteOptions | None = None) -> int:
+        """Write `key` = `value`; ttl (ms) overrides DbOptions.default_ttl, NO_TTL disables it.
+
+        Returns the commit's seq."""
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
+            check_user_key(key)
+        if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
+            check_value(value)
+        if ttl is not None:
+            check_ttl(ttl)
+        if self._closed or self.read_only:
+            self._check_writable()
+        sync = options is not None and options.sync
+        # the generic _commit_ops, specialised for one put: this is the write path's hot loop
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._raise_not_writable()
+            wal = self._wal
+            if not wal.held:  # the segment lock of the fencing protocol (lsm.wal_lock): kept across writes
+                wal.hold()
+            token, epoch = self._token_bytes, self._epoch_bytes
+            if token[0:8] != epoch:
+                self._fenced(wal)
+            ts = self._clock.tick()
+            if ttl is None:
+                ttl = self._default_ttl
+            exp = None
+            if ttl is not None and ttl is not NO_TTL:
+                if self.options.sst_format_version == 0:
+                    raise ValueError("sst_format_version 0 cannot store TTLs")
+                exp = ts + ttl
+                if exp > I64_MAX:
+                    _expiry_overflow(ts, ttl)
+            seq = self._seq + 1
+            try:
+                wal.append(encode_put(seq, ts, key, exp, value), sync)
+            except OSError as e:
+                wal.release()
+                raise self._fail(e) from e
+            mem = self._vs.state.mem
+            mem.add((key, seq, ts, exp, value))
+            self._seq = seq
+            self._last_commit_ts = ts
+            if ts >= self._timeline.next_ms:
+                self._timeline.on_commit(seq, ts)
+            self.user_bytes_written += len(key) + len(value)
+            if mem.bytes >= self._memtable_bytes:
+                self._rotate_locked()
+            return seq
+
+    def reserve_seqs(self, n: int) -> tuple[int, int]:
+        """Reserve `n` consecutive seqs for a bulk load (lsm.bulk); return (first seq, the load's ts).
+
+        Freezes the memtable and waits for its flush, so every L0 file lies wholly below or above the
+        range; later commits take seqs above it. The range is published (recovery never hands it out
+        again) by the `commit_bulk` that uses it; an unused range is a gap in the seqs."""
+        if type(n) is not int or n < 1:
+            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        self._check_writable()
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._raise_not_writable()
+            self._check_fence()
+            self._rotate_locked()
+            ts = self._clock.tick()
+            base = self._seq + 1
+            self._seq = base + n - 1
+            self._last_commit_ts = ts
+            if ts >= self._timeline.next_ms:
+                self._timeline.on_commit(self._seq, ts)
+        self._wait_flushed()
+        return base, ts
+
+    def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
+        """Write a tombstone for `key` (it carries a ts and no expire_ts). Returns the commit's seq."""
+        check_user_key(key)
+        return self._commit_ops(((key, None, None),), options)
+
+    def write(self, batch: WriteBatch, options: WriteOptions | None = None) -> int:
+        """Commit a WriteBatch atomically under one seq and one ts. Returns the seq."""
+        if not isinstance(batch, WriteBatch):
+            raise TypeError(f"write() takes a WriteBatch, not {type(batch).__name__}")
+        if not batch.ops:
+            raise ValueError("write() of an empty WriteBatch")
+        ops = batch.ops
+        if len(ops) > 1:
+            ops = list({op[0]: op for op in ops}.values())  # the last operation on a key wins
+        return self._commit_ops(ops, options)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self.path}: DB is closed")
+        if self.read_only:
+            raise ReadOnlyError(f"{self.path}: opened read-only")
+        if self._bg_error is not None:
+            raise self._bg_error
+
+    def _raise_not_writable(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self.path}: DB is closed")
+        raise self._bg_error
+
+    def _check_fence(self) -> None:
+        if self._vs.is_fenced():
+            raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
+
+    def _fenced(self, wal: wal_files.WalWriter) -> None:
+        """A write found a newer epoch: give the segment lock to the opener waiting for it, then raise."""
+        wal.release()
+        self._check_fence()
+        raise FencedError(f"{self.path}: another handle opened this database; this one is fenced")
+
+    def _commit_ops(self, ops, options: WriteOptions | None) -> int:
+        default_ttl = self._default_ttl
+        v0 = self.options.sst_format_version == 0
+
+        def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
+            wal_ops = []
+            nbytes = 0
+            for key, ttl, value in ops:
+                exp = None
+                if value is not None:
+                    if ttl is None:
+                        ttl = default_ttl
+                    if ttl is not None and ttl is not NO_TTL:
+                        if v0:
+                            raise ValueError("sst_format_version 0 cannot store TTLs")
+                        exp = ts + ttl
+                        if exp > I64_MAX:
+                            _expiry_overflow(ts, ttl)
+                    nbytes += len(key) + len(value)
+                else:
+                    nbytes += len(key)
+                wal_ops.append((key, exp, value))
+            return wal_ops, nbytes
+
+        return self._commit_rows(rows_at, options is not None and options.sync)[0]
+
+    def _commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
+        """Commit the rows ``rows_at(ts, seq)`` builds, as (key, expire_ts, value), under one seq and ts.
+
+        `rows_at` runs under the write lock and the segment flock once the commit's ts and seq are known
+        (ingest needs both for its binding row) and also returns the user bytes it holds. Returns (seq, ts)."""
+        self._check_writable()
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._raise_not_writable()
+            wal = self._wal
+            if not wal.held:  # as in put
+                wal.hold()
+            if self._vs.is_fenced():
+                self._fenced(wal)
+            ts = self._clock.tick()
+            seq = self._seq + 1
+            wal_ops, nbytes = rows_at(ts, seq)
+            try:
+                wal.append(encode_record(seq, ts, wal_ops), sync)
+            except OSError as e:
+                wal.release()
+                raise self._fail(e) from e
+            mem = self._vs.state.mem
+            for key, exp, value in wal_ops:
+                mem.add((key, seq, ts, exp, value))
+            self._seq = seq
+            self._last_commit_ts = ts
+            if ts >= self._timeline.next_ms:
+                self._timeline.on_commit(seq, ts)
+            self.user_bytes_written += nbytes
+            if mem.bytes >= self._memtable_bytes:
+                self._rotate_locked()
+            return seq, ts
+
+    def _rotate_locked(self) -> None:
+        """Freeze the memtable behind a new WAL segment and hand it to the flush thread (write lock held)."""
+        old = self._vs.state.mem
+        if old.is_empty():
+            return
+        new = Memtable(old.segment_id + 1)
+        try:
+            new_wal = wal_files.WalWriter(self._wal_dir, new.segment_id)
+        except FileExistsError:
+            raise FencedError(
+                f"{self.path}: WAL segment {new.segment_id} belongs to another handle; this one is fenced"
+            ) from None
+        except OSError as e:
+            raise self._fail(e) from e
+        old_wal, self._wal = self._wal, new_wal
+        old_wal.close()
+        self._vs.swap_memtable(new)
+        if self._flush_thread is None:
+            self._flush_frozen()
+            return
+        with self._cv:
+            self._cv.notify_all()
+            while len(self._vs.state.imm) > self.options.max_immutable_memtables and self._bg_error is None:
+                self._cv.wait()
+
+    def flush(self) -> None:
+        """Flush the memtable to an L0 SST and wait until every frozen memtable is flushed."""
+        self._check_writable()
+        with self._write_lock:
+            self._check_fence()  # a fenced handle must not rotate into (or name files like) the new owner's
+            self._rotate_locked()
+        self._wait_flushed()
+
+    def _wait_flushed(self) -> None:
+        with self._cv:
+            while self._vs.state.imm and self._bg_error is None:
+                self._cv.wait()
+        if self._bg_error is not None:
+            raise self._bg_error
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._vs.state.imm and not self._stopping:
+                    self._cv.wait()
+                if not self._vs.state.imm:
+                    return
+            try:
+                self._flush_memtable(self._vs.state.imm[-1])
+            except BaseException as e:  # noqa: BLE001 - surfaced to writers as the background error
+                with self._cv:
+                    if self._bg_error is None:  # the first failure is the one to report
+                        self._bg_error = e
+                    self._cv.notify_all()
+                return
+            with self._cv:
+                self._cv.notify_all()
+            for hook in self._on_flush_hooks:
+                hook()
+
+    def _flush_frozen(self) -> None:
+        """background_flush=False: flush every frozen memtable in this thread, oldest first (write lock
+        held). A failure is the background error, as it would be in the flush thread."""
+        while self._vs.state.imm and self._bg_error is None:
+            try:
+                self._flush_memtable(self._vs.state.imm[-1])
+            except BaseException as e:
+                with self._cv:
+                    if self._bg_error is None:  # the first failure is the one to report
+                        self._bg_error = e
+                    self._cv.notify_all()
+                raise
+        for hook in self._on_flush_hooks:
+            hook()
+
+    def _flush_if_idle(self) -> bool:
+        """The idle flush: when the memtable's oldest row is periodic_compaction_interval old, flush it,
+        so rows that never fill a memtable (writes stopped) still reach disk and the periodic purge
+        bound. Called where the engine checks periodic compaction; True if it flushed."""
+        p = self.options.periodic_compaction_interval
+        if p is None or self.read_only or self._closed:
+            return False
+        mem = self._vs.state.mem
+        if mem.is_empty() or self._clock.read() - mem.min_ts < p:
+            return False
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                return False
+            self._check_fence()
+            mem = self._vs.state.mem
+            if mem.is_empty() or self._clock.read() - mem.min_ts < p:
+                return False
+            self._rotate_locked()
+        self._wait_flushed()
+        return True
+
+    def _flush_memtable(self, mem: Memtable) -> None:
+        """`_write_l0` with the flush events around it (lsm.events)."""
+        listeners = self.options.event_listeners
+        if not listeners:
+            self._write_l0(mem)
+            return
+        notify(listeners, "on_flush_begin", FlushInfo(len(mem), mem.bytes))
+        t0 = time.perf_counter()
+        try:
+            names = self._write_l0(mem)
+        except BaseException as e:
+            notify(listeners, "on_flush_end", FlushInfo(len(mem), mem.bytes, (), time.perf_counter() - t0, e))
+            raise
+        notify(listeners, "on_flush_end", FlushInfo(len(mem), mem.bytes, names, time.perf_counter() - t0))
+
+    def _write_l0(self, mem: Memtable) -> tuple[str, ...]:
+        """Write one frozen memtable to L0, commit, swap it into the read path, retire its WAL."""
+        tick = self._clock.read()
+        spec = self._vs.new_output(None)
+        dropped = CompactionStats()  # its history_floor: the newest version the flush dropped
+        try:
+            # on failure flush_rows removes what it wrote: nothing references it yet
+            outputs = flush_rows(
+                mem.iter(),
+                spec,
+                tick=tick,
+                snapshots=self.snapshot_seqs(),
+                retention_cutoff=self._retention_cutoff(tick),
+                stats=dropped,
+            )
+        except OSError as e:
+            raise self._fail(e) from e
+        entries = tuple(SstEntry(name, info) for name, info in outputs)
+        try:
+            fsync_dir(self._sst_dir)
+        except OSError as e:
+            self._vs.discard_outputs(entries)
+            raise self._fail(e) from e
+        watermark = max(mem.max_ts, self._clock.last)
+
+        def edit(m: Manifest) -> Manifest:
+            return m.replace(
+                l0=entries + m.l0,
+                last_seq=max(m.last_seq, mem.max_seq),
+                wal_replay_from=max(m.wal_replay_from, mem.segment_id + 1),
+                clock_watermark=max(m.clock_watermark, watermark),
+                history_floor=max(m.history_floor, dropped.history_floor),
+                **self._manifest_extras(m),
+            )
+
+        try:
+            self._vs.commit(edit, lambda m: self._vs.install(m, drop_imm=mem))
+        except DbFailedError as e:
+            if e.published is not None:  # known unpublished; otherwise a manifest on disk may name them
+                self._vs.discard_outputs(entries)
+            raise
+        except BaseException:
+            self._vs.discard_outputs(entries)
+            raise
+        self.flush_bytes_written += sum(e.info.file_size for e in entries)
+        self._delete_wal_below(mem.segment_id + 1)
+        return tuple(e.name for e in entries)
+
+    def _fail(self, error: BaseException, published: bool | None = False) -> DbFailedError:
+        """Enter the failed state for `error` (an I/O error on the write path); return the error to raise.
+
+        Later writes raise the first failure's error (the ones after it are its consequences)."""
+        err = DbFailedError(self.path, error, published)
+        err.__cause__ = error
+        with self._cv:
+            if self._bg_error is None:
+                self._bg_error = err
+            self._cv.notify_all()
+        return err
+
+    def _manifest_extras(self, m: Manifest) -> dict[str, Any]:
+        """Fields folded into every writer commit: the seq<->time maps (see lsm.timeline)."""
+        return self._timeline.to_manifest()
+
+    def _retention_cutoff(self, tick: int) -> int | None:
+        r = self.options.history_retention
+        cutoff = tick - r if r else None
+        # an open as-of snapshot judges expiry at its own time: keep what had not expired by then
+        with self._state_lock:
+            snaps = list(self._as_of_snapshots)  # dropped outside the lock: a last reference runs close()
+        held = [s.read_ts for s in snaps if not s.closed]
+        if held:
+            cutoff = min(held) if cutoff is None else min(cutoff, *held)
+        return cutoff
+
+    def _delete_wal_below(self, segment_id: int) -> None:
+        for sid, p in wal_files.list_segments(self._wal_dir):
+            if sid < segment_id:
+                unlink_quiet(p)
+
+
+def _expiry_overflow(ts: int, ttl: int) -> None:
+    raise ValueError(
+        f"expiry {ts} + ttl {ttl} = {ts + ttl} ms does not fit a signed 64-bit integer; nothing was written"
+    )

@@ -1,0 +1,313 @@
+"""The version set: the manifest, the SST files it names, and the read path's view of them.
+
+LevelDB's VersionSet role. `VersionSet` is the only owner of the manifest of an open handle: it
+recovers it at open (bumping the epochs, which fences every earlier handle), allocates file ids,
+publishes edits (compare-and-swap on the next manifest id, fenced by the epochs), installs each
+published version into the read path (`State`, swapped whole), keeps one `SstReader` per live file (the
+reader cache), and deletes the files a version dropped once no iterator started before that version is
+open. It knows nothing of the write path (the WAL, the memtables' contents, the clock): `lsm.db` owns
+that and calls in here.
+
+Locks (acquire in this order; never the other way round):
+
+1. ``commit_lock`` guards the publication of a version: ``manifest`` and ``manifest_id`` change only
+   under it, and ``install`` runs under it, so the read path sees versions in commit order.
+2. ``lock`` (the state lock) guards ``state``, ``next_id``, the iterator pins (``iter_gens``), the
+   retired files (``obsolete``) and the DB's snapshot counts. It is held for a few field updates only,
+   never across I/O.
+
+The DB's write lock (``lsm.db``) is taken before both when a writer rotates its memtable; the readers
+dict is written under ``commit_lock`` (install) or by the one flush/compaction that owns the files.
+
+Failure: a publication whose outcome is unknown (`lsm.manifest.PublishUnknownError`) puts the DB into the
+failed state through the `fail` callback with ``published=None``: no later commit is attempted by this
+handle (the files on disk may be ahead of what it knows) and nothing that version names is deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from compaction.merge import OutputSpec
+from formats.manifest import Manifest, SortedRun, SstEntry
+from formats.sst import SstReader
+from lsm.cache import LruCache
+from lsm.errors import DbFailedError, FencedError, NotADatabaseError
+from lsm.fsutil import unlink_quiet
+from lsm.manifest import FenceToken, ManifestStore, PublishUnknownError
+from lsm.options import DbOptions
+
+if TYPE_CHECKING:
+    from lsm.memtable import Memtable
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A sorted run in the read path: its manifest record, open readers and their last keys."""
+
+    record: SortedRun
+    readers: tuple[SstReader, ...]
+    last_keys: tuple[bytes, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """What readers see, swapped atomically as a whole."""
+
+    mem: Memtable
+    imm: tuple[Memtable, ...]  # frozen memtables, newest first
+    l0: tuple[tuple[SstEntry, SstReader], ...]  # newest first
+    runs: tuple[Run, ...]  # newest first
+    gen: int
+
+
+class VersionSet:
+    """The manifest, the live SST files and the read path's `State` of one open handle.
+
+    `failure()` returns the DB's failed-state error (or None); `fail(error, published)` enters it and
+    returns the `DbFailedError` to raise (see `lsm.db`)."""
+
+    def __init__(
+        self,
+        path: str,
+        options: DbOptions,
+        read_only: bool,
+        failure: Callable[[], BaseException | None],
+        fail: Callable[[BaseException, bool | None], DbFailedError],
+    ) -> None:
+        self.path = path
+        self.options = options
+        self.read_only = read_only
+        self.sst_dir = os.path.join(path, "sst")
+        self.store = ManifestStore(path)
+        self._failure = failure
+        self._fail = fail
+        self._cache = LruCache(options.block_cache_bytes)
+        self.readers: dict[str, SstReader] = {}  # the reader cache: one open reader per live SST
+        self.commit_lock = threading.Lock()  # lock order 1: publication of a version (see module doc)
+        self.lock = threading.Lock()  # lock order 2: state, next_id, iterator pins, retired files
+        self.iter_gens: Counter[int] = Counter()  # state generation -> open iterators reading it
+        self.obsolete: list[tuple[int, list[str]]] = []  # (generation retired at, file names)
+        self.token: FenceToken | None = None
+        self.token_bytes: object = None  # the mapped WRITER_EPOCH file (checked by each write)
+        self.epoch_bytes = b""  # our epoch as WRITER_EPOCH holds it
+        self.manifest_id, self.manifest = self._recover()
+        m = self.manifest
+        self.writer_epoch = m.writer_epoch
+        self.compactor_epoch = m.compactor_epoch
+        self.next_id = max(m.next_sst_id, max_sst_number(self.sst_dir) + 1)
+        self.state: State | None = None
+
+    # -- open / recover -----------------------------------------------------------------------------
+    def _recover(self) -> tuple[int, Manifest]:
+        """The latest manifest; a writable open publishes it again with bumped epochs (fencing)."""
+        store = self.store
+        for _ in range(100):
+            mid, man = store.latest()
+            if man is None:
+                if self.read_only:
+                    raise NotADatabaseError(f"{self.path}: no manifest: not an lsm-sim database")
+                store.try_create(1, Manifest())
+                continue
+            if self.read_only:
+                return mid, man
+            bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1)
+            if store.try_create(mid + 1, bumped):
+                self.token = FenceToken(store.dir)
+                self.token.publish(bumped.writer_epoch)
+                self.token_bytes = self.token.view
+                self.epoch_bytes = self.token.encode(bumped.writer_epoch)
+                return mid + 1, bumped
+        raise FencedError(f"{self.path}: could not open: the manifest keeps changing under us")
+
+    def open_state(self, mem: Memtable) -> State:
+        """Build the first read-path `State` over the recovered manifest, with memtable `mem`."""
+        m = self.manifest
+        self.state = State(mem, (), tuple((e, self.reader(e.name)) for e in m.l0), self.runs_of(m), 0)
+        return self.state
+
+    def is_fenced(self) -> bool:
+        """Has a newer handle published its epoch (WRITER_EPOCH) since we opened?"""
+        return self.token.read() != self.writer_epoch
+
+    # -- file ids and outputs -------------------------------------------------------------------------
+    def sst_path(self, name: str) -> str:
+        """The path of SST file `name`."""
+        return os.path.join(self.sst_dir, name)
+
+    def alloc_ids(self, n: int = 1) -> int:
+        """Reserve `n` consecutive file ids; return the first."""
+        with self.lock:
+            first = self.next_id
+            self.next_id += n
+            return first
+
+    def output_spec(self, prefix: str, target_bytes: int | None) -> OutputSpec:
+        """Where and how a flush or compaction writes its SSTs (names ``<prefix>-e<writer epoch>-...``)."""
+        o = self.options
+        return OutputSpec(
+            directory=self.sst_dir,
+            prefix=f"{prefix}-e{self.writer_epoch}",  # unique per open: a fenced handle never clobbers a name
+            format_version=o.sst_format_version,
+            block_bytes=o.block_bytes,
+            bloom_bits_per_key=o.bloom_bits_per_key,
+            compression=o.compression,
+            target_bytes=target_bytes,
+        )
+
+    def new_output(self, target_bytes: int | None) -> OutputSpec:
+        """`output_spec` under a freshly allocated file id."""
+        return self.output_spec(f"{self.alloc_ids():020d}", target_bytes)
+
+    # -- commit --------------------------------------------------------------------------------------
+    def commit(
+        self, edit: Callable[[Manifest], Manifest], on_commit: Callable[[Manifest], None] | None = None
+    ) -> Manifest:
+        """Publish edit(current manifest) as the next version (CAS); FencedError if another handle took over.
+
+        `on_commit(new)` runs under the commit lock right after the commit, so read-path state swaps
+        happen in commit order. An I/O error enters the failed state (DbFailedError)."""
+        with self.commit_lock:
+            failed = self._failure()
+            if isinstance(failed, DbFailedError):
+                # the store's files may be ahead of what this handle knows (a maybe-published version):
+                # only a reopen may commit again
+                raise failed
+            for _ in range(100):
+                base = self.manifest
+                new = edit(base)
+                new = new.replace(next_sst_id=max(new.next_sst_id, self.next_id))
+                try:
+                    created = self.store.try_create(self.manifest_id + 1, new)
+                except PublishUnknownError as e:
+                    raise self._fail(e.error, None) from e.error
+                except OSError as e:
+                    raise self._fail(e, False) from e
+                if created:
+                    self.manifest_id += 1
+                    self.manifest = new
+                    if self.manifest_id % 16 == 0:
+                        self.store.prune(self.options.manifest_history)
+                    if on_commit is not None:
+                        on_commit(new)
+                    return new
+                lid, latest = self.store.latest()
+                if latest is None or (latest.writer_epoch, latest.compactor_epoch) != (
+                    self.writer_epoch,
+                    self.compactor_epoch,
+                ):
+                    raise FencedError(
+                        f"{self.path}: another handle opened this database (writer epoch "
+                        f"{latest.writer_epoch if latest else '?'} > {self.writer_epoch}); this one is fenced"
+                    )
+                self.manifest_id, self.manifest = lid, latest
+            raise FencedError(f"{self.path}: manifest commit kept conflicting")
+
+    # -- the read path's state ---------------------------------------------------------------------
+    def reader(self, name: str) -> SstReader:
+        """The cached reader of SST `name` (opened on first use)."""
+        r = self.readers.get(name)
+        if r is None:
+            r = SstReader(self.sst_path(name), cache=self._cache if self.options.block_cache_bytes else None)
+            self.readers[name] = r
+        return r
+
+    def runs_of(self, m: Manifest) -> tuple[Run, ...]:
+        """The read path's `Run`s of manifest `m` (readers from the cache)."""
+        out = []
+        for record in m.runs:
+            readers = tuple(self.reader(e.name) for e in record.ssts)
+            out.append(Run(record, readers, tuple(e.info.last_key for e in record.ssts)))
+        return tuple(out)
+
+    def install(self, m: Manifest, drop_imm: Memtable | None = None) -> None:
+        """Point the read path at manifest `m`, dropping frozen memtable `drop_imm` (now in an SST).
+        Called under the commit lock (as `commit`'s on_commit), so versions are installed in order."""
+        l0 = tuple((e, self.reader(e.name)) for e in m.l0)
+        runs = self.runs_of(m)
+        with self.lock:
+            st = self.state
+            imm = st.imm if drop_imm is None else tuple(x for x in st.imm if x is not drop_imm)
+            self.state = dataclasses.replace(st, imm=imm, l0=l0, runs=runs, gen=st.gen + 1)
+
+    def swap_memtable(self, new: Memtable) -> None:
+        """Freeze the active memtable (it becomes the newest immutable one) and make `new` active."""
+        with self.lock:
+            st = self.state
+            self.state = dataclasses.replace(st, mem=new, imm=(st.mem,) + st.imm, gen=st.gen + 1)
+
+    def pin(self) -> State:
+        """The current state, pinned: its files are not deleted until `unpin(state.gen)`."""
+        with self.lock:
+            st = self.state
+            self.iter_gens[st.gen] += 1
+        return st
+
+    def unpin(self, gen: int) -> None:
+        """Release a pin taken by `pin` (or under `lock`), then delete what no pin needs any more."""
+        with self.lock:
+            self.iter_gens[gen] -= 1
+            if self.iter_gens[gen] <= 0:
+                del self.iter_gens[gen]
+        self.delete_obsolete()
+
+    # -- retiring files ----------------------------------------------------------------------------
+    def retire_files(self, names: list[str]) -> None:
+        """Files no longer in the manifest: deleted once no iterator started before now is open."""
+        with self.lock:
+            self.obsolete.append((self.state.gen, names))
+        self.delete_obsolete()
+
+    def delete_obsolete(self) -> None:
+        """Delete the retired files no open iterator can still read."""
+        with self.lock:
+            oldest = min(self.iter_gens) if self.iter_gens else None
+            ready = [x for x in self.obsolete if oldest is None or oldest > x[0]]
+            self.obsolete = [x for x in self.obsolete if not (oldest is None or oldest > x[0])]
+        for _gen, names in ready:
+            for name in names:
+                self.readers.pop(name, None)
+                unlink_quiet(self.sst_path(name))
+
+    def discard_outputs(self, entries: tuple[SstEntry, ...]) -> None:
+        """Delete SSTs no manifest references (their commit failed before publishing)."""
+        for e in entries:
+            r = self.readers.pop(e.name, None)
+            if r is not None:
+                r.close()
+            unlink_quiet(self.sst_path(e.name))
+
+    def live_files(self) -> set[str]:
+        """Names of the SSTs this handle has open (live, or retired but still read by an iterator)."""
+        return set(self.readers)
+
+    def close(self) -> None:
+        """Close every reader and the fencing token; idempotent."""
+        if self.token is not None:
+            self.token.close()
+            self.token = None
+        for r in list(self.readers.values()):
+            r.close()
+        self.readers.clear()
+
+
+def max_sst_number(sst_dir: str) -> int:
+    """The largest leading number of a file name in `sst_dir` (0 if none): new ids start above it."""
+    best = 0
+    try:
+        names = os.listdir(sst_dir)
+    except FileNotFoundError:
+        return 0
+    for n in names:
+        head = n.split("-", 1)[0].split(".", 1)[0]
+        if head.isdigit():
+            best = max(best, int(head))
+    return best
+
+
+__all__ = ["Run", "State", "VersionSet", "max_sst_number"]

@@ -148,18 +148,10 @@ def decode_fields(buf: bytes, pos: int, base: int, path: str) -> tuple | None:
     Raises CorruptionError(path, offset) for a damaged record and FormatVersionError for a field this
     code does not know.
     """
-    if pos + 16 > len(buf):
+    end = record_extent(buf, pos, base, path)  # both checksums
+    if end is None:
         return None
-    length, check, head_check = _unpack_header(buf, pos)
-    if _xxh3(buf[pos : pos + 12]) & 0xFFFFFFFF != head_check:
-        raise CorruptionError(path, base + pos, "partition log record header checksum mismatch")
-    end = pos + 16 + length
-    if end > len(buf):
-        return None
-    payload = buf[pos + 16 : end]
-    if _xxh3(payload) != check:
-        raise CorruptionError(path, base + pos, "partition log record checksum mismatch")
-    return (end, *_payload_fields(payload, path, base + pos))
+    return (end, *_payload_fields(buf[pos + 16 : end], path, base + pos))
 
 
 def _payload_fields(payload: bytes, path: str, at: int) -> tuple:

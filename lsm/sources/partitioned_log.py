@@ -142,15 +142,8 @@ class PartitionedLog:
         The arguments are checked and the file indexed at the call (corruption raises here); the records
         are decoded lazily as the iterator is consumed.
         """
-        check_range(partition, start, stop)
-        idx = self._refresh(partition)
-        if idx is None:
-            return iter(())
-        n = len(idx.positions)
-        hi = n if stop is None else min(stop, n)
-        if start >= hi:
-            return iter(())
-        return self._records(partition, idx, start, hi)
+        span = self._span(partition, start, stop)
+        return iter(()) if span is None else self._records(partition, *span)
 
     def _records(self, partition: int, idx: _Index, lo: int, hi: int) -> Iterator[SourceRecord]:
         path = partition_path(self.directory, partition)
@@ -178,15 +171,19 @@ class PartitionedLog:
         Yields ``(tuples, has_tx)``, a run of about `CHUNK` bytes of consecutive offsets (one record per
         offset) and whether any of them belongs to a transaction. Same checks, errors and laziness as
         `read`. O(records read)."""
+        span = self._span(partition, start, stop)
+        return iter(()) if span is None else self._runs(partition, *span)
+
+    def _span(self, partition: int, start: int, stop: int | None) -> tuple[_Index, int, int] | None:
+        """The checked arguments of a read as (index, first, end offset), or None when nothing is in range.
+        Indexes the file now, so corruption and bad arguments raise at the call, not at iteration."""
         check_range(partition, start, stop)
         idx = self._refresh(partition)
         if idx is None:
-            return iter(())
+            return None
         n = len(idx.positions)
         hi = n if stop is None else min(stop, n)
-        if start >= hi:
-            return iter(())
-        return self._runs(partition, idx, start, hi)
+        return None if start >= hi else (idx, start, hi)
 
     def _runs(self, partition: int, idx: _Index, lo: int, hi: int) -> Iterator[tuple[list[tuple], bool]]:
         path = partition_path(self.directory, partition)

@@ -1,4 +1,5 @@
-"""A compaction worker process: runs `compaction.merge.run_job` off the caller's GIL.
+"""A compaction worker process: runs `compaction.merge.run_job` (or a job's own `run()`, as a memtable
+flush's `compaction.flush.FlushJob`) off the caller's GIL.
 
 Protocol over the worker's stdin/stdout, one request at a time::
 
@@ -63,7 +64,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             return
         fileio.install(plan)
         try:
-            reply: tuple = ("ok", run_job(job))
+            # a job with its own run() (compaction.flush.FlushJob) runs that; a CompactionJob, the merge
+            reply: tuple = ("ok", job.run() if hasattr(job, "run") else run_job(job))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             reply = ("error", e)
         finally:
@@ -109,9 +111,10 @@ class Worker:
             from formats import fileio
 
             try:
-                _send(p.stdin, (job, fileio.current()))
-                (kind, value), plan = _recv(p.stdout)
-                fileio.absorb(plan)
+                with fileio.lend() as lent:  # this process's counted calls wait for the plan
+                    _send(p.stdin, (job, lent))
+                    (kind, value), plan = _recv(p.stdout)
+                    fileio.absorb(plan)
             except (EOFError, BrokenPipeError, OSError):
                 p.kill()
                 self._proc = None

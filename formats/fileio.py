@@ -138,6 +138,41 @@ def faults(kind: str = "eio", nth: int = 0, ops: Iterable[str] | None = None, pa
         clear()
 
 
+_lend_cv = threading.Condition()
+_lender: int | None = None  # the thread whose worker process holds the plan (see `lend`)
+
+
+@contextmanager
+def lend() -> Iterator[FaultPlan | None]:
+    """``with lend() as plan:`` ship `plan` to a worker process and `absorb` its copy before leaving.
+
+    While it is lent, calls of this process that the plan would count wait for it to come back (only
+    while a plan is armed: tests), so every call is counted once, in one order, and the Nth call fails
+    exactly once however the two processes interleave. One lend at a time; the lender itself must not
+    do counted I/O inside the block."""
+    global _lender
+    if _plan is None:
+        yield None
+        return
+    me = threading.get_ident()
+    with _lend_cv:
+        while _lender is not None:
+            _lend_cv.wait()
+        _lender = me
+    try:
+        yield _plan
+    finally:
+        with _lend_cv:
+            _lender = None
+            _lend_cv.notify_all()
+
+
+def _wait_lent() -> None:
+    with _lend_cv:
+        while _lender is not None and _lender != threading.get_ident():
+            _lend_cv.wait()
+
+
 def _fail(op: str, path: str, code: int) -> FileOpError:
     return FileOpError(code, os.strerror(code), path, op)
 
@@ -147,6 +182,8 @@ def _gate(op: str, path: str) -> str | None:
     plan = _plan
     if plan is None:
         return None
+    if _lender is not None:  # the plan is in a worker process: count after it comes back
+        _wait_lent()
     with _plan_lock:  # the flush thread and a writer may count at once
         kind = plan.check(op, path)
     if kind is None or (kind == "short" and op in WRITE_OPS):

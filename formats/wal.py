@@ -123,6 +123,49 @@ def decode_segment(
     return out, None
 
 
+def segment_rows(buf: bytes, path: str = "<bytes>") -> list[tuple]:
+    """Every row of an intact segment, in commit order: ``[row for r in decode_segment(buf)[0] for
+    row in r.rows]``, decoded faster (a memtable flush rebuilds its rows from its segment this way).
+
+    One-row records (puts) are decoded inline; anything else (a batch, a delete, a torn tail, a bad
+    checksum) goes through the generic decoder, with its checks and errors."""
+    rows: list[tuple] = []
+    append = rows.append
+    head = HEADER.unpack_from
+    put_head = PUT_HEAD.unpack_from
+    put_attrs = PUT_ATTRS.unpack_from
+    xxh3 = _xxh3
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        if pos + HEADER.size > end:
+            break
+        length, check = head(buf, pos)
+        body = pos + HEADER.size
+        nxt = body + length
+        if nxt > end:
+            break
+        payload = buf[body:nxt]
+        if xxh3(payload) != check or length < PUT_HEAD.size + PUT_ATTRS.size:
+            break
+        seq, ts, count, klen = put_head(payload, 0)
+        kend = PUT_HEAD.size + klen
+        if count == 1 and kend + PUT_ATTRS.size <= length:
+            flags, exp, vlen = put_attrs(payload, kend)
+            vat = kend + PUT_ATTRS.size
+            if vat + vlen == length and not flags & ~2:
+                append((payload[PUT_HEAD.size : kend], seq, ts, exp if flags else None, payload[vat:]))
+                pos = nxt
+                continue
+        rows += decode_payload(payload, path, pos)[2]
+        pos = nxt
+    if pos == end:
+        return rows
+    # something the fast loop does not take: the generic decoder reports it (or drops a torn tail)
+    records, _torn = decode_segment(buf, path)
+    return [row for r in records for row in r.rows]
+
+
 def _raise_if_records_follow(buf: bytes, pos: int, path: str) -> None:
     """Raise CorruptionError if a complete, checksum-valid record starts anywhere after `pos`.
 

@@ -9,11 +9,16 @@ new shape, and only after that commit are the flushed segments deleted. Details 
 
 from __future__ import annotations
 
+import glob
+import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from compaction.merge import CompactionStats, flush_rows
+from compaction.flush import FlushJob, SegmentMismatch, run_flush_in_worker
+from compaction.merge import CompactionStats, OutputSpec, flush_rows
+from compaction.worker import WorkerDied
 from formats.manifest import Manifest, SstEntry
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_value
 from formats.wal import encode_put, encode_record
@@ -323,19 +328,24 @@ class WriteMixin:
         """Write one frozen memtable to L0, commit, swap it into the read path, retire its WAL."""
         tick = self._clock.read()
         spec = self._vs.new_output(None)
-        dropped = CompactionStats()  # its history_floor: the newest version the flush dropped
-        try:
-            # on failure flush_rows removes what it wrote: nothing references it yet
-            outputs = flush_rows(
-                mem.iter(),
-                spec,
-                tick=tick,
-                snapshots=self.snapshot_seqs(),
-                retention_cutoff=self._retention_cutoff(tick),
-                stats=dropped,
-            )
-        except OSError as e:
-            raise self._fail(e) from e
+        snapshots = self.snapshot_seqs()
+        cutoff = self._retention_cutoff(tick)
+        done = None
+        if self.options.flush_process and threading.current_thread() is self._flush_thread:
+            done = self._flush_in_worker(mem, spec, tick, snapshots, cutoff)
+            if done is None:  # the worker could not: flush here, under a fresh name
+                spec = self._vs.new_output(None)
+        if done is not None:
+            outputs, dropped = done
+        else:
+            dropped = CompactionStats()  # its history_floor: the newest version the flush dropped
+            try:
+                # on failure flush_rows removes what it wrote: nothing references it yet
+                outputs = flush_rows(
+                    mem.iter(), spec, tick=tick, snapshots=snapshots, retention_cutoff=cutoff, stats=dropped
+                )
+            except OSError as e:
+                raise self._fail(e) from e
         entries = tuple(SstEntry(name, info) for name, info in outputs)
         try:
             fsync_dir(self._sst_dir)
@@ -366,6 +376,22 @@ class WriteMixin:
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
         self._delete_wal_below(mem.segment_id + 1)
         return tuple(e.name for e in entries)
+
+    def _flush_in_worker(self, mem: Memtable, spec: OutputSpec, tick: int, snapshots: tuple[int, ...],
+                         cutoff: int | None) -> tuple[list, CompactionStats] | None:
+        """`flush_rows` of `mem` in the flush worker process, rebuilt from its WAL segment
+        (compaction.flush); None when the worker cannot (its process died, or the segment is not the
+        memtable's), and the caller flushes in this thread. An I/O error is the failed state, as here."""
+        job = FlushJob(wal_files.segment_path(self._wal_dir, mem.segment_id), len(mem), mem.max_seq, spec,
+                       tick, snapshots, cutoff)
+        try:
+            return run_flush_in_worker(job)
+        except (WorkerDied, SegmentMismatch):
+            for p in glob.glob(os.path.join(glob.escape(spec.directory), glob.escape(spec.prefix) + "-*")):
+                unlink_quiet(p)  # what a killed worker left half written
+            return None
+        except OSError as e:
+            raise self._fail(e) from e
 
     def _fail(self, error: BaseException, published: bool | None = False) -> DbFailedError:
         """Enter the failed state for `error` (an I/O error on the write path); return the error to raise.

@@ -85,6 +85,9 @@ class DbOptions:
     # False: a full memtable (and the idle flush) is flushed in the writing thread, with no flush
     # thread, so a single-threaded driver on a ManualClock is deterministic (the simulator)
     background_flush: bool = True
+    # with background_flush: the flush thread has a worker process write each L0 SST from the frozen
+    # memtable's WAL segment (compaction.flush), off the writers' GIL; False writes it in the thread
+    flush_process: bool = True
     # what WAL replay accepts at open (lsm.wal.RECOVERY_MODES, after RocksDB's WALRecoveryMode):
     # "tolerate_truncated_tail" drops only an incomplete last record; "tolerate_corrupted_tail" also a
     # complete last record with a bad checksum; "absolute_consistency" refuses either; "point_in_time"

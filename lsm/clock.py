@@ -87,27 +87,30 @@ class MonotonicClock:
         self.clock = clock
         self.last = floor
         self._lock = threading.Lock()
+        self._now = clock.now  # bound once: tick runs on every write
 
     def tick(self) -> int:
-        # Read the user clock under the lock: reads advance `last` too, and a read that slipped in
-        # between our clock reading and the comparison would make time look as if it went back.
         """The time for a write: the user clock, which must not be below any time already used
         (ClockError otherwise, before anything is written); it becomes the last used time."""
+        # Read the user clock under the lock: reads advance `last` too, and a read that slipped in
+        # between our clock reading and the comparison would make time look as if it went back.
         with self._lock:
-            now = self.clock.now()
-            if type(now) is not int:
-                raise ClockError(f"clock {self.clock!r} returned {now!r}, not int milliseconds")
-            if not I64_MIN <= now <= I64_MAX:  # refused before it is used or becomes the watermark
-                raise ClockError(
-                    f"clock {self.clock!r} returned {now} ms, which does not fit a signed 64-bit integer; "
-                    "nothing was written"
-                )
-            if now < self.last:
-                raise ClockError(
-                    f"clock went back: {now} ms is below {self.last} ms already used; nothing was written"
-                )
+            now = self._now()
+            if type(now) is not int or not self.last <= now <= I64_MAX:
+                self._refuse(now)
             self.last = now
         return now
+
+    def _refuse(self, now: object) -> None:
+        """Raise the ClockError for a reading `tick` cannot use."""
+        if type(now) is not int:
+            raise ClockError(f"clock {self.clock!r} returned {now!r}, not int milliseconds")
+        if not I64_MIN <= now <= I64_MAX:  # refused before it is used or becomes the watermark
+            raise ClockError(
+                f"clock {self.clock!r} returned {now} ms, which does not fit a signed 64-bit integer; "
+                "nothing was written"
+            )
+        raise ClockError(f"clock went back: {now} ms is below {self.last} ms already used; nothing was written")
 
     def read(self) -> int:
         """The time for a read: max(user clock, last used time); never raises (a clock returning a

@@ -25,7 +25,10 @@ class Memtable:
         self.segment_id = segment_id  # the WAL segment holding exactly this memtable's commits
         self.data: dict[bytes, tuple | list[tuple]] = {}
         self._sorted = SortedList()
+        # every key in insertion order; _pending[:_merged] are in _sorted. Writers only append (no lock:
+        # a list append is atomic), an ordered read merges the rest under _lock (readers only)
         self._pending: list[bytes] = []
+        self._merged = 0
         self._lock = threading.Lock()
         self.bytes = 0
         self.rows = 0
@@ -37,11 +40,9 @@ class Memtable:
         """Add one version (O(1) amortized). The caller serializes writers."""
         key = row[0]
         data = self.data
-        versions = data.get(key)
-        if versions is None:
-            with self._lock:  # keys() swaps _pending under the same lock
-                data[key] = row
-                self._pending.append(key)
+        versions = data.setdefault(key, row)
+        if versions is row:  # a new key: visible to get() now, to ordered reads once in _pending
+            self._pending.append(key)
         elif type(versions) is list:
             versions.append(row)
         else:
@@ -72,10 +73,11 @@ class Memtable:
     def keys(self, start: bytes | None = None, end: bytes | None = None) -> list[bytes]:
         """Sorted keys with start <= key < end, as a list (a stable copy while writes go on)."""
         with self._lock:
-            if self._pending:
-                pending = self._pending
-                self._pending = []
-                self._sorted.update(pending)
+            pending = self._pending
+            n = len(pending)  # keys appended after this are not in this read (their rows came later)
+            if n > self._merged:
+                self._sorted.update(pending[self._merged : n])
+                self._merged = n
             return list(self._sorted.irange(start, end, inclusive=(True, False)))
 
     def iter(self, start: bytes | None = None, end: bytes | None = None, reverse: bool = False) -> Iterator[tuple]:

@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 from lsm.errors import ClockError
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1  # the on-disk range of every timestamp (i64)
+_time_ns = time.time_ns
 
 
 def check_i64_ms(v: int, what: str) -> int:
@@ -88,17 +89,22 @@ class MonotonicClock:
         self.last = floor
         self._lock = threading.Lock()
         self._now = clock.now  # bound once: tick runs on every write
+        self._system = type(clock) is SystemClock  # tick reads it inline, without a method call
 
     def tick(self) -> int:
         """The time for a write: the user clock, which must not be below any time already used
         (ClockError otherwise, before anything is written); it becomes the last used time."""
         # Read the user clock under the lock: reads advance `last` too, and a read that slipped in
         # between our clock reading and the comparison would make time look as if it went back.
-        with self._lock:
-            now = self._now()
+        lock = self._lock
+        lock.acquire()  # not `with`: this runs on every write, and acquire/release is cheaper
+        try:
+            now = _time_ns() // 1_000_000 if self._system else self._now()
             if type(now) is not int or not self.last <= now <= I64_MAX:
                 self._refuse(now)
             self.last = now
+        finally:
+            lock.release()
         return now
 
     def _refuse(self, now: object) -> None:
@@ -118,6 +124,8 @@ class MonotonicClock:
         now = self.clock.now()
         if type(now) is not int or not I64_MIN <= now <= I64_MAX:
             return self.last  # tick() reports the bad clock; a read just does not move time
+        if now == self.last:  # time has not moved: nothing to store
+            return now
         with self._lock:
             if now > self.last:
                 self.last = now

@@ -51,18 +51,17 @@ class WriteMixin:
             check_value(value)
         if ttl is not None:
             check_ttl(ttl)
-        if self._closed or self.read_only:
-            self._check_writable()
         sync = options is not None and options.sync
         # the generic _commit_ops, specialised for one put: this is the write path's hot loop
-        with self._write_lock:
-            if self._closed or self._bg_error is not None:
-                self._raise_not_writable()
+        lock = self._write_lock
+        lock.acquire()  # not `with`: acquire/release is cheaper, and try/finally costs nothing
+        try:
+            if self._closed or self._bg_error is not None or self.read_only:
+                self._check_writable()
             wal = self._wal
             if not wal.held:  # the segment lock of the fencing protocol (lsm.wal_lock): kept across writes
                 wal.hold()
-            token, epoch = self._token_bytes, self._epoch_bytes
-            if token[0:8] != epoch:
+            if self._token_bytes[0:8] != self._epoch_bytes:
                 self._fenced(wal)
             ts = self._clock.tick()
             if ttl is None:
@@ -90,6 +89,8 @@ class WriteMixin:
             if mem.bytes >= self._memtable_bytes:
                 self._rotate_locked()
             return seq
+        finally:
+            lock.release()
 
     def reserve_seqs(self, n: int) -> tuple[int, int]:
         """Reserve `n` consecutive seqs for a bulk load (lsm.bulk); return (first seq, the load's ts).

@@ -38,7 +38,7 @@ class Memtable:
 
     def add(self, row: tuple) -> None:
         """Add one version (O(1) amortized). The caller serializes writers."""
-        key = row[0]
+        key, seq, ts, _exp, value = row
         data = self.data
         versions = data.setdefault(key, row)
         if versions is row:  # a new key: visible to get() now, to ordered reads once in _pending
@@ -47,14 +47,13 @@ class Memtable:
             versions.append(row)
         else:
             data[key] = [versions, row]  # one atomic store: readers see one version or both
-        value = row[4]
         if not self.rows:
-            self.min_ts = row[2]
+            self.min_ts = ts
         self.bytes += len(key) + ROW_OVERHEAD + (len(value) if value is not None else 0)
         self.rows += 1
         # commits arrive in seq order with non-decreasing ts (the clock never goes back)
-        self.max_seq = row[1]
-        self.max_ts = row[2]
+        self.max_seq = seq
+        self.max_ts = ts
 
     def get(self, key: bytes, max_seq: int | None = None) -> tuple | None:
         """Newest version of `key` with seq <= max_seq. O(1) for the newest, O(versions) otherwise."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from compaction.flush import FlushJob, SegmentMismatch, run_flush_in_worker
+from compaction.flush import FlushJob, SegmentMismatch, run_flush_in_worker, start_flush_worker
 from compaction.merge import CompactionStats, OutputSpec, flush_rows
 from compaction.worker import WorkerDied
 from formats.manifest import Manifest, SstEntry
@@ -31,6 +31,10 @@ from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, WriteOptions, check_ttl
 from lsm.syskeys import SYSTEM_PREFIX, check_user_key
+
+# a smaller memtable is flushed in the flush thread even with DbOptions.flush_process: its GIL time is
+# short, and the worker's round trip (and its start, the first time) would only delay the flush
+FLUSH_PROCESS_MIN_BYTES = 256 << 10
 
 
 class ReadOnlyError(LsmError):
@@ -332,7 +336,11 @@ class WriteMixin:
         snapshots = self.snapshot_seqs()
         cutoff = self._retention_cutoff(tick)
         done = None
-        if self.options.flush_process and threading.current_thread() is self._flush_thread:
+        if (
+            self.options.flush_process
+            and mem.bytes >= FLUSH_PROCESS_MIN_BYTES
+            and threading.current_thread() is self._flush_thread
+        ):
             done = self._flush_in_worker(mem, spec, tick, snapshots, cutoff)
             if done is None:  # the worker could not: flush here, under a fresh name
                 spec = self._vs.new_output(None)
@@ -377,6 +385,11 @@ class WriteMixin:
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
         self._delete_wal_below(mem.segment_id + 1)
         return tuple(e.name for e in entries)
+
+    def _start_flush_worker(self) -> None:
+        """At open: start the flush worker process if memtables this big will use it."""
+        if self.options.flush_process and self._memtable_bytes >= FLUSH_PROCESS_MIN_BYTES:
+            start_flush_worker()
 
     def _flush_in_worker(self, mem: Memtable, spec: OutputSpec, tick: int, snapshots: tuple[int, ...],
                          cutoff: int | None) -> tuple[list, CompactionStats] | None:

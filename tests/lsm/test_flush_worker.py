@@ -19,6 +19,12 @@ from lsm.inspect import check_database
 T0 = 1_700_000_000_000
 
 
+@pytest.fixture(autouse=True)
+def every_flush_in_the_worker(monkeypatch):
+    """The DB flushes small memtables in its thread; these tests want the worker for every flush."""
+    monkeypatch.setattr("lsm.db_write.FLUSH_PROCESS_MIN_BYTES", 0)
+
+
 def opts(**kw) -> lsm.DbOptions:
     base = dict(clock=lsm.ManualClock(T0), background_compaction=False, memtable_bytes=4096)
     base.update(kw)
@@ -133,3 +139,56 @@ def test_flush_job_checks_the_segment_holds_the_memtable(tmp_path):
             FlushJob(seg, rows + 1, max_seq, spec, T0).run()
         with pytest.raises(SegmentMismatch):
             FlushJob(str(tmp_path / "gone.wal"), rows, max_seq, spec, T0).run()
+
+
+def test_small_memtables_are_flushed_in_the_thread(tmp_path, monkeypatch):
+    monkeypatch.setattr("lsm.db_write.FLUSH_PROCESS_MIN_BYTES", 1 << 20)
+    calls = []
+    monkeypatch.setattr("lsm.db_write.run_flush_in_worker", lambda job: calls.append(job))
+    with lsm.DB.open(tmp_path / "db", opts()) as db:
+        for i in range(100):
+            db.put(b"k%03d" % i, b"x" * 64)
+        db.flush()
+        assert len(db.manifest.l0) > 1 and calls == []
+
+
+@pytest.mark.parametrize("kind", ["enospc", "eio", "short"])
+def test_fault_sweep_of_worker_flushes(tmp_path, kind):
+    """Every I/O call of flushes run in the worker fails in turn (the plan travels to the worker):
+    the store fails cleanly, and after a crash every acknowledged write is there and lsm check passes."""
+
+    def workload(db):
+        acked = {}
+        try:
+            for i in range(60):
+                db.put(b"k%03d" % i, b"v%03d" % i)
+                acked[b"k%03d" % i] = b"v%03d" % i
+                if i % 20 == 19:
+                    db.flush()
+        except lsm.DbFailedError:
+            pass
+        return acked
+
+    path = tmp_path / "count"
+    with lsm.DB.open(path, opts(memtable_bytes=1024)) as db:
+        with fileio.faults(kind, 0, ops=fileio.WRITE_OPS if kind == "short" else None, path="/sst/") as plan:
+            workload(db)
+    total = plan.calls
+    assert total >= 3  # every flush writes, fsyncs and renames its SST
+    fired = 0
+    for nth in range(1, total + 1):
+        path = tmp_path / f"{kind}-{nth}"
+        db = lsm.DB.open(path, opts(memtable_bytes=1024))
+        with fileio.faults(kind, nth, ops=fileio.WRITE_OPS if kind == "short" else None, path="/sst/") as plan:
+            acked = workload(db)
+            if plan.fired:
+                with pytest.raises(lsm.DbFailedError):
+                    db.flush()
+        fired += plan.fired
+        db._wal.broken = OSError("simulated crash")  # drop the handle as kill -9 would
+        db._release()
+        with lsm.DB.open(path, opts()) as db2:
+            for k, v in acked.items():
+                assert db2.get(k) == v, (nth, k)
+        check_database(str(path))
+    assert fired >= total // 2

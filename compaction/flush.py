@@ -72,12 +72,6 @@ _worker = Worker()
 atexit.register(_worker.close)
 
 
-def start_flush_worker() -> None:
-    """Start the flush worker process now (it imports while the first memtable fills), if it is not
-    running; the first flush would otherwise wait for its start."""
-    _worker.start()
-
-
 def run_flush_in_worker(job: FlushJob) -> tuple[list[tuple[str, SsTableInfo]], CompactionStats]:
     """Run `job` in the flush worker process (one per Python process, started on first use, apart
     from the compaction worker). Raises what the flush raised there; `compaction.worker.WorkerDied`

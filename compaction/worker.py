@@ -101,12 +101,6 @@ class Worker:
             env=env,
         )
 
-    def start(self) -> None:
-        """Start the process now if it is not running (`run` would start it on first use)."""
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = self._start()
-
     def run(self, job: Any) -> Any:
         """Run `job` in the worker process (started if needed) and return its result; re-raise its error.
         WorkerDied if the process exits during the job (the next job starts a new one)."""

@@ -155,7 +155,6 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             if options.background_flush:  # else frozen memtables are flushed by the writer (_flush_frozen)
                 self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
                 self._flush_thread.start()
-                self._start_flush_worker()
             self._lock_releaser = IdleReleaser(self._engine)
             self._compactor = DbCompactor(self._engine)
             if self._compactor.background is not None:

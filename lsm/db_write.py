@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from compaction.flush import FlushJob, SegmentMismatch, run_flush_in_worker, start_flush_worker
+from compaction.flush import FlushJob, SegmentMismatch, run_flush_in_worker
 from compaction.merge import CompactionStats, OutputSpec, flush_rows
 from compaction.worker import WorkerDied
 from formats.manifest import Manifest, SstEntry
@@ -33,7 +33,9 @@ from lsm.options import NO_TTL, WriteOptions, check_ttl
 from lsm.syskeys import SYSTEM_PREFIX, check_user_key
 
 # a smaller memtable is flushed in the flush thread even with DbOptions.flush_process: its GIL time is
-# short, and the worker's round trip (and its start, the first time) would only delay the flush
+# short, and the worker's round trip (and its start, the first time) would only delay the flush. The
+# worker starts with the first flush that uses it (a program that never writes this much never starts
+# it); that flush waits for the start, the writers do not.
 FLUSH_PROCESS_MIN_BYTES = 256 << 10
 
 
@@ -385,11 +387,6 @@ class WriteMixin:
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
         self._delete_wal_below(mem.segment_id + 1)
         return tuple(e.name for e in entries)
-
-    def _start_flush_worker(self) -> None:
-        """At open: start the flush worker process if memtables this big will use it."""
-        if self.options.flush_process and self._memtable_bytes >= FLUSH_PROCESS_MIN_BYTES:
-            start_flush_worker()
 
     def _flush_in_worker(self, mem: Memtable, spec: OutputSpec, tick: int, snapshots: tuple[int, ...],
                          cutoff: int | None) -> tuple[list, CompactionStats] | None:

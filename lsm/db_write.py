@@ -3,7 +3,8 @@
 A commit takes the write lock and (if it does not hold it yet) a shared flock on the active WAL
 segment, checks the fence, reads the clock (never backwards), takes the next seq, appends one WAL
 record, then adds its rows to the memtable. A full memtable is frozen behind a new WAL segment and
-flushed to an L0 SST by the flush thread; the version set (lsm.versions) then commits and installs the
+flushed to an L0 SST by the flush thread (which has the flush worker process, compaction.flush, write
+the SST from that segment, off the writers' GIL); the version set (lsm.versions) then commits and installs the
 new shape, and only after that commit are the flushed segments deleted. Details in lsm/db.py.
 """
 

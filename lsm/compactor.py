@@ -86,6 +86,8 @@ class DbCompactor:
             l0_compaction_threshold=o.l0_compaction_threshold,
             size_ratio=o.size_ratio,
             max_merge_inputs=o.max_merge_inputs,
+            min_merge_width=o.min_merge_width,
+            wide_merge_min_bytes=o.target_sst_bytes,
             periodic_compaction_interval=o.periodic_compaction_interval,
             periodic_compaction_jitter=o.periodic_compaction_jitter,
             periodic_compaction_max_bytes=o.periodic_compaction_max_bytes,

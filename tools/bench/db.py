@@ -15,6 +15,16 @@ Keys and the order of operations are generated before the clock starts, from ``-
 for every engine; what is timed is the loop of engine calls (chunked so a progress bar can be updated
 between chunks). Values come from a pool of distinct byte strings that the loop cycles through.
 
+Write benchmarks also give their **write amplification** (SST bytes the engine wrote by flushes and
+compactions during the benchmark / user bytes; ``write_amp`` in ``--json``, a ``write-amp`` line after
+the results): lsm from its own counters, RocksDB from its cumulative compaction statistic (0.01 GB
+resolution); work still running when the benchmark ends is not counted.
+
+``--profile [N]`` runs lsm's benchmarks under cProfile and prints, after the results, the top N functions
+by own time for each benchmark (the calling thread: puts, gets, scans, and key generation) and for the
+engine's background threads over the whole run (flushes, the compaction thread's planning and commits;
+jobs run in the compaction worker process are not in it). The profiler inflates the timings printed.
+
 Adding a workload: write ``def mybench(ctx: RunContext, eng: Engine, step: int) -> Result`` decorated
 with ``@workload("mybench")`` (``fresh_db=True`` if it starts from an empty DB).
 """

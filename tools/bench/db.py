@@ -18,7 +18,9 @@ between chunks). Values come from a pool of distinct byte strings that the loop 
 Write benchmarks also give their **write amplification** (SST bytes the engine wrote by flushes and
 compactions during the benchmark / user bytes; ``write_amp`` in ``--json``, a ``write-amp`` line after
 the results): lsm from its own counters, RocksDB from its cumulative compaction statistic (0.01 GB
-resolution); work still running when the benchmark ends is not counted.
+resolution); rows still in a memtable and work still running when the benchmark ends are not counted
+(RocksDB's 64 MiB memtable holds most of a 1M-key fill, so its figure there is mostly unflushed; `lsm
+bench merge` compares the two after a flush).
 
 ``--profile [N]`` runs lsm's benchmarks under cProfile and prints, after the results, the top N functions
 by own time for each benchmark (the calling thread: puts, gets, scans, and key generation) and for the
@@ -406,7 +408,7 @@ def write_amp_line(benchmark: str, results: Sequence[Result]) -> str | None:
         return None
     return (
         f"{benchmark:<12} : write-amp {' '.join(parts)} (SST bytes written by flushes and compactions during "
-        "the benchmark / user bytes)"
+        "the benchmark / user bytes; memtables not flushed yet not counted)"
     )
 
 

@@ -112,6 +112,9 @@ class CompactionStats:
     plan_seconds: float = 0.0
     execute_seconds: float = 0.0
     commit_seconds: float = 0.0
+    # trivial moves (compaction/trivial_move.py): SSTs listed in a new run unchanged, not rewritten
+    moved_files: int = 0
+    moved_bytes: int = 0
 
     def add(self, other: CompactionStats) -> CompactionStats:
         """Add `other` into this one (in place; histograms merge) and return self."""

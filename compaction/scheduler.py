@@ -13,6 +13,14 @@ Size-tiered (checked first):
      two or more runs wins (at most ``max_merge_inputs``). Run sizes thus grow geometrically and the
      number of runs stays logarithmic in the data size.
 
+``min_merge_width`` (w, default 2) is the fan-in of this tiering: a window of runs merges only when it
+holds at least w runs, and an L0 job takes runs along only when at least w - 1 of them fit the ratio
+(else its output is a new run on top). Jobs smaller than ``wide_merge_min_bytes`` (the DB passes its
+``target_sst_bytes``) merge pairwise whatever w says: rewriting them costs little, and it keeps the
+number of small runs down. With w = 2 every pair of similar runs merges at once, so young
+data is rewritten about log2(data / L0 job) times; a larger w lets w runs of one size gather before one
+merge writes them, about log_w times: less write amplification for a few more runs to read.
+
 Periodic (the SlateDB TTL RFC's best effort): an SST holding TTL rows or tombstones whose creation_timestamp is older
 than ``periodic_compaction_interval`` (stretched by a per-SST jitter of up to
 ``periodic_compaction_jitter`` x the interval, derived from its name so it is stable) is due. The job
@@ -48,6 +56,8 @@ class SchedulerOptions:
     l0_compaction_threshold: int = 4
     size_ratio: float = 2.0
     max_merge_inputs: int = 8
+    min_merge_width: int = 2
+    wide_merge_min_bytes: int = 0  # jobs smaller than this merge pairwise whatever min_merge_width says
     periodic_compaction_interval: int | None = None
     periodic_compaction_jitter: float = 0.0
     periodic_compaction_max_bytes: int | None = None
@@ -103,6 +113,8 @@ def pick_size_tiered(l0: Sequence[SstEntry], runs: Sequence[SortedRun], o: Sched
                 break
             take.append(r.id)
             acc += r.size
+        if len(take) < o.min_merge_width - 1 and acc >= o.wide_merge_min_bytes:
+            take = []  # too few runs of its size yet: the new run waits on top, nothing is rewritten twice
         return Plan(
             Reason.SIZE_TIERED,
             tuple(e.name for e in l0),
@@ -116,7 +128,8 @@ def pick_size_tiered(l0: Sequence[SstEntry], runs: Sequence[SortedRun], o: Sched
         while j < len(runs) and j - i < o.max_merge_inputs and runs[j].size <= o.size_ratio * acc:
             acc += runs[j].size
             j += 1
-        if j - i >= 2:
+        width = o.min_merge_width if acc >= o.wide_merge_min_bytes else 2
+        if j - i >= max(2, width):
             return Plan(
                 Reason.SIZE_TIERED, (), tuple(r.id for r in runs[i:j]), None, is_last_run=j == len(runs)
             )

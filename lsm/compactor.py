@@ -27,6 +27,7 @@ from compaction.local import BackgroundCompactor, run_in_worker, run_local
 from compaction.merge import CompactionJob, CompactionStats, MergeResult
 from compaction.purge_lag import accumulate
 from compaction.scheduler import apply_plan
+from compaction.trivial_move import DistinctKeys, movable
 from formats.manifest import Manifest, SstEntry
 from lsm.events import CompactionInfo, notify
 from lsm.fsutil import fsync_dir, unlink_quiet
@@ -85,11 +86,14 @@ class DbCompactor:
             l0_compaction_threshold=o.l0_compaction_threshold,
             size_ratio=o.size_ratio,
             max_merge_inputs=o.max_merge_inputs,
+            min_merge_width=o.min_merge_width,
+            wide_merge_min_bytes=o.target_sst_bytes,
             periodic_compaction_interval=o.periodic_compaction_interval,
             periodic_compaction_jitter=o.periodic_compaction_jitter,
             periodic_compaction_max_bytes=o.periodic_compaction_max_bytes,
         )
         self.stats = CompactionStats()
+        self.distinct_keys = DistinctKeys()  # which SSTs hold one version per key (trivial moves)
         # one job at a time (plan, run, commit); taken before the version set's commit and state locks,
         # never while holding the DB's write lock (docs/architecture.md, "Owners, callers and locks")
         self._lock = threading.Lock()
@@ -208,6 +212,10 @@ class DbCompactor:
         t0 = time.perf_counter()
         tick = db.now()
         m = vs.manifest
+        if executor is None:
+            moved = self._move(plan, m, tick, planned, t0, on_begin)
+            if moved is not None:
+                return moved
         job = self.make_job(plan, m, tick)
         run = self._executor(job, executor, background)
         input_names = [e.name for s in plan.input_entries(m.l0, m.runs) for e in s]
@@ -246,9 +254,54 @@ class DbCompactor:
                     unlink_quiet(vs.sst_path(o.name))
             raise
         vs.retire_files(input_names)
+        self.distinct_keys.forget(input_names)
         stats.commit_seconds = time.perf_counter() - t2
         self.stats.commit_seconds += stats.commit_seconds  # known only now; the rest was added above
         return stats, tuple(e.name for e in outputs)
+
+    def _move(
+        self,
+        plan: scheduler.Plan,
+        m: Manifest,
+        tick: int,
+        planned: float,
+        t0: float,
+        on_begin: Callable[[CompactionInfo], None] | None,
+    ) -> tuple[CompactionStats, tuple[str, ...]] | None:
+        """Carry `plan` out as a trivial move (compaction/trivial_move.py) when merging its inputs would
+        change no row: one manifest edit lists the inputs, unchanged, as the new run. None otherwise."""
+        o, vs = self.db.options, self.versions
+        entries = movable(
+            plan,
+            plan.input_entries(m.l0, m.runs),
+            tick,
+            has_filters=bool(o.compaction_filters),
+            format_version=o.sst_format_version,
+            compression=o.compression,
+            min_bytes=o.trivial_move_min_bytes,
+            distinct=lambda e: self.distinct_keys(e.name, vs.sst_path(e.name)),
+        )
+        if entries is None:
+            return None
+        names = tuple(e.name for e in entries)
+        if on_begin is not None:
+            on_begin(CompactionInfo(str(plan.reason), "move", names))
+        t1 = time.perf_counter()
+        stats = CompactionStats(jobs=1, moved_files=len(entries), moved_bytes=sum(e.size for e in entries))
+        stats.plan_seconds = planned + (t1 - t0)
+        before = copy.deepcopy(self.stats)
+        self.stats.add(stats)
+        try:
+            vs.commit(lambda cur: apply_plan(cur, plan, entries, tick), vs.install)
+        except BaseException:
+            self.stats = before  # nothing was written, so there is nothing to remove
+            raise
+        t2 = time.perf_counter()
+        stats.commit_seconds = t2 - t1
+        stats.seconds = t2 - t0
+        self.stats.commit_seconds += stats.commit_seconds
+        self.stats.seconds += stats.seconds
+        return stats, names
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

@@ -46,7 +46,8 @@ class FlushInfo:
 @dataclasses.dataclass(frozen=True)
 class CompactionInfo:
     """One compaction job. ``reason``: the scheduler's reason ("size_tiered", "periodic", "manual");
-    ``executor``: "local", "worker" or "spark"; ``inputs``: the SST names it reads.
+    ``executor``: "local", "worker", "spark", or "move" (a trivial move: the inputs, unchanged, are the
+    outputs; compaction/trivial_move.py); ``inputs``: the SST names it reads.
 
     At end: the SST names it committed, its `CompactionStats` (with the plan/execute/commit phases), or
     the error that stopped it (then nothing was committed and stats is None)."""

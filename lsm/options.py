@@ -69,6 +69,11 @@ class DbOptions:
     max_immutable_memtables: int = 2
     size_ratio: float = 2.0  # adjacent runs merge when the newer ones add up to >= older / size_ratio
     max_merge_inputs: int = 8  # cap on sorted runs per size-tiered job
+    # runs of similar size that gather before a size-tiered merge (compaction/scheduler.py); 2 merges pairs
+    min_merge_width: int = 6
+    # a size-tiered job whose rows a merge would not change is a manifest edit (compaction/trivial_move.py)
+    # when its inputs add up to at least this; None never moves
+    trivial_move_min_bytes: int | None = 1 << 20
     periodic_compaction_jitter: float = 0.0  # fraction of the interval, deterministic per SST
     periodic_compaction_max_bytes: int | None = None  # cap on input bytes of one periodic job
     spark_session: Any = None
@@ -116,6 +121,10 @@ class DbOptions:
         _positive("target_sst_bytes", self.target_sst_bytes, minimum=1024)
         _positive("max_immutable_memtables", self.max_immutable_memtables)
         _positive("max_merge_inputs", self.max_merge_inputs, minimum=2)
+        _positive("min_merge_width", self.min_merge_width, minimum=2)
+        if self.min_merge_width > self.max_merge_inputs:
+            raise ValueError("DbOptions.min_merge_width must be <= max_merge_inputs")
+        _positive("trivial_move_min_bytes", self.trivial_move_min_bytes, allow_none=True, minimum=0)
         if not self.size_ratio >= 1:
             raise ValueError("DbOptions.size_ratio must be >= 1")
         if not 0 <= self.periodic_compaction_jitter < 1:

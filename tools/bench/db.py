@@ -15,6 +15,18 @@ Keys and the order of operations are generated before the clock starts, from ``-
 for every engine; what is timed is the loop of engine calls (chunked so a progress bar can be updated
 between chunks). Values come from a pool of distinct byte strings that the loop cycles through.
 
+Write benchmarks also give their **write amplification** (SST bytes the engine wrote by flushes and
+compactions during the benchmark / user bytes; ``write_amp`` in ``--json``, a ``write-amp`` line after
+the results): lsm from its own counters, RocksDB from its cumulative compaction statistic (0.01 GB
+resolution); rows still in a memtable and work still running when the benchmark ends are not counted
+(RocksDB's 64 MiB memtable holds most of a 1M-key fill, so its figure there is mostly unflushed; `lsm
+bench merge` compares the two after a flush).
+
+``--profile [N]`` runs lsm's benchmarks under cProfile and prints, after the results, the top N functions
+by own time for each benchmark (the calling thread: puts, gets, scans, and key generation) and for the
+engine's background threads over the whole run (flushes, the compaction thread's planning and commits;
+jobs run in the compaction worker process are not in it). The profiler inflates the timings printed.
+
 Adding a workload: write ``def mybench(ctx: RunContext, eng: Engine, step: int) -> Result`` decorated
 with ``@workload("mybench")`` (``fresh_db=True`` if it starts from an empty DB).
 """
@@ -27,6 +39,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -36,8 +49,10 @@ from tools.bench.engines import ENGINES, Engine
 from tools.bench.harness import (
     DEFAULT_SEED,
     KEY_SIZE,
+    Profiler,
     Result,
     make_values,
+    profile_table,
     ratio_line,
     split_list,
     timed_chunks,
@@ -113,12 +128,30 @@ def write_keys(ctx: RunContext, eng: Engine, name: str, keys: list[bytes]) -> Re
                 write_batch(list(zip(keys[i : min(i + bs, b)], values)))  # noqa: B905
             return 0
 
+    before = sst_bytes_written(eng)
     t, done, _ = timed_chunks(ctx.progress, f"{eng.name} {name}", len(keys), body)
+    after = sst_bytes_written(eng)
     note = f"batch {ctx.batch_size}" if ctx.batch_size > 1 else ""
     if ctx.sync:
         note = f"{note}; sync" if note else "sync"
     nbytes = done * (KEY_SIZE + ctx.value_size)
-    return Result(eng.name, name, done, t.seconds, nbytes, note=note, cpu_seconds=t.cpu_seconds)
+    wa = None if before is None or after is None or not nbytes else (after - before) / nbytes
+    return Result(eng.name, name, done, t.seconds, nbytes, note=note, cpu_seconds=t.cpu_seconds, write_amp=wa)
+
+
+def sst_bytes_written(eng: Engine) -> int | None:
+    """Bytes the engine has written to SSTs (flushes and compactions) since it opened, for write
+    amplification; None when the engine does not tell. lsm: its own counters (compactions that are still
+    running are not counted yet). RocksDB: its cumulative compaction statistic, which counts flushes as
+    writes into L0, in GB with two decimals (so about 10 MB resolution)."""
+    if eng.name == "lsm":
+        return eng.db.flush_bytes_written + eng.db.compaction_stats.bytes_out
+    if eng.name == "rocksdict":
+        m = re.search(
+            r"Cumulative compaction: ([0-9.]+) GB write", eng.db.property_value("rocksdb.stats") or ""
+        )
+        return None if m is None else int(float(m.group(1)) * 2**30)
+    return None
 
 
 @workload("fillseq", fresh_db=True)
@@ -215,6 +248,17 @@ def parser() -> argparse.ArgumentParser:
         "--compare", default="", help="other engines to run the same workload on: rocksdict,plyvel"
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of results instead of lines")
+    p.add_argument(
+        "--profile",
+        type=int_arg(1),
+        nargs="?",
+        const=25,
+        default=None,
+        metavar="N",
+        help="cProfile the lsm engine: after the results, the top N functions (default 25) by own time for "
+        "each benchmark (the calling thread), then for the engine's flush and compaction threads over the "
+        "whole run; the timings themselves are inflated by the profiler",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when not a TTY)")
     return p
 
@@ -234,23 +278,52 @@ def _engine_names(p: argparse.ArgumentParser, compare: str) -> list[str]:
 
 
 def run_engine(
-    ctx: RunContext, name: str, path: str, names: list[str], emit: Callable[[Result], None]
-) -> tuple[str, list[Result]]:
-    """Every benchmark of `names`, in order, on engine `name` in `path`; return (its version, results)."""
+    ctx: RunContext,
+    name: str,
+    path: str,
+    names: list[str],
+    emit: Callable[[Result], None],
+    profile_top: int | None = None,
+) -> tuple[str, list[Result], list[str]]:
+    """Every benchmark of `names`, in order, on engine `name` in `path`; return (its version, results,
+    profile tables: one per benchmark, then the background threads', when `profile_top` is set)."""
     eng = ENGINES[name](path, ctx.sync)
     results = []
+    tables: list[str] = []
+    prof = Profiler() if profile_top is not None else None
+    per_bench: list[Profiler] = []
+    if prof is not None:
+        prof.start_threads()  # before the engine opens: its flush and compaction threads start there
     try:
         eng.open(fresh=True)
         version = eng.version()
         for step, bench in enumerate(names):
             if bench in FRESH_DB and step > 0:
                 eng.open(fresh=True)
-            r = WORKLOADS[bench](ctx, eng, step)
+            if prof is None:
+                r = WORKLOADS[bench](ctx, eng, step)
+            else:
+                per_bench.append(Profiler(threads=False))
+                with per_bench[-1].calling_thread():
+                    r = WORKLOADS[bench](ctx, eng, step)
             results.append(r)
             emit(r)
     finally:
         eng.close()
-    return version, results
+        if prof is not None:
+            prof.stop_threads()
+    if prof is not None:
+        for bench, bp in zip(names, per_bench, strict=False):
+            tables.append(profile_table([bp.main], profile_top, f"{name} {bench}, the calling thread"))
+        tables.append(
+            profile_table(
+                prof.threads,
+                profile_top,
+                f"{name} background threads (flush, compaction, ...) over all benchmarks; compaction jobs "
+                "run in a worker process are not in it",
+            )
+        )
+    return version, results, [t for t in tables if t]
 
 
 def print_grouped(names: list[str], versions: list[str], results: list[Result]) -> None:
@@ -296,14 +369,17 @@ def main(argv: list[str]) -> int:
     root = a.db or tempfile.mkdtemp(prefix="lsm-bench-")
     results: list[Result] = []
     versions: list[str] = []
+    profiles: list[str] = []
     try:
         os.makedirs(root, exist_ok=True)
         if not a.json:
             _print_header(ctx, a, names, engines, root)
         for name in engines:
-            version, got = run_engine(ctx, name, os.path.join(root, name), names, emit)
+            top = a.profile if name == "lsm" else None
+            version, got, tables = run_engine(ctx, name, os.path.join(root, name), names, emit, top)
             versions.append(version)
             results += got
+            profiles += tables
     finally:
         if a.db is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -311,7 +387,29 @@ def main(argv: list[str]) -> int:
         print(json.dumps([r.to_dict() for r in results], indent=1))
     elif not stream:
         print_grouped(names, versions, results)
+    if not a.json:
+        for bench in names:
+            line = write_amp_line(bench, results)
+            if line:
+                print(line)
+    for t in profiles:  # with --json on stderr, so stdout stays one JSON document
+        print(t, file=sys.stderr if a.json else sys.stdout)
     return 0
+
+
+def write_amp_line(benchmark: str, results: Sequence[Result]) -> str | None:
+    """``fillrandom   : write-amp lsm 2.05 rocksdict 1.11 (...)`` for a write benchmark, else None."""
+    parts = [
+        f"{r.engine} {r.write_amp:.2f}"
+        for r in results
+        if r.benchmark == benchmark and r.write_amp is not None
+    ]
+    if not parts:
+        return None
+    return (
+        f"{benchmark:<12} : write-amp {' '.join(parts)} (SST bytes written by flushes and compactions during "
+        "the benchmark / user bytes; memtables not flushed yet not counted)"
+    )
 
 
 def _print_header(

@@ -14,14 +14,18 @@
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import dataclasses
 import gc
+import io
 import itertools
 import json
 import os
+import pstats
 import random
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -45,6 +49,8 @@ class Result:
     found: int | None = None  # readrandom: how many reads found a value
     note: str = ""
     cpu_seconds: float | None = None  # CPU time of this process and its children over the same span
+    # write benchmarks: SST bytes written by flushes and compactions during the benchmark / `bytes`
+    write_amp: float | None = None
 
     @property
     def cpu_micros_per_op(self) -> float | None:
@@ -99,6 +105,7 @@ class Result:
             "cpu_seconds": self.cpu_seconds,
             "found": self.found,
             "note": self.note,
+            "write_amp": self.write_amp,
         }
 
 
@@ -119,6 +126,57 @@ def print_results(results: Iterable[Result], as_json: bool) -> None:
     else:
         for r in results:
             print(r.line())
+
+
+# -- profiles --------------------------------------------------------------------------------------
+class Profiler:
+    """cProfile of the calling thread, and (``threads=True``) of every thread that starts while it runs,
+    each with its own profile (cProfile profiles one thread per ``enable``). Start it before the code
+    under test starts its threads (a DB's flush and compaction threads start at open)."""
+
+    def __init__(self, threads: bool = True) -> None:
+        self.main = cProfile.Profile()
+        self.threads: list[cProfile.Profile] = []
+        self._threads = threads
+        self._lock = threading.Lock()
+
+    def _hook(self, frame: Any, event: str, arg: Any) -> None:
+        # the first event in a new thread: give it its own profiler (which replaces this hook there)
+        prof = cProfile.Profile()
+        with self._lock:
+            self.threads.append(prof)
+        prof.enable()
+
+    def start_threads(self) -> None:
+        """Profile the threads started from now on."""
+        if self._threads:
+            threading.setprofile(self._hook)
+
+    def stop_threads(self) -> None:
+        """No more new threads are profiled (those already profiled keep going until they end)."""
+        threading.setprofile(None)
+
+    @contextlib.contextmanager
+    def calling_thread(self) -> Iterator[None]:
+        """Profile the calling thread inside the block (adds to `main`)."""
+        self.main.enable()
+        try:
+            yield
+        finally:
+            self.main.disable()
+
+
+def profile_table(profiles: Sequence[cProfile.Profile], top: int, title: str) -> str:
+    """The `top` functions by own time (tottime) of the merged `profiles`, as pstats prints them, under
+    a ``# profile: title`` line; empty when nothing was recorded."""
+    profiles = [p for p in profiles if p.getstats()]
+    if not profiles:
+        return ""
+    out = io.StringIO()
+    st = pstats.Stats(*profiles, stream=out)
+    st.strip_dirs().sort_stats("tottime").print_stats(top)
+    body = out.getvalue().strip("\n")
+    return f"# profile: {title}\n{body}\n"
 
 
 # -- progress --------------------------------------------------------------------------------------

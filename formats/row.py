@@ -139,6 +139,10 @@ class RowCodec:
         self.attrs_size = self.attrs.size - 4
         # bit 1 promises an expire_ts: only meaningful when the layout has the slot for it
         self.bad_flag_bits = ~(KNOWN_FLAG_BITS if self.has_ttl else int(RowFlags.TOMBSTONE))
+        if self.features == _FTS:
+            self.decode_version = self._version_fts
+        elif self.features == _FTTS:
+            self.decode_version = self._version_ftts
 
     # -- encoding ---------------------------------------------------------------------------------
     def encode_parts(self, row: Sequence, out: list) -> int:
@@ -322,6 +326,38 @@ class RowCodec:
         if pos != end:
             raise CorruptionError(path, end, "last row runs past the end of the block")
         return rows
+
+    # -- point reads: one row whose key the caller already holds -------------------------------------
+    def decode_version(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
+        """The row whose key, equal to `key`, ends at `pos` (the row starts at ``pos - 2 - len(key)``).
+
+        A point read found the key by an index and needs only this row: the layouts this engine writes
+        get a short decoder (set per codec in ``__init__``). Returns None where `decode_from` would raise,
+        so a caller re-reads the row with it to get the error that names the fault. O(1)."""
+        try:
+            return self.decode_from(buf, pos - 2 - len(key), "<block>", default_seq)[0]
+        except CorruptionError:
+            return None
+
+    def _version_fts(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
+        flags, ts, seq, vlen = self.attrs.unpack_from(buf, pos)
+        pos += 21  # u8 flags, i64 ts, u64 seq, u32 value_len
+        if flags:
+            return (key, seq, ts, None, None) if flags == 1 and not vlen else None
+        end = pos + vlen
+        return (key, seq, ts, None, buf[pos:end]) if end <= len(buf) else None
+
+    def _version_ftts(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
+        flags, ts, exp, seq, vlen = self.attrs.unpack_from(buf, pos)
+        pos += 29  # u8 flags, i64 ts, i64 expire_ts, u64 seq, u32 value_len
+        if flags & ~3:
+            return None
+        if not flags & 2:
+            exp = None
+        if flags & 1:
+            return (key, seq, ts, exp, None) if not vlen else None
+        end = pos + vlen
+        return (key, seq, ts, exp, buf[pos:end]) if end <= len(buf) else None
 
     def decode(self, buf: bytes) -> tuple:
         """Decode a buffer holding exactly one row."""

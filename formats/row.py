@@ -137,6 +137,7 @@ class RowCodec:
             fmt += "Q"
         self.attrs = struct.Struct(fmt + "I")  # attrs followed by value_len
         self.attrs_size = self.attrs.size - 4
+        self._row_structs: dict[int, struct.Struct] = {}
         # bit 1 promises an expire_ts: only meaningful when the layout has the slot for it
         self.bad_flag_bits = ~(KNOWN_FLAG_BITS if self.has_ttl else int(RowFlags.TOMBSTONE))
         if self.features == _FTS:
@@ -267,20 +268,40 @@ class RowCodec:
             rows.append(row)
         return rows
 
+    def _row_struct(self, klen: int) -> struct.Struct:
+        """``u16 key_len | key | attrs | u32 value_len`` for keys of `klen` bytes: one unpack per row
+        when a block's keys share a length (fixed-size keys are the common case)."""
+        st = self._row_structs.get(klen)
+        if st is None:
+            st = struct.Struct(f">H{klen}s{self.attrs.format[1:]}")
+            if len(self._row_structs) < 64:
+                self._row_structs[klen] = st
+        return st
+
     def _decode_fts(self, buf: bytes, path: str) -> list[tuple]:
         rows: list[tuple] = []
         append = rows.append
-        unpack_k = KEY_LEN.unpack_from
         unpack_a = self.attrs.unpack_from
         asz = self.attrs.size
         pos = 0
         end = len(buf)
         try:
+            klen = KEY_LEN.unpack_from(buf, 0)[0] if end >= 2 else 0
+            whole = self._row_struct(klen)
+            unpack_w = whole.unpack_from
+            wsz = whole.size
             while pos < end:
-                p = pos + 2 + unpack_k(buf, pos)[0]
-                key = buf[pos + 2 : p]
-                flags, ts, seq, vlen = unpack_a(buf, p)
-                p += asz
+                try:
+                    kl, key, flags, ts, seq, vlen = unpack_w(buf, pos)
+                except struct.error:
+                    kl = -1
+                if kl == klen:
+                    p = pos + wsz
+                else:  # a key of another length (or a row shorter than the guess): field by field
+                    p = pos + 2 + KEY_LEN.unpack_from(buf, pos)[0]
+                    key = buf[pos + 2 : p]
+                    flags, ts, seq, vlen = unpack_a(buf, p)
+                    p += asz
                 if flags:
                     if flags != 1 or vlen:
                         raise CorruptionError(path, pos, f"bad row flags {flags:#04x} or tombstone value")
@@ -298,17 +319,27 @@ class RowCodec:
     def _decode_ftts(self, buf: bytes, path: str) -> list[tuple]:
         rows: list[tuple] = []
         append = rows.append
-        unpack_k = KEY_LEN.unpack_from
         unpack_a = self.attrs.unpack_from
         asz = self.attrs.size
         pos = 0
         end = len(buf)
         try:
+            klen = KEY_LEN.unpack_from(buf, 0)[0] if end >= 2 else 0
+            whole = self._row_struct(klen)
+            unpack_w = whole.unpack_from
+            wsz = whole.size
             while pos < end:
-                p = pos + 2 + unpack_k(buf, pos)[0]
-                key = buf[pos + 2 : p]
-                flags, ts, exp, seq, vlen = unpack_a(buf, p)
-                p += asz
+                try:
+                    kl, key, flags, ts, exp, seq, vlen = unpack_w(buf, pos)
+                except struct.error:
+                    kl = -1
+                if kl == klen:
+                    p = pos + wsz
+                else:  # a key of another length (or a row shorter than the guess): field by field
+                    p = pos + 2 + KEY_LEN.unpack_from(buf, pos)[0]
+                    key = buf[pos + 2 : p]
+                    flags, ts, exp, seq, vlen = unpack_a(buf, p)
+                    p += asz
                 if flags & ~3:
                     raise CorruptionError(path, pos, f"unknown row flag bits {flags:#04x}")
                 if not flags & 2:

@@ -650,17 +650,23 @@ class SstReader:
 
         Forward: key ascending, seq descending. Reverse: key descending, seq still descending within a
         key (newest first), so the same version resolution works in both directions. Lazy: a block is
-        read when the iteration reaches it; rows come from the decoded block lists (only the first and
-        last block of the range are trimmed to the bounds), so a row costs no Python code here.
+        read when the iteration reaches it; rows come from the decoded block lists (see `iter_blocks`),
+        so a row costs no Python code here.
         """
+        return itertools.chain.from_iterable(self.iter_blocks(start, end, reverse))
+
+    def iter_blocks(
+        self, start: bytes | None = None, end: bytes | None = None, reverse: bool = False
+    ) -> Iterator[list[tuple]]:
+        """The rows of `iter`, one list per data block (lazy: a block is read when reached). Only the
+        first and last block of the range are trimmed to the bounds; a block holds every version of
+        its keys, so a key's versions never straddle two lists."""
         blocks = self._block_range(start, end)
         if not blocks:
             return iter(())
         first, last = blocks[0], blocks[-1]
-        lo_key = self.first_keys[first]
-        hi_key = self.last_keys[last]
-        trim_start = start is not None and start > lo_key
-        trim_end = end is not None and end <= hi_key
+        trim_start = start is not None and start > self.first_keys[first]
+        trim_end = end is not None and end <= self.last_keys[last]
         block_rows = self.block_rows
 
         def rows_of(i: int) -> list[tuple]:
@@ -671,7 +677,7 @@ class SstReader:
                 rows = rows[: bisect.bisect_left(rows, end, key=_row_key)]
             return _reverse_keys(rows) if reverse else rows
 
-        return itertools.chain.from_iterable(map(rows_of, reversed(blocks) if reverse else blocks))
+        return map(rows_of, reversed(blocks) if reverse else blocks)
 
     def __iter__(self) -> Iterator[tuple]:
         return itertools.chain.from_iterable(map(self.block_rows, range(len(self.blocks))))

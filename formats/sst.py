@@ -150,6 +150,9 @@ class BlockCache(Protocol):
     def put(self, key: Any, value: Any, charge: int) -> None:
         """Cache `value` under `key`, charged `charge` bytes."""
 
+    # Optional: ``grow(key, extra)`` charges `extra` more bytes to a cached entry (the engine's LRU has
+    # it; the reader calls it when a block gains its key index, and does without it otherwise).
+
 
 def _compress(payload: bytes, code: int) -> bytes:
     if code == COMPRESSION_ZLIB:
@@ -544,8 +547,7 @@ class SstReader:
             raise CorruptionError(self.path, h.offset, f"bad block trailer: {e}") from None
         b = _Block(payload[:start], offsets)
         if cache is not None:
-            # charged with the key index a point read may add (`_key_index`: ~ROW_INDEX_BYTES a row)
-            cache.put(ck, b, len(payload) + (8 + ROW_INDEX_BYTES) * n)
+            cache.put(ck, b, len(payload) + 8 * n)
             self._slots[i] = b.ref
         return b
 
@@ -562,6 +564,9 @@ class SstReader:
         except struct.error:
             raise CorruptionError(self.path, self.blocks[i].offset, "row runs past the end of the block") from None
         blk.index = index
+        grow = getattr(self.cache, "grow", None)  # charge the index to the block where the cache can
+        if grow is not None:
+            grow((self.cache_id, i), ROW_INDEX_BYTES * len(blk.offsets))
         return index
 
     def block(self, i: int) -> tuple[bytes, tuple[int, ...]]:
@@ -724,8 +729,8 @@ class SstReader:
             raise CorruptionError(self.path, self.info.filter_offset + self.info.filter_size, "; ".join(problems))
 
 
-# What a cached block's key index costs beyond the block (a dict slot and the key object, for the
-# short keys this engine sees), charged to the cache up front so its bound covers the index too.
+# What a cached block's key index costs a row beyond the block (a dict slot and the key object, for
+# short keys), charged to the block when the index is built (`BlockCache.grow`, where the cache has it).
 ROW_INDEX_BYTES = 96
 
 

@@ -47,15 +47,28 @@ class LruCache:
                 self.used -= old[1]
             self._d[key] = (value, charge)
             self.used += charge
-            d = self._d
-            while self.used > self.capacity:
-                k, e = d.popitem(last=False)
-                v = e[0]
-                if getattr(v, "touched", False):  # read since it last reached the old end: keep it
-                    v.touched = False
-                    d[k] = e
-                    continue
-                self.used -= e[1]
+            self._evict()
+
+    def grow(self, key: Any, extra: int) -> None:
+        """Charge `extra` more bytes to the entry under `key` (a block that gained a key index), evicting
+        to fit; nothing if `key` is no longer cached. O(1) amortized."""
+        with self._lock:
+            e = self._d.get(key)
+            if e is not None:
+                self._d[key] = (e[0], e[1] + extra)
+                self.used += extra
+                self._evict()
+
+    def _evict(self) -> None:
+        d = self._d
+        while self.used > self.capacity:
+            k, e = d.popitem(last=False)
+            v = e[0]
+            if getattr(v, "touched", False):  # read since it last reached the old end: keep it
+                v.touched = False
+                d[k] = e
+                continue
+            self.used -= e[1]
 
     def evict_prefix(self, file_id: Any) -> None:
         """Drop every block of one file (after the file is deleted)."""

@@ -74,3 +74,29 @@ def test_a_db_reads_the_same_through_a_tiny_block_cache(tmp_path):
                     assert snap.get(k) == b"value-%d" % i
                     assert db.get(k) == (b"new-%d" % (i * 7 % 2000) if (i * 7 % 2000) % 3 == 0 else b"value-%d" % i)
             assert [k for k, _ in db.scan()] == [b"key%05d" % i for i in range(2000)]
+
+
+def test_grow_charges_an_entry_more_and_keeps_the_bound():
+    c = LruCache(300)
+    c.put("a", Blk(), 100)
+    c.put("b", Blk(), 100)
+    c.grow("a", 50)
+    assert c.used == 250
+    c.grow("gone", 1000)  # no longer cached: nothing to charge
+    assert c.used == 250 and len(c) == 2
+    c.grow("b", 100)  # over the bound: the least recently used entry goes
+    assert c.get("a") is None and c.used == 200
+
+
+def test_a_point_read_key_index_is_charged_to_its_block(tmp_path):
+    from formats.sst import ROW_INDEX_BYTES
+
+    rows = [(b"k%04d" % i, 1000 - i, 7, None, b"v" * 50) for i in range(400)]
+    write_sst(tmp_path / "t.sst", rows, block_bytes=256, sync=False)
+    cache = LruCache(1 << 20)
+    with SstReader(tmp_path / "t.sst", cache=cache) as r:
+        list(r)  # every block cached, no key index yet
+        plain = cache.used
+        for row in rows:
+            assert r.get(row[0]) == row
+        assert cache.used == plain + ROW_INDEX_BYTES * len(rows)

@@ -552,15 +552,15 @@ class SstReader:
         return b
 
     def _key_index(self, blk: _Block, i: int) -> dict[bytes, int]:
-        """Key -> position (in `blk.offsets`) of its newest version: built the second time a point
+        """Key -> where its newest version's row starts in `blk.data`: built the second time a point
         read lands in a cached block, so later reads of it are one dict probe."""
         data = blk.data
         unpack = KLEN.unpack_from
         index: dict[bytes, int] = {}
         setdefault = index.setdefault
         try:
-            for j, o in enumerate(blk.offsets):
-                setdefault(data[o + 2 : o + 2 + unpack(data, o)[0]], j)
+            for o in blk.offsets:
+                setdefault(data[o + 2 : o + 2 + unpack(data, o)[0]], o)
         except struct.error:
             raise CorruptionError(self.path, self.blocks[i].offset, "row runs past the end of the block") from None
         blk.index = index
@@ -576,9 +576,10 @@ class SstReader:
 
     def block_rows(self, i: int) -> list[tuple]:
         """All rows of data block `i`, decoded, in stored order."""
-        data, offsets = self.block(i)
+        b = self._load(i)
+        offsets = b.offsets
         try:
-            rows = self.codec.decode_block(data, self.path, self.default_seq)
+            rows = self.codec.decode_block(b.data, self.path, self.default_seq)
         except CorruptionError as e:
             raise CorruptionError(self.path, self.blocks[i].offset, e.detail) from None
         except struct.error:
@@ -617,21 +618,26 @@ class SstReader:
                     hi = mid
             if lo == len(offsets) or key_at(data, offsets[lo]) != key:
                 return None
+            at = offsets[lo]
         else:
             blk.touched = True
             index = blk.index
             if index is None:
                 index = self._key_index(blk, i)
-            lo = index.get(key)
-            if lo is None:
+            at = index.get(key)
+            if at is None:
                 return None
-            data, offsets = blk.data, blk.offsets
+            data = blk.data
+            lo = -1
         try:
-            row = self.codec.decode_version(data, offsets[lo] + 2 + len(key), key, self.default_seq)
+            row = self.codec.decode_version(data, at + 2 + len(key), key, self.default_seq)
         except (CorruptionError, struct.error):
             row = None  # the checked generic decoder below names the fault
         if row is not None and (max_seq is None or row[1] <= max_seq):
             return row
+        offsets = blk.offsets
+        if lo < 0:  # older versions follow the newest: find its place among the rows
+            lo = bisect.bisect_left(offsets, at)
         decode = self.codec.decode_from
         n = len(offsets)
         while lo < n:

@@ -50,14 +50,19 @@ class BloomFilter:
             raise ValueError("bloom filter header does not match its size")
 
     def may_contain(self, key: bytes) -> bool:
-        """False only if `key` was certainly not added (no false negatives)."""
+        """False only if `key` was certainly not added (no false negatives).
+
+        Walks the probes ``(h1 + i * h2) % num_bits`` incrementally (the same bits: both terms reduced
+        mod num_bits once, then one add and one compare per probe) and returns at the first clear bit."""
         h = _hash(key)
-        h1 = h & 0xFFFFFFFF
-        h2 = h >> 32
         nbits = self.nbits
+        b = (h & 0xFFFFFFFF) % nbits
+        step = (h >> 32) % nbits
         bits = self.bits
-        for i in range(self.k):
-            b = (h1 + i * h2) % nbits
-            if not bits[b >> 3] & (1 << (b & 7)):
+        for _ in range(self.k):
+            if not bits[b >> 3] >> (b & 7) & 1:
                 return False
+            b += step
+            if b >= nbits:
+                b -= nbits
         return True

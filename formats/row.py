@@ -137,8 +137,13 @@ class RowCodec:
             fmt += "Q"
         self.attrs = struct.Struct(fmt + "I")  # attrs followed by value_len
         self.attrs_size = self.attrs.size - 4
+        self._row_structs: dict[int, struct.Struct] = {}
         # bit 1 promises an expire_ts: only meaningful when the layout has the slot for it
         self.bad_flag_bits = ~(KNOWN_FLAG_BITS if self.has_ttl else int(RowFlags.TOMBSTONE))
+        if self.features == _FTS:
+            self.decode_version = self._version_fts
+        elif self.features == _FTTS:
+            self.decode_version = self._version_ftts
 
     # -- encoding ---------------------------------------------------------------------------------
     def encode_parts(self, row: Sequence, out: list) -> int:
@@ -263,20 +268,40 @@ class RowCodec:
             rows.append(row)
         return rows
 
+    def _row_struct(self, klen: int) -> struct.Struct:
+        """``u16 key_len | key | attrs | u32 value_len`` for keys of `klen` bytes: one unpack per row
+        when a block's keys share a length (fixed-size keys are the common case)."""
+        st = self._row_structs.get(klen)
+        if st is None:
+            st = struct.Struct(f">H{klen}s{self.attrs.format[1:]}")
+            if len(self._row_structs) < 64:
+                self._row_structs[klen] = st
+        return st
+
     def _decode_fts(self, buf: bytes, path: str) -> list[tuple]:
         rows: list[tuple] = []
         append = rows.append
-        unpack_k = KEY_LEN.unpack_from
         unpack_a = self.attrs.unpack_from
         asz = self.attrs.size
         pos = 0
         end = len(buf)
         try:
+            klen = KEY_LEN.unpack_from(buf, 0)[0] if end >= 2 else 0
+            whole = self._row_struct(klen)
+            unpack_w = whole.unpack_from
+            wsz = whole.size
             while pos < end:
-                p = pos + 2 + unpack_k(buf, pos)[0]
-                key = buf[pos + 2 : p]
-                flags, ts, seq, vlen = unpack_a(buf, p)
-                p += asz
+                try:
+                    kl, key, flags, ts, seq, vlen = unpack_w(buf, pos)
+                except struct.error:
+                    kl = -1
+                if kl == klen:
+                    p = pos + wsz
+                else:  # a key of another length (or a row shorter than the guess): field by field
+                    p = pos + 2 + KEY_LEN.unpack_from(buf, pos)[0]
+                    key = buf[pos + 2 : p]
+                    flags, ts, seq, vlen = unpack_a(buf, p)
+                    p += asz
                 if flags:
                     if flags != 1 or vlen:
                         raise CorruptionError(path, pos, f"bad row flags {flags:#04x} or tombstone value")
@@ -294,17 +319,27 @@ class RowCodec:
     def _decode_ftts(self, buf: bytes, path: str) -> list[tuple]:
         rows: list[tuple] = []
         append = rows.append
-        unpack_k = KEY_LEN.unpack_from
         unpack_a = self.attrs.unpack_from
         asz = self.attrs.size
         pos = 0
         end = len(buf)
         try:
+            klen = KEY_LEN.unpack_from(buf, 0)[0] if end >= 2 else 0
+            whole = self._row_struct(klen)
+            unpack_w = whole.unpack_from
+            wsz = whole.size
             while pos < end:
-                p = pos + 2 + unpack_k(buf, pos)[0]
-                key = buf[pos + 2 : p]
-                flags, ts, exp, seq, vlen = unpack_a(buf, p)
-                p += asz
+                try:
+                    kl, key, flags, ts, exp, seq, vlen = unpack_w(buf, pos)
+                except struct.error:
+                    kl = -1
+                if kl == klen:
+                    p = pos + wsz
+                else:  # a key of another length (or a row shorter than the guess): field by field
+                    p = pos + 2 + KEY_LEN.unpack_from(buf, pos)[0]
+                    key = buf[pos + 2 : p]
+                    flags, ts, exp, seq, vlen = unpack_a(buf, p)
+                    p += asz
                 if flags & ~3:
                     raise CorruptionError(path, pos, f"unknown row flag bits {flags:#04x}")
                 if not flags & 2:
@@ -322,6 +357,38 @@ class RowCodec:
         if pos != end:
             raise CorruptionError(path, end, "last row runs past the end of the block")
         return rows
+
+    # -- point reads: one row whose key the caller already holds -------------------------------------
+    def decode_version(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
+        """The row whose key, equal to `key`, ends at `pos` (the row starts at ``pos - 2 - len(key)``).
+
+        A point read found the key by an index and needs only this row: the layouts this engine writes
+        get a short decoder (set per codec in ``__init__``). Returns None where `decode_from` would raise,
+        so a caller re-reads the row with it to get the error that names the fault. O(1)."""
+        try:
+            return self.decode_from(buf, pos - 2 - len(key), "<block>", default_seq)[0]
+        except CorruptionError:
+            return None
+
+    def _version_fts(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
+        flags, ts, seq, vlen = self.attrs.unpack_from(buf, pos)
+        pos += 21  # u8 flags, i64 ts, u64 seq, u32 value_len
+        if flags:
+            return (key, seq, ts, None, None) if flags == 1 and not vlen else None
+        end = pos + vlen
+        return (key, seq, ts, None, buf[pos:end]) if end <= len(buf) else None
+
+    def _version_ftts(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
+        flags, ts, exp, seq, vlen = self.attrs.unpack_from(buf, pos)
+        pos += 29  # u8 flags, i64 ts, i64 expire_ts, u64 seq, u32 value_len
+        if flags & ~3:
+            return None
+        if not flags & 2:
+            exp = None
+        if flags & 1:
+            return (key, seq, ts, exp, None) if not vlen else None
+        end = pos + vlen
+        return (key, seq, ts, exp, buf[pos:end]) if end <= len(buf) else None
 
     def decode(self, buf: bytes) -> tuple:
         """Decode a buffer holding exactly one row."""

@@ -40,12 +40,15 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import mmap
+import operator
 import os
 import stat
 import struct
+import weakref
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 import msgpack
@@ -146,6 +149,9 @@ class BlockCache(Protocol):
 
     def put(self, key: Any, value: Any, charge: int) -> None:
         """Cache `value` under `key`, charged `charge` bytes."""
+
+    # Optional: ``grow(key, extra)`` charges `extra` more bytes to a cached entry (the engine's LRU has
+    # it; the reader calls it when a block gains its key index, and does without it otherwise).
 
 
 def _compress(payload: bytes, code: int) -> bytes:
@@ -453,6 +459,12 @@ class SstReader:
             raise CorruptionError(path, info.index_offset, "index and metadata disagree on block count")
         self.first_keys = [b.first_key for b in self.blocks]
         self.last_keys = [b.last_key for b in self.blocks]
+        # point reads: the key range as two attributes, and per block a weak reference to its cached
+        # _Block (or `_absent`), so a read of a cached block skips the cache's lookup; the cache alone
+        # keeps blocks alive, so its memory bound holds and an evicted block's reference dies with it
+        self._lo = self.first_keys[0] if self.blocks else b"\xff"
+        self._hi = self.last_keys[-1] if self.blocks else b""
+        self._slots: list[Callable[[], _Block | None]] = [_absent] * len(self.blocks)
         try:
             self.bloom = bloom.BloomFilter(self._block_payload(info.filter_offset, info.filter_size))
         except ValueError as e:
@@ -521,6 +533,7 @@ class SstReader:
             ck = (self.cache_id, i)
             b = cache.get(ck)
             if b is not None:
+                self._slots[i] = b.ref
                 return b
         h = self.blocks[i]
         payload = self._block_payload(h.offset, h.size)
@@ -535,7 +548,26 @@ class SstReader:
         b = _Block(payload[:start], offsets)
         if cache is not None:
             cache.put(ck, b, len(payload) + 8 * n)
+            self._slots[i] = b.ref
         return b
+
+    def _key_index(self, blk: _Block, i: int) -> dict[bytes, int]:
+        """Key -> where its newest version's row starts in `blk.data`: built the second time a point
+        read lands in a cached block, so later reads of it are one dict probe."""
+        data = blk.data
+        unpack = KLEN.unpack_from
+        index: dict[bytes, int] = {}
+        setdefault = index.setdefault
+        try:
+            for o in blk.offsets:
+                setdefault(data[o + 2 : o + 2 + unpack(data, o)[0]], o)
+        except struct.error:
+            raise CorruptionError(self.path, self.blocks[i].offset, "row runs past the end of the block") from None
+        blk.index = index
+        grow = getattr(self.cache, "grow", None)  # charge the index to the block where the cache can
+        if grow is not None:
+            grow((self.cache_id, i), ROW_INDEX_BYTES * len(blk.offsets))
+        return index
 
     def block(self, i: int) -> tuple[bytes, tuple[int, ...]]:
         """Data block `i` as (payload, row offsets), through the cache."""
@@ -544,9 +576,10 @@ class SstReader:
 
     def block_rows(self, i: int) -> list[tuple]:
         """All rows of data block `i`, decoded, in stored order."""
-        data, offsets = self.block(i)
+        b = self._load(i)
+        offsets = b.offsets
         try:
-            rows = self.codec.decode_block(data, self.path, self.default_seq)
+            rows = self.codec.decode_block(b.data, self.path, self.default_seq)
         except CorruptionError as e:
             raise CorruptionError(self.path, self.blocks[i].offset, e.detail) from None
         except struct.error:
@@ -561,18 +594,17 @@ class SstReader:
         return self.bloom.may_contain(key)
 
     def get(self, key: bytes, max_seq: int | None = None, use_bloom: bool = True) -> tuple | None:
-        """Newest version of `key` with seq <= max_seq (any version when None), or None."""
-        info = self.info
-        if key < info.first_key or key > info.last_key:
+        """Newest version of `key` with seq <= max_seq (any version when None), or None.
+
+        A block already cached answers from its key index (one dict probe; a cached block answers
+        faster than the filter, so the filter is consulted only before a block read), then only the
+        row found is decoded. O(log blocks) plus O(versions of the key) row decodes."""
+        if key < self._lo or key > self._hi:
             return None
         i = bisect.bisect_left(self.last_keys, key)
-        if i == len(self.blocks) or self.first_keys[i] > key:
-            return None
-        cache = self.cache
-        blk = cache.get((self.cache_id, i)) if cache is not None else None
+        blk = self._slots[i]()
         if blk is None:
-            # the filter's job is to save a block read: a cached block answers faster than the filter
-            if use_bloom and not self.bloom.may_contain(key):
+            if self.first_keys[i] > key or (use_bloom and not self.bloom.may_contain(key)):
                 return None
             blk = self._load(i)
             data, offsets = blk.data, blk.offsets
@@ -584,15 +616,28 @@ class SstReader:
                     lo = mid + 1
                 else:
                     hi = mid
-        else:
-            data, offsets = blk.data, blk.offsets
-            keys = blk.keys
-            if keys is None:  # a block read twice earns its key list: later probes bisect in C
-                key_at = self.codec.key_at
-                keys = blk.keys = [key_at(data, o) for o in offsets]
-            lo = bisect.bisect_left(keys, key)
-            if lo == len(keys) or keys[lo] != key:
+            if lo == len(offsets) or key_at(data, offsets[lo]) != key:
                 return None
+            at = offsets[lo]
+        else:
+            blk.touched = True
+            index = blk.index
+            if index is None:
+                index = self._key_index(blk, i)
+            at = index.get(key)
+            if at is None:
+                return None
+            data = blk.data
+            lo = -1
+        try:
+            row = self.codec.decode_version(data, at + 2 + len(key), key, self.default_seq)
+        except (CorruptionError, struct.error):
+            row = None  # the checked generic decoder below names the fault
+        if row is not None and (max_seq is None or row[1] <= max_seq):
+            return row
+        offsets = blk.offsets
+        if lo < 0:  # older versions follow the newest: find its place among the rows
+            lo = bisect.bisect_left(offsets, at)
         decode = self.codec.decode_from
         n = len(offsets)
         while lo < n:
@@ -615,24 +660,38 @@ class SstReader:
         """Every version with start <= key < end.
 
         Forward: key ascending, seq descending. Reverse: key descending, seq still descending within a
-        key (newest first), so the same version resolution works in both directions.
+        key (newest first), so the same version resolution works in both directions. Lazy: a block is
+        read when the iteration reaches it; rows come from the decoded block lists (see `iter_blocks`),
+        so a row costs no Python code here.
         """
+        return itertools.chain.from_iterable(self.iter_blocks(start, end, reverse))
+
+    def iter_blocks(
+        self, start: bytes | None = None, end: bytes | None = None, reverse: bool = False
+    ) -> Iterator[list[tuple]]:
+        """The rows of `iter`, one list per data block (lazy: a block is read when reached). Only the
+        first and last block of the range are trimmed to the bounds; a block holds every version of
+        its keys, so a key's versions never straddle two lists."""
         blocks = self._block_range(start, end)
-        if reverse:
-            blocks = reversed(blocks)
-        for i in blocks:
-            rows = self.block_rows(i)
-            if reverse:
-                rows = _reverse_keys(rows)
-            for row in rows:
-                k = row[0]
-                if (start is not None and k < start) or (end is not None and k >= end):
-                    continue
-                yield row
+        if not blocks:
+            return iter(())
+        first, last = blocks[0], blocks[-1]
+        trim_start = start is not None and start > self.first_keys[first]
+        trim_end = end is not None and end <= self.last_keys[last]
+        block_rows = self.block_rows
+
+        def rows_of(i: int) -> list[tuple]:
+            rows = block_rows(i)
+            if trim_start and i == first:
+                rows = rows[bisect.bisect_left(rows, start, key=_row_key) :]
+            if trim_end and i == last:
+                rows = rows[: bisect.bisect_left(rows, end, key=_row_key)]
+            return _reverse_keys(rows) if reverse else rows
+
+        return map(rows_of, reversed(blocks) if reverse else blocks)
 
     def __iter__(self) -> Iterator[tuple]:
-        for i in range(len(self.blocks)):
-            yield from self.block_rows(i)
+        return itertools.chain.from_iterable(map(self.block_rows, range(len(self.blocks))))
 
     def verify(self) -> None:
         """Check every block checksum, the key order and the metadata against the content.
@@ -676,15 +735,32 @@ class SstReader:
             raise CorruptionError(self.path, self.info.filter_offset + self.info.filter_size, "; ".join(problems))
 
 
-class _Block:
-    """A checked data block in the cache: payload, row offsets, and (once read twice) its keys."""
+# What a cached block's key index costs a row beyond the block (a dict slot and the key object, for
+# short keys), charged to the block when the index is built (`BlockCache.grow`, where the cache has it).
+ROW_INDEX_BYTES = 96
 
-    __slots__ = ("data", "offsets", "keys")
+
+class _Block:
+    """A checked data block in the cache: payload, row offsets, and (once point-read twice) its key
+    index. `touched` marks a block a point read used since the cache last looked (the engine's LRU gives
+    such a block a second chance instead of evicting it); `ref` is the weak reference readers keep."""
+
+    __slots__ = ("data", "offsets", "index", "touched", "ref", "__weakref__")
 
     def __init__(self, data: bytes, offsets: tuple[int, ...]) -> None:
         self.data = data
         self.offsets = offsets
-        self.keys: list[bytes] | None = None
+        self.index: dict[bytes, int] | None = None
+        self.touched = False
+        self.ref = weakref.ref(self)
+
+
+def _absent() -> None:
+    """The slot of a block with no cached copy (a dead weak reference answers the same)."""
+    return None
+
+
+_row_key = operator.itemgetter(0)
 
 
 def _reverse_keys(rows: list[tuple]) -> list[tuple]:

@@ -1,4 +1,8 @@
-"""A bounded LRU cache of decoded SST blocks, shared by every reader of one DB."""
+"""A bounded LRU cache of decoded SST blocks, shared by every reader of one DB.
+
+Point reads of a cached block go through the reader's weak reference to it (`formats.sst.SstReader.get`)
+rather than `get`, so they cannot move the block to the recent end; they set the block's `touched` flag
+instead, and eviction gives a touched block a second chance (CLOCK's approximation of LRU)."""
 
 from __future__ import annotations
 
@@ -43,9 +47,28 @@ class LruCache:
                 self.used -= old[1]
             self._d[key] = (value, charge)
             self.used += charge
-            while self.used > self.capacity:
-                _, (_, c) = self._d.popitem(last=False)
-                self.used -= c
+            self._evict()
+
+    def grow(self, key: Any, extra: int) -> None:
+        """Charge `extra` more bytes to the entry under `key` (a block that gained a key index), evicting
+        to fit; nothing if `key` is no longer cached. O(1) amortized."""
+        with self._lock:
+            e = self._d.get(key)
+            if e is not None:
+                self._d[key] = (e[0], e[1] + extra)
+                self.used += extra
+                self._evict()
+
+    def _evict(self) -> None:
+        d = self._d
+        while self.used > self.capacity:
+            k, e = d.popitem(last=False)
+            v = e[0]
+            if getattr(v, "touched", False):  # read since it last reached the old end: keep it
+                v.touched = False
+                d[k] = e
+                continue
+            self.used -= e[1]
 
     def evict_prefix(self, file_id: Any) -> None:
         """Drop every block of one file (after the file is deleted)."""

@@ -66,7 +66,7 @@ from lsm.errors import (
 )
 from lsm.memtable import Memtable
 from lsm.options import DbOptions, ReadOptions
-from lsm.readpath import clip_to_prefix, concat, find_row, prefix_end, scan_state, user_ranges
+from lsm.readpath import clip_to_prefix, find_row_below_mem, prefix_end, scan_state, user_ranges
 from lsm.snapshot import Snapshot
 from lsm.syskeys import SYSTEM_PREFIX, is_system
 from lsm.timeline import Timeline, parse_time
@@ -222,7 +222,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             st = self._vs.state
         row = st.mem.get(key, max_seq)
         if row is None:
-            row = find_row(st, key, max_seq)
+            row = find_row_below_mem(st, key, max_seq)
         if row is None or row[4] is None:
             return None
         exp = row[3]
@@ -309,11 +309,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
     def _user_scan(self, start, end, reverse, prefix, max_seq, include_expired, now, entries) -> Iterator:
         """`_scan` without the reserved key space [SYSTEM_PREFIX, SYSTEM_END): the parts below and above it."""
         start, end = clip_to_prefix(start, end, prefix)
-        parts = [self._scan(s, e, reverse, None, max_seq, include_expired, now, entries) for s, e in user_ranges(start, end)]
-        if len(parts) == 1:
-            return parts[0]
-        below, above = parts
-        return concat(above, below) if reverse else concat(below, above)
+        return self._scan(start, end, reverse, None, max_seq, include_expired, now, entries, user_ranges(start, end))
 
     def _scan(
         self,
@@ -325,6 +321,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         include_expired: bool,
         now: int | None,
         entries: bool,
+        ranges: list[tuple[bytes | None, bytes | None]] | None = None,
     ) -> Iterator:
         for k in (start, end, prefix):
             if k is not None and type(k) is not bytes:
@@ -338,7 +335,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             if max_seq is None:
                 max_seq = self._seq  # read with the state, see _get_entry
             vs.iter_gens[st.gen] += 1
-        it = scan_state(st, vs.unpin, start, end, reverse, max_seq, include_expired, now, entries)
+        it = scan_state(st, vs.unpin, start, end, reverse, max_seq, include_expired, now, entries, ranges)
         next(it)  # run it to its first yield, inside the try: dropped unread, it still unpins st.gen
         return it
 

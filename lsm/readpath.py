@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 from compaction.filter import Entry
 from compaction.merge import merge_sources
-from lsm.iterators import run_iter, visible_rows
+from lsm.iterators import run_iter
 from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, is_system
 from lsm.versions import State
 
@@ -35,6 +35,11 @@ def find_row(st: State, key: bytes, max_seq: int | None) -> tuple | None:
     row = st.mem.get(key, max_seq)
     if row is not None:
         return row
+    return find_row_below_mem(st, key, max_seq)
+
+
+def find_row_below_mem(st: State, key: bytes, max_seq: int | None) -> tuple | None:
+    """`find_row` without the active memtable (the caller looked there first)."""
     for m in st.imm:
         row = m.get(key, max_seq)
         if row is not None:
@@ -44,9 +49,10 @@ def find_row(st: State, key: bytes, max_seq: int | None) -> tuple | None:
         if row is not None:
             return row
     for run in st.runs:
+        readers = run.readers
         i = bisect_left(run.last_keys, key)  # the one SST of the run whose range can hold the key
-        if i < len(run.readers):
-            row = run.readers[i].get(key, max_seq)
+        if i < len(readers):
+            row = readers[i].get(key, max_seq)
             if row is not None:
                 return row
     return None
@@ -84,25 +90,46 @@ def scan_state(
     include_expired: bool,
     now: int,
     entries: bool,
+    ranges: list[tuple[bytes | None, bytes | None]] | None = None,
 ) -> Iterator:
     """Rows of pinned state `st` in [start, end) as of `max_seq`, expiry judged at `now`: `Entry`s or
-    (key, value) pairs. Call `next()` once before handing it out (it yields None first), so that even
-    an iterator dropped unread runs its ``finally`` and calls `unpin(st.gen)`."""
+    (key, value) pairs. With `ranges` (in key order), the rows of each range instead, under the one pin
+    (a user scan skips the reserved key space this way). Call `next()` once before handing it out (it
+    yields None first), so that even an iterator dropped unread runs its ``finally`` and calls
+    `unpin(st.gen)`.
+
+    Version resolution is `lsm.iterators.visible_rows` fused with the projection to the output shape,
+    one Python loop per row; an empty memtable adds no source (rows committed after the read's seq is
+    fixed are invisible to it anyway), and a single source is read directly, without a heap merge."""
     try:
         yield None
-        if start is not None and end is not None and start >= end:
-            return
-        sources = [st.mem.iter(start, end, reverse)]
-        sources += [m.iter(start, end, reverse) for m in st.imm]
-        sources += [r.iter(start, end, reverse) for _e, r in st.l0]
-        sources += [run_iter(run.readers, run.last_keys, start, end, reverse) for run in st.runs]
-        rows = visible_rows(merge_sources(sources, reverse), max_seq, now, include_expired)
-        if entries:
-            for r in rows:
-                yield Entry(r[0], r[4], r[1], r[2], r[3])
-        else:
-            for r in rows:
-                yield (r[0], r[4])
+        if ranges is None:
+            ranges = [(start, end)]
+        if reverse:
+            ranges = ranges[::-1]
+        check_expiry = not include_expired
+        for start, end in ranges:
+            if start is not None and end is not None and start >= end:
+                continue
+            sources = [st.mem.iter(start, end, reverse)] if st.mem.rows else []
+            sources += [m.iter(start, end, reverse) for m in st.imm]
+            sources += [r.iter(start, end, reverse) for _e, r in st.l0]
+            sources += [run_iter(run.readers, run.last_keys, start, end, reverse) for run in st.runs]
+            if not sources:
+                continue
+            rows = sources[0] if len(sources) == 1 else merge_sources(sources, reverse)
+            last_key = None
+            for row in rows:
+                key = row[0]
+                if key == last_key or row[1] > max_seq:
+                    continue
+                last_key = key
+                value = row[4]
+                if value is None:
+                    continue
+                if check_expiry and row[3] is not None and now > row[3]:
+                    continue
+                yield Entry(key, value, row[1], row[2], row[3]) if entries else (key, value)
     finally:
         unpin(st.gen)
 
@@ -140,4 +167,13 @@ def changed_rows(st: State, seq: int, top: int, now: int) -> list[tuple[int, byt
     return out
 
 
-__all__ = ["changed_rows", "clip_to_prefix", "concat", "find_row", "prefix_end", "scan_state", "user_ranges"]
+__all__ = [
+    "changed_rows",
+    "clip_to_prefix",
+    "concat",
+    "find_row",
+    "find_row_below_mem",
+    "prefix_end",
+    "scan_state",
+    "user_ranges",
+]

@@ -349,6 +349,7 @@ def merge_batches(sources: Sequence[Iterable[list[tuple]]]) -> Iterator[list[tup
 
 
 _key0 = operator.itemgetter(0)
+_exp3 = operator.itemgetter(3)
 
 
 class Resolver:
@@ -488,6 +489,12 @@ class Resolver:
         fast = not self.snapshots and self.cutoff is None and (
             not filters or (len(filters) == 1 and type(filters[0]) is TtlFilter)
         )
+        if fast and not self.is_last_run:
+            # a batch of distinct keys with no expire_ts (a flush of fresh keys): every row is kept as is
+            keys = list(map(_key0, batch))
+            if not any(map(operator.eq, keys, keys[1:])) and list(map(_exp3, batch)).count(None) == len(batch):
+                stats.rows_in += len(batch)
+                return batch
         ttl_tick = filters[0].tick if fast and filters else None
         ttl_counts = stats.filters[filters[0].name] if ttl_tick is not None else None
         protected = self.protected

@@ -1,4 +1,4 @@
-"""The batched merge (compaction/merge.py) against the row-at-a-time reference.
+"""The batched merge (compaction/stream.py, compaction/merge.py) against the row-at-a-time reference.
 
 `merge_batches` + `Resolver.run_batches` (what `run_job` and `flush_rows` use) must keep exactly the rows,
 and count exactly the stats, of `merge_sources` + `group_versions` + `Resolver.resolve` key by key (the
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import compaction.merge as merge_mod
+import compaction.stream as stream_mod
 from compaction.filter import Reason, TtlFilter
 from compaction.merge import (
     CompactionJob,
@@ -87,8 +87,8 @@ resolver_kwargs = st.fixed_dictionaries(
 @given(srcs=sources(), kw=resolver_kwargs, block=st.integers(1, 7), batch=st.sampled_from([1, 3, 1024]))
 def test_batched_merge_keeps_and_counts_what_the_reference_does(srcs, kw, block, batch):
     want, want_stats = reference(srcs, kw)
-    old = merge_mod._BATCH_ROWS
-    merge_mod._BATCH_ROWS = batch
+    old = stream_mod._BATCH_ROWS
+    stream_mod._BATCH_ROWS = batch
     try:
         stats = CompactionStats()
         r = Resolver(stats=stats, **kw)
@@ -97,7 +97,7 @@ def test_batched_merge_keeps_and_counts_what_the_reference_does(srcs, kw, block,
         stats2 = CompactionStats()
         got_run = list(Resolver(stats=stats2, **kw).run(merge_sources(srcs)))
     finally:
-        merge_mod._BATCH_ROWS = old
+        stream_mod._BATCH_ROWS = old
     got = list(itertools.chain.from_iterable(got_batches))
     assert got == want
     assert stats.to_dict() == want_stats
@@ -182,7 +182,7 @@ def test_full_compaction_opens_one_sst_per_source_at_a_time(tmp_path, monkeypatc
             live["now"] -= 1
             super().close()
 
-    monkeypatch.setattr(merge_mod, "SstReader", Counting)
+    monkeypatch.setattr(stream_mod, "SstReader", Counting)
     result = run_job(_job(tmp_path, srcs))
     assert live["now"] == 0
     assert 1 <= live["max"] <= len(srcs)  # never all 12 input files at once

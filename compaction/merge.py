@@ -366,8 +366,9 @@ class Resolver:
                 yield resolve_batch(batch)
 
     def _resolve_batch(self, batch: list[tuple]) -> list[tuple]:
-        """One batch: single-version keys take an inlined path (no snapshot, no history window, only the
-        built-in TTL filter); keys with several versions, and every key otherwise, go to `resolve`."""
+        """One batch, key by key. With no snapshot, no history window and only the built-in TTL filter,
+        steps 1-4 are inlined (only the newest version can stay: it goes through the TTL filter and, in
+        the oldest run, the tombstone/expiry drop); otherwise every key goes to `resolve`."""
         stats = self.stats
         out: list[tuple] = []
         append = out.append
@@ -398,16 +399,31 @@ class Resolver:
                 k += 1
                 while k < n and batch[k][0] == key:
                     k += 1
-                versions = versions_of(batch[j:k])
-                rows_in += len(versions)
-                out += resolve(versions)
+                if k - j == 2 and row[1] > batch[j + 1][1]:
+                    versions = None  # two versions in order: the common case, without a list
+                    m = 2
+                    older = batch[j + 1][1]
+                else:
+                    versions = versions_of(batch[j:k])
+                    m = len(versions)
+                    older = versions[1][1] if m > 1 else 0
                 j = k
-                continue
-            j = k
-            rows_in += 1
-            if not fast:
-                out += resolve([row])
-                continue
+                rows_in += m
+                if not fast:
+                    out += resolve(batch[j - 2 : j] if versions is None else versions)
+                    continue
+                if versions is not None:
+                    row = versions[0]
+                if m > 1:  # step 1 with no snapshot and no history window: only the newest stays
+                    stats.versions_dropped += m - 1
+                    if older > stats.history_floor:
+                        stats.history_floor = older
+            else:
+                j = k
+                rows_in += 1
+                if not fast:
+                    out += resolve([row])
+                    continue
             _, seq, ts, exp, value = row
             if exp is None:
                 if value is not None or not last_run:

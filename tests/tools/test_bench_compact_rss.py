@@ -22,6 +22,8 @@ def test_isolated_runs_report_scan_ratio_and_peak_rss(tmp_path, capsys):
         assert 0 < run["scan_rows"] <= 3000  # the live keys a scan sees: tombstones and expired rows hidden
         assert run["ratio"] == run["compact_seconds"] / run["scan_seconds"]
         assert run["peak_rss_mib"] >= run["base_rss_mib"] > 0
+        assert run["job_rows_out"] == run["rows_out"]
+        assert run["job_peak_rss_mib"] >= run["job_base_rss_mib"] > 0
     assert iso["median"]["peak_rss_mib"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]  # the work copy is removed
 

@@ -30,7 +30,8 @@ What it does:
 6. With the local executor (unless ``--no-isolated``): ``--repeat`` more compactions of fresh copies, each
    in a fresh process (`tools.bench.compact_rss`) that first scans the whole database with ``db.scan()``:
    the compaction's cost against a full scan (the ratio) and its peak RSS, which a fresh process measures
-   without the build and the earlier runs.
+   without the build and the earlier runs; and the merge alone (`run_job` with the DB closed, as the
+   worker process runs it) with its peak RSS.
 """
 
 from __future__ import annotations
@@ -348,21 +349,26 @@ def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(base, work)
         r = _child("scan", work, tick)
+        r.update(_child("job", work, tick))  # leaves its outputs unreferenced: no effect on what follows
         r.update(_child("compact", work, tick))
         r["ratio"] = r["compact_seconds"] / r["scan_seconds"] if r["scan_seconds"] else 0.0
         runs.append(r)
         _say(
             a,
             f"isolated:   scan {r['scan_seconds']:.2f} s ({r['scan_rows']} rows), compact {r['compact_seconds']:.2f} s "
-            f"= {r['ratio']:.2f}x the scan; peak RSS {r['peak_rss_mib']:.0f} MiB (before {r['base_rss_mib']:.0f} MiB)",
+            f"= {r['ratio']:.2f}x the scan; peak RSS {r['peak_rss_mib']:.0f} MiB (before {r['base_rss_mib']:.0f} MiB); "
+            f"the merge alone (as in the worker) {r['job_seconds']:.2f} s, peak RSS {r['job_peak_rss_mib']:.0f} MiB",
         )
     shutil.rmtree(work, ignore_errors=True)
-    med = medians(runs, ("scan_seconds", "compact_seconds", "ratio", "peak_rss_mib", "base_rss_mib"))
+    med = medians(
+        runs, ("scan_seconds", "compact_seconds", "ratio", "peak_rss_mib", "base_rss_mib", "job_peak_rss_mib")
+    )
     report["isolated"] = {"runs": runs, "median": med}
     _say(
         a,
         f"isolated median: compaction {med['ratio']:.2f}x a full scan ({med['compact_seconds']:.2f} s vs "
-        f"{med['scan_seconds']:.2f} s), peak RSS {med['peak_rss_mib']:.0f} MiB (median of {len(runs)})",
+        f"{med['scan_seconds']:.2f} s), peak RSS {med['peak_rss_mib']:.0f} MiB, of the merge alone "
+        f"{med['job_peak_rss_mib']:.0f} MiB (median of {len(runs)})",
     )
 
 

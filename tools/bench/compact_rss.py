@@ -3,6 +3,7 @@ full scan of the same database.
 
     python -m tools.bench.compact_rss scan PATH TICK       (prints one JSON object)
     python -m tools.bench.compact_rss compact PATH TICK
+    python -m tools.bench.compact_rss job PATH TICK
 
 Fresh processes, because a process's peak RSS (``ru_maxrss``, ``VmHWM``) never goes down: measured in the
 benchmark's own process it would include the database build and every earlier compaction, and a scan
@@ -12,7 +13,13 @@ process: less skewed by a loaded machine than wall time), ``scan_rows``. ``compa
 the same copy, opens it, resets its peak RSS (Linux: ``/proc/self/clear_refs``), runs
 ``db.compact(full=True, executor="local")`` (the merge runs in this process) and reports
 ``compact_seconds``, ``compact_cpu_seconds`` and ``peak_rss_mib``: the peak RSS during the compaction (``VmHWM`` after the reset;
-without it ``ru_maxrss``, since the start), with ``base_rss_mib``, the RSS just before it.
+without it ``ru_maxrss``, since the start), with ``base_rss_mib``, the RSS just before it. That peak
+includes the DB's own state (every open SST's block index and bloom filter, held by the read path, and the
+outputs' readers opened by the commit), which grows with the data as RocksDB's unpartitioned index and
+filter blocks do. ``job`` measures the merge alone, as the compaction worker process or a Spark task runs
+it: it builds the full compaction's `CompactionJob` (``db.engine.compactor.make_job``), closes the
+database, resets the peak and runs `compaction.merge.run_job` (``job_seconds``, ``job_peak_rss_mib``,
+``job_base_rss_mib``); its outputs are left unreferenced in ``sst/`` (run it on a copy).
 """
 
 from __future__ import annotations
@@ -89,13 +96,41 @@ def compact(path: str, tick: int) -> dict[str, Any]:
     }
 
 
+def job(path: str, tick: int) -> dict[str, Any]:
+    """The full compaction's merge alone (`run_job`, as the worker process runs it), the DB closed."""
+    from compaction import scheduler
+    from compaction.merge import run_job
+    from lsm import DB, DbOptions, ManualClock
+
+    opts = DbOptions(clock=ManualClock(tick), background_compaction=False)
+    with DB.open(path, opts) as db:
+        m = db.manifest
+        work = db.engine.compactor.make_job(scheduler.pick_full(m.l0, m.runs), m, tick)
+    base = _status_kib("VmRSS") or 0
+    reset = reset_peak_rss()
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = run_job(work)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "job_seconds": seconds,
+        "job_cpu_seconds": cpu,
+        "job_rows_out": result.stats.rows_out,
+        "job_peak_rss_mib": peak_rss_kib() / 1024,
+        "job_base_rss_mib": base / 1024,
+        "job_peak_since_reset": reset,
+    }
+
+
+MODES = {"scan": scan, "compact": compact, "job": job}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``scan`` or ``compact`` on ``PATH TICK`` and print its JSON."""
+    """Run ``scan``, ``compact`` or ``job`` on ``PATH TICK`` and print its JSON."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or args[0] not in ("scan", "compact"):
-        print("usage: python -m tools.bench.compact_rss scan|compact PATH TICK", file=sys.stderr)
+    if len(args) != 3 or args[0] not in MODES:
+        print("usage: python -m tools.bench.compact_rss scan|compact|job PATH TICK", file=sys.stderr)
         return 2
-    fn = scan if args[0] == "scan" else compact
+    fn = MODES[args[0]]
     print(json.dumps(fn(args[1], int(args[2]))))
     return 0
 

@@ -85,7 +85,7 @@ from compaction.stream import (
     whole_key_batches,
 )
 from formats import fileio
-from formats.sst import SsTableInfo, SstReader, SstWriter
+from formats.sst import SsTableInfo, SstWriter
 
 
 @dataclasses.dataclass
@@ -552,24 +552,6 @@ class SstOutput:
         self.outputs = []
 
 
-class _ReadTimer:
-    """Accumulates the time spent decoding input blocks (timed per block, so the cost is negligible)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def wrap(self, reader: SstReader) -> None:
-        decode = reader.block_rows
-
-        def timed(i: int) -> list[tuple]:
-            t0 = time.perf_counter()
-            rows = decode(i)
-            self.seconds += time.perf_counter() - t0
-            return rows
-
-        reader.block_rows = timed  # the instance attribute shadows the method for this reader only
-
-
 def make_filters(job: CompactionJob) -> list[CompactionFilter]:
     """The job's filter chain: the built-in TTL filter first, then one filter from each factory."""
     ctx = FilterContext(job.tick, job.is_last_run, job.reason, job.inputs)
@@ -587,8 +569,7 @@ def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) ->
     keys, and only the output SST being written is buffered, so memory does not grow with the job."""
     t0 = time.perf_counter()
     stats = CompactionStats(jobs=1)
-    timer = _ReadTimer()
-    sources = [SourceBlocks(paths, job.start, job.end, timer) for paths in job.sources]
+    sources = [SourceBlocks(paths, job.start, job.end) for paths in job.sources]
     try:
         with cyclic_gc_paused():
             resolver = Resolver(
@@ -603,7 +584,7 @@ def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) ->
             out = SstOutput(job.output, job.tick)
             outputs = out.write_batches(resolver.run_batches(merge_batches(sources)))
             stats.write_seconds = out.write_seconds
-            stats.read_seconds = timer.seconds
+            stats.read_seconds = sum(s.read_seconds for s in sources)
     finally:
         for s in sources:
             s.close()

@@ -360,30 +360,52 @@ class Resolver:
         """Resolve batches of rows sorted by key, each holding all the versions of its keys (a key
         never spans two batches); a key's versions may come in any seq order (they are sorted here).
         Yields, per batch, the rows to keep (the same answers as `resolve`, key by key)."""
+        filters = self.filters
+        fast = not self.snapshots and self.cutoff is None and (
+            not filters or (len(filters) == 1 and type(filters[0]) is TtlFilter)
+        )
+        if not fast:
+            # key by key, as the rows come: a user filter sees a row only once the rows before it have
+            # reached the output (a job that dies mid-way has written what it resolved)
+            for batch in batches:
+                yield from self._resolve_keys(batch)
+            return
         resolve_batch = self._resolve_batch
         for batch in batches:
             if batch:
                 yield resolve_batch(batch)
 
+    def _resolve_keys(self, batch: list[tuple]) -> Iterator[list[tuple]]:
+        """`resolve` on each key of a batch, one list of kept rows per key."""
+        stats = self.stats
+        resolve = self.resolve
+        n = len(batch)
+        j = 0
+        while j < n:
+            key = batch[j][0]
+            k = j + 1
+            while k < n and batch[k][0] == key:
+                k += 1
+            versions = versions_of(batch[j:k]) if k - j > 1 else batch[j:k]
+            stats.rows_in += len(versions)
+            yield resolve(versions)
+            j = k
+
     def _resolve_batch(self, batch: list[tuple]) -> list[tuple]:
-        """One batch, key by key. With no snapshot, no history window and only the built-in TTL filter,
-        steps 1-4 are inlined (only the newest version can stay: it goes through the TTL filter and, in
-        the oldest run, the tombstone/expiry drop); otherwise every key goes to `resolve`."""
+        """One batch with no snapshot, no history window and only the built-in TTL filter: steps 1-4
+        inlined (only the newest version can stay: it goes through the TTL filter and, in the oldest
+        run, the tombstone/expiry drop). `run_batches` sends every other case to `_resolve_keys`."""
         stats = self.stats
         out: list[tuple] = []
         append = out.append
-        resolve = self.resolve
         filters = self.filters
-        fast = not self.snapshots and self.cutoff is None and (
-            not filters or (len(filters) == 1 and type(filters[0]) is TtlFilter)
-        )
-        if fast and not self.is_last_run:
+        if not self.is_last_run:
             # a batch of distinct keys with no expire_ts (a flush of fresh keys): every row is kept as is
             keys = list(map(key0, batch))
             if not any(map(operator.eq, keys, keys[1:])) and list(map(exp3, batch)).count(None) == len(batch):
                 stats.rows_in += len(batch)
                 return batch
-        ttl_tick = filters[0].tick if fast and filters else None
+        ttl_tick = filters[0].tick if filters else None
         ttl_counts = stats.filters[filters[0].name] if ttl_tick is not None else None
         protected = self.protected
         last_run = self.is_last_run
@@ -409,9 +431,6 @@ class Resolver:
                     older = versions[1][1] if m > 1 else 0
                 j = k
                 rows_in += m
-                if not fast:
-                    out += resolve(batch[j - 2 : j] if versions is None else versions)
-                    continue
                 if versions is not None:
                     row = versions[0]
                 if m > 1:  # step 1 with no snapshot and no history window: only the newest stays
@@ -421,9 +440,6 @@ class Resolver:
             else:
                 j = k
                 rows_in += 1
-                if not fast:
-                    out += resolve([row])
-                    continue
             _, seq, ts, exp, value = row
             if exp is None:
                 if value is not None or not last_run:

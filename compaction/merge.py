@@ -60,6 +60,7 @@ import bisect
 import dataclasses
 import heapq
 import itertools
+import operator
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -74,8 +75,17 @@ from compaction.filter import (
     TtlFilter,
 )
 from compaction.purge_lag import PurgeLag
+from compaction.stream import (
+    SourceBlocks,
+    cyclic_gc_paused,
+    exp3,
+    key0,
+    merge_batches,
+    versions_of,
+    whole_key_batches,
+)
 from formats import fileio
-from formats.sst import SsTableInfo, SstReader, SstWriter
+from formats.sst import SsTableInfo, SstWriter
 
 
 @dataclasses.dataclass
@@ -347,11 +357,129 @@ class Resolver:
 
     def run(self, rows: Iterable[tuple]) -> Iterator[tuple]:
         """Resolve every key of `rows` (sorted by key, newest version first); yield the rows to keep."""
-        resolve = self.resolve
+        return itertools.chain.from_iterable(self.run_batches(whole_key_batches(iter(rows))))
+
+    def run_batches(self, batches: Iterable[list[tuple]]) -> Iterator[list[tuple]]:
+        """Resolve batches of rows sorted by key, each holding all the versions of its keys (a key
+        never spans two batches); a key's versions may come in any seq order (they are sorted here).
+        Yields, per batch, the rows to keep (the same answers as `resolve`, key by key)."""
+        filters = self.filters
+        fast = not self.snapshots and self.cutoff is None and (
+            not filters or (len(filters) == 1 and type(filters[0]) is TtlFilter)
+        )
+        if not fast:
+            # key by key, as the rows come: a user filter sees a row only once the rows before it have
+            # reached the output (a job that dies mid-way has written what it resolved)
+            for batch in batches:
+                yield from self._resolve_keys(batch)
+            return
+        resolve_batch = self._resolve_batch
+        for batch in batches:
+            if batch:
+                yield resolve_batch(batch)
+
+    def _resolve_keys(self, batch: list[tuple]) -> Iterator[list[tuple]]:
+        """`resolve` on each key of a batch, one list of kept rows per key."""
         stats = self.stats
-        for versions in group_versions(rows):
-            stats.rows_in += len(versions)  # counted per key, not per row: this loop is the merge
-            yield from resolve(versions)
+        resolve = self.resolve
+        n = len(batch)
+        j = 0
+        while j < n:
+            key = batch[j][0]
+            k = j + 1
+            while k < n and batch[k][0] == key:
+                k += 1
+            versions = versions_of(batch[j:k]) if k - j > 1 else batch[j:k]
+            stats.rows_in += len(versions)
+            yield resolve(versions)
+            j = k
+
+    def _resolve_batch(self, batch: list[tuple]) -> list[tuple]:
+        """One batch with no snapshot, no history window and only the built-in TTL filter: steps 1-4
+        inlined (only the newest version can stay: it goes through the TTL filter and, in the oldest
+        run, the tombstone/expiry drop). `run_batches` sends every other case to `_resolve_keys`."""
+        stats = self.stats
+        out: list[tuple] = []
+        append = out.append
+        filters = self.filters
+        if not self.is_last_run:
+            # a batch of distinct keys with no expire_ts (a flush of fresh keys): every row is kept as is
+            keys = list(map(key0, batch))
+            if not any(map(operator.eq, keys, keys[1:])) and list(map(exp3, batch)).count(None) == len(batch):
+                stats.rows_in += len(batch)
+                return batch
+        ttl_tick = filters[0].tick if filters else None
+        ttl_counts = stats.filters[filters[0].name] if ttl_tick is not None else None
+        protected = self.protected
+        last_run = self.is_last_run
+        expired_before = self.expired_before
+        n = len(batch)
+        rows_in = 0
+        j = 0
+        while j < n:
+            row = batch[j]
+            key = row[0]
+            k = j + 1
+            if k < n and batch[k][0] == key:
+                k += 1
+                while k < n and batch[k][0] == key:
+                    k += 1
+                if k - j == 2 and row[1] > batch[j + 1][1]:
+                    versions = None  # two versions in order: the common case, without a list
+                    m = 2
+                    older = batch[j + 1][1]
+                else:
+                    versions = versions_of(batch[j:k])
+                    m = len(versions)
+                    older = versions[1][1] if m > 1 else 0
+                j = k
+                rows_in += m
+                if versions is not None:
+                    row = versions[0]
+                if m > 1:  # step 1 with no snapshot and no history window: only the newest stays
+                    stats.versions_dropped += m - 1
+                    if older > stats.history_floor:
+                        stats.history_floor = older
+            else:
+                j = k
+                rows_in += 1
+            _, seq, ts, exp, value = row
+            if exp is None:
+                if value is not None or not last_run:
+                    append(row)
+                    continue
+            elif (
+                ttl_tick is not None
+                and value is not None
+                and ttl_tick > exp
+                and (protected is None or not key.startswith(protected))
+            ):
+                ttl_counts.removed += 1  # the inlined TTL filter of `_filter`
+                if seq > stats.history_floor:
+                    stats.history_floor = seq
+                if not last_run:
+                    append((key, seq, ts, exp, None))
+                    continue
+                value = None
+            if last_run:  # step 4 for the only version
+                if value is None:
+                    stats.tombstones_dropped += 1
+                    since = ts if exp is None else exp
+                elif exp is not None and expired_before > exp:
+                    stats.expired_dropped += 1
+                    since = exp
+                else:
+                    append(row)
+                    continue
+                if since is not None:
+                    lag = self.tick - since
+                    stats.purge_lag.record(lag if lag > 0 else 0)
+                if seq > stats.history_floor:
+                    stats.history_floor = seq
+                continue
+            append(row)
+        stats.rows_in += rows_in  # counted per key, not per row: this loop is the merge
+        return out
 
 
 class SstOutput:
@@ -405,6 +533,34 @@ class SstOutput:
             raise
         return self.outputs
 
+    def write_batches(self, batches: Iterable[list[tuple]]) -> list[tuple[str, SsTableInfo]]:
+        """`write` for a stream of row lists (each sorted, holding whole keys): a list that fits in the
+        current output goes in with one `SstWriter.extend`; the list that crosses the target size goes
+        row by row, so the files are the ones `write` makes from the same rows."""
+        target = self.spec.target_bytes
+        name, w = None, None
+        last_key = None
+        try:
+            for rows in batches:
+                if not rows:
+                    continue
+                if w is None:
+                    name, w = self._new_writer()
+                if not w.extend(rows, target):
+                    for row in rows:
+                        if target is not None and w.estimated_size >= target and row[0] != last_key:
+                            self._finish(name, w)
+                            name, w = self._new_writer()
+                        w.add(row)
+                        last_key = row[0]
+                last_key = rows[-1][0]
+            if w is not None and len(w):
+                self._finish(name, w)
+        except BaseException:
+            self.remove_outputs()
+            raise
+        return self.outputs
+
     def remove_outputs(self) -> None:
         """Delete files this output wrote (after a failure): nothing partial is left behind."""
         for name, _ in self.outputs:
@@ -413,40 +569,6 @@ class SstOutput:
             except OSError:
                 pass  # unreferenced: garbage collection removes it later
         self.outputs = []
-
-
-class _ReadTimer:
-    """Accumulates the time spent decoding input blocks (timed per block, so the cost is negligible)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def wrap(self, reader: SstReader) -> None:
-        decode = reader.block_rows
-
-        def timed(i: int) -> list[tuple]:
-            t0 = time.perf_counter()
-            rows = decode(i)
-            self.seconds += time.perf_counter() - t0
-            return rows
-
-        reader.block_rows = timed  # the instance attribute shadows the method for this reader only
-
-
-def open_sources(
-    job: CompactionJob, timer: _ReadTimer | None = None
-) -> tuple[list[Iterator[tuple]], list[SstReader]]:
-    """Readers for every input, and one row iterator per sorted source, restricted to the job's range."""
-    readers: list[SstReader] = []
-    iters = []
-    for paths in job.sources:
-        rs = [SstReader(p) for p in paths]
-        if timer is not None:
-            for r in rs:
-                timer.wrap(r)
-        readers += rs
-        iters.append(itertools.chain.from_iterable(r.iter(job.start, job.end) for r in rs))
-    return iters, readers
 
 
 def make_filters(job: CompactionJob) -> list[CompactionFilter]:
@@ -460,28 +582,31 @@ def make_filters(job: CompactionJob) -> list[CompactionFilter]:
 
 
 def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) -> MergeResult:
-    """Merge the job's inputs into new SSTs. On any error the outputs written so far are removed."""
+    """Merge the job's inputs into new SSTs. On any error the outputs written so far are removed.
+
+    Streams: each source reads one SST at a time (`SourceBlocks`), rows go through in batches of whole
+    keys, and only the output SST being written is buffered, so memory does not grow with the job."""
     t0 = time.perf_counter()
     stats = CompactionStats(jobs=1)
-    timer = _ReadTimer()
-    iters, readers = open_sources(job, timer)
+    sources = [SourceBlocks(paths, job.start, job.end) for paths in job.sources]
     try:
-        resolver = Resolver(
-            tick=job.tick,
-            is_last_run=job.is_last_run,
-            snapshots=job.snapshots,
-            retention_cutoff=job.retention_cutoff,
-            filters=make_filters(job),
-            stats=stats,
-            protected_prefix=job.protected_prefix,
-        )
-        out = SstOutput(job.output, job.tick)
-        outputs = out.write(resolver.run(merge_sources(iters)))
-        stats.write_seconds = out.write_seconds
-        stats.read_seconds = timer.seconds
+        with cyclic_gc_paused():
+            resolver = Resolver(
+                tick=job.tick,
+                is_last_run=job.is_last_run,
+                snapshots=job.snapshots,
+                retention_cutoff=job.retention_cutoff,
+                filters=make_filters(job),
+                stats=stats,
+                protected_prefix=job.protected_prefix,
+            )
+            out = SstOutput(job.output, job.tick)
+            outputs = out.write_batches(resolver.run_batches(merge_batches(sources)))
+            stats.write_seconds = out.write_seconds
+            stats.read_seconds = sum(s.read_seconds for s in sources)
     finally:
-        for r in readers:
-            r.close()
+        for s in sources:
+            s.close()
     stats.bytes_in = job.input_bytes
     stats.rows_out = sum(i.num_rows for _, i in outputs)
     stats.bytes_out = sum(i.file_size for _, i in outputs)
@@ -504,7 +629,8 @@ def flush_rows(
     resolver = Resolver(
         tick=tick, is_last_run=False, snapshots=snapshots, retention_cutoff=retention_cutoff, stats=stats
     )
-    return SstOutput(spec, tick).write(resolver.run(rows))
+    with cyclic_gc_paused():
+        return SstOutput(spec, tick).write_batches(resolver.run_batches(whole_key_batches(iter(rows))))
 
 
 __all__ = [
@@ -517,6 +643,7 @@ __all__ = [
     "SstOutput",
     "flush_rows",
     "group_versions",
+    "merge_batches",
     "merge_sources",
     "run_job",
 ]

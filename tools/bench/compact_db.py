@@ -99,7 +99,7 @@ def build_database(path: str, spec: Spec, progress: bool = False) -> dict[str, A
                 flush=True,
             )
         del keys
-    runs.reverse()  # newest (smallest, highest seqs) first
+    # runs[0] is the newest (smallest, highest seqs): the manifest lists runs newest first, as a DB does
     # the manifest: one new version after the empty database's, published by compare-and-swap (no DB
     # is open, so no writer can race it; the next DB.open recovers from it)
     store = ManifestStore(path)

@@ -1,0 +1,139 @@
+"""One full compaction in a fresh process, for ``lsm bench compact``: its peak RSS and its cost against a
+full scan of the same database.
+
+    python -m tools.bench.compact_rss scan PATH TICK       (prints one JSON object)
+    python -m tools.bench.compact_rss compact PATH TICK
+    python -m tools.bench.compact_rss job PATH TICK
+
+Fresh processes, because a process's peak RSS (``ru_maxrss``, ``VmHWM``) never goes down: measured in the
+benchmark's own process it would include the database build and every earlier compaction, and a scan
+before the compaction would leave its block cache behind. ``scan`` opens the database and reads it all
+with ``db.scan()`` (the read path a user has): ``scan_seconds``, ``scan_cpu_seconds`` (CPU time of the
+process: less skewed by a loaded machine than wall time), ``scan_rows``. ``compact``, run next on
+the same copy, opens it, resets its peak RSS (Linux: ``/proc/self/clear_refs``), runs
+``db.compact(full=True, executor="local")`` (the merge runs in this process) and reports
+``compact_seconds``, ``compact_cpu_seconds`` and ``peak_rss_mib``: the peak RSS during the compaction (``VmHWM`` after the reset;
+without it ``ru_maxrss``, since the start), with ``base_rss_mib``, the RSS just before it. That peak
+includes the DB's own state (every open SST's block index and bloom filter, held by the read path, and the
+outputs' readers opened by the commit), which grows with the data as RocksDB's unpartitioned index and
+filter blocks do. ``job`` measures the merge alone, as the compaction worker process or a Spark task runs
+it: it builds the full compaction's `CompactionJob` (``db.engine.compactor.make_job``), closes the
+database, resets the peak and runs `compaction.merge.run_job` (``job_seconds``, ``job_peak_rss_mib``,
+``job_base_rss_mib``); its outputs are left unreferenced in ``sst/`` (run it on a copy).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import resource
+import sys
+import time
+from typing import Any
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            m = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS to its current RSS (Linux 4.0+); False if that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_kib() -> int:
+    """This process's peak RSS in KiB since start or since `reset_peak_rss`."""
+    hwm = _status_kib("VmHWM")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def scan(path: str, tick: int) -> dict[str, Any]:
+    """Read every key of the database at `path` (clock at `tick`) with ``db.scan()``; the figures."""
+    from lsm import DB, DbOptions, ManualClock
+
+    opts = DbOptions(clock=ManualClock(tick), background_compaction=False)
+    with DB.open(path, opts) as db:
+        t0, c0 = time.perf_counter(), time.process_time()
+        rows = 0
+        for _ in db.scan():
+            rows += 1
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"scan_seconds": seconds, "scan_cpu_seconds": cpu, "scan_rows": rows}
+
+
+def compact(path: str, tick: int) -> dict[str, Any]:
+    """Fully compact the database at `path` (clock at `tick`) with the local executor; the figures."""
+    from lsm import DB, DbOptions, ManualClock
+
+    opts = DbOptions(clock=ManualClock(tick), background_compaction=False)
+    with DB.open(path, opts) as db:
+        base = _status_kib("VmRSS") or 0
+        reset = reset_peak_rss()
+        t0, c0 = time.perf_counter(), time.process_time()
+        stats = db.compact(full=True, executor="local")
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        peak = peak_rss_kib()
+    return {
+        "compact_seconds": seconds,
+        "compact_cpu_seconds": cpu,
+        "rows_in": stats.rows_in,
+        "rows_out": stats.rows_out,
+        "read_seconds": stats.read_seconds,
+        "write_seconds": stats.write_seconds,
+        "peak_rss_mib": peak / 1024,
+        "base_rss_mib": base / 1024,
+        "peak_since_reset": reset,
+    }
+
+
+def job(path: str, tick: int) -> dict[str, Any]:
+    """The full compaction's merge alone (`run_job`, as the worker process runs it), the DB closed."""
+    from compaction import scheduler
+    from compaction.merge import run_job
+    from lsm import DB, DbOptions, ManualClock
+
+    opts = DbOptions(clock=ManualClock(tick), background_compaction=False)
+    with DB.open(path, opts) as db:
+        m = db.manifest
+        work = db.engine.compactor.make_job(scheduler.pick_full(m.l0, m.runs), m, tick)
+    base = _status_kib("VmRSS") or 0
+    reset = reset_peak_rss()
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = run_job(work)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "job_seconds": seconds,
+        "job_cpu_seconds": cpu,
+        "job_rows_out": result.stats.rows_out,
+        "job_peak_rss_mib": peak_rss_kib() / 1024,
+        "job_base_rss_mib": base / 1024,
+        "job_peak_since_reset": reset,
+    }
+
+
+MODES = {"scan": scan, "compact": compact, "job": job}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``scan``, ``compact`` or ``job`` on ``PATH TICK`` and print its JSON."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3 or args[0] not in MODES:
+        print("usage: python -m tools.bench.compact_rss scan|compact|job PATH TICK", file=sys.stderr)
+        return 2
+    fn = MODES[args[0]]
+    print(json.dumps(fn(args[1], int(args[2]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -125,6 +125,9 @@ class CompactionStats:
     # trivial moves (compaction/trivial_move.py): SSTs listed in a new run unchanged, not rewritten
     moved_files: int = 0
     moved_bytes: int = 0
+    # with CompactionJob.report_changes: (key, seq, new row or None when dropped) of each key whose newest
+    # version among the inputs was dropped or rewritten (filters, the oldest-run purge); per job, never summed
+    changed_rows: list[tuple] | None = None
 
     def add(self, other: CompactionStats) -> CompactionStats:
         """Add `other` into this one (in place; histograms merge) and return self."""
@@ -137,6 +140,8 @@ class CompactionStats:
                     mine.changed += c.changed
                     mine.removed += c.removed
                     mine.dropped += c.dropped
+            elif f.name == "changed_rows":
+                continue
             elif f.name == "history_floor":
                 self.history_floor = max(self.history_floor, other.history_floor)
             else:
@@ -190,6 +195,9 @@ class CompactionJob:
     protected_prefix: bytes | None = None
     start: bytes | None = None  # key range of this job (Spark tasks); None = unbounded
     end: bytes | None = None
+    # note in stats.changed_rows what became of each key's newest input version when it did not come
+    # out unchanged (an accounting event listener asks for it: lsm.events.EventListener.wants_changed_rows)
+    report_changes: bool = False
 
     @property
     def input_bytes(self) -> int:
@@ -482,6 +490,24 @@ class Resolver:
         return out
 
 
+class ChangeReporter(Resolver):
+    """A `Resolver` that also appends to ``stats.changed_rows`` what became of each key's newest version
+    when it does not come out unchanged: (key, seq, the row written in its place, or None if dropped)."""
+
+    def run_batches(self, batches: Iterable[list[tuple]]) -> Iterator[list[tuple]]:
+        """Key by key through `resolve` (the batched fast path would not note changes)."""
+        for batch in batches:
+            yield from self._resolve_keys(batch)
+
+    def resolve(self, versions: list[tuple]) -> list[tuple]:
+        """`Resolver.resolve`, noting a change of the newest version."""
+        kept = Resolver.resolve(self, versions)
+        v0 = versions[0]
+        if not kept or (kept[0] is not v0 and kept[0] != v0):
+            self.stats.changed_rows.append((v0[0], v0[1], kept[0] if kept and kept[0][1] == v0[1] else None))
+        return kept
+
+
 class SstOutput:
     """Writes a row stream into SSTs of about `spec.target_bytes`, splitting only between keys."""
 
@@ -589,9 +615,11 @@ def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) ->
     t0 = time.perf_counter()
     stats = CompactionStats(jobs=1)
     sources = [SourceBlocks(paths, job.start, job.end) for paths in job.sources]
+    if job.report_changes:
+        stats.changed_rows = []
     try:
         with cyclic_gc_paused():
-            resolver = Resolver(
+            resolver = (ChangeReporter if job.report_changes else Resolver)(
                 tick=job.tick,
                 is_last_run=job.is_last_run,
                 snapshots=job.snapshots,
@@ -634,6 +662,7 @@ def flush_rows(
 
 
 __all__ = [
+    "ChangeReporter",
     "CompactionJob",
     "CompactionStats",
     "MergeResult",

@@ -249,9 +249,18 @@ def scan_records(buf: bytes, base: int, path: str, append: Callable[[int], objec
 def decode_run(
     buf: bytes, base: int, path: str, label: int, first: int, verify: bool = True
 ) -> tuple[list[tuple], bool]:
+    """`decode_run_end` without the end position: (tuples, whether any has a tx)."""
+    out, has_tx, _end = decode_run_end(buf, base, path, label, first, verify)
+    return out, has_tx
+
+
+def decode_run_end(
+    buf: bytes, base: int, path: str, label: int, first: int, verify: bool = True
+) -> tuple[list[tuple], bool, int]:
     """Decode the complete records of `buf` (back to back from index 0; file offset `base`), the first
     of which has offset `first`, into tuples ``(label, offset, key, value, ttl, event_ts, tx, tx_end)``
-    (`label`: the caller's partition id). Stops at a torn tail. Returns (tuples, whether any has a tx).
+    (`label`: the caller's partition id). Stops at a torn tail (or a record cut by the end of `buf`).
+    Returns (tuples, whether any has a tx, the index into `buf` after the last complete record).
 
     With `verify` False the checksums are not checked again: only for bytes the caller verified (with
     `scan_records`) and knows unchanged since. A payload in the exact layout `encode_record` gives a
@@ -312,7 +321,7 @@ def decode_run(
         append((label, off, key, value, ttl, ets, tx, tx_end))
         off += 1
         pos = end
-    return out, has_tx
+    return out, has_tx, pos
 
 
 __all__ = [
@@ -326,6 +335,7 @@ __all__ = [
     "decode_record",
     "decode_records",
     "decode_run",
+    "decode_run_end",
     "encode_file_header",
     "encode_record",
     "record_extent",

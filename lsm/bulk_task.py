@@ -14,13 +14,13 @@ transactions it saw (which the driver needs to find each partition's last cut).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from compaction.merge import OutputSpec, SstOutput
-from lsm.ingest import resolve_records
-from lsm.sources.protocol import SourceRecord
+from lsm.ingest import resolve_tuples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,25 +46,31 @@ class _Watch:
         self.open: dict[Any, list] = {}
         self.episodes: list[list] = []
 
-    def records(self) -> Iterator[SourceRecord]:
-        sl = self.slice
-        open_ = self.open
-        episodes = self.episodes
+    def runs(self) -> Iterator[list[tuple]]:
+        """The slice's records as runs of tuples of the `SourceRecord` fields (`runs()`); only a run that
+        has a transaction is looked at record by record."""
         n = 0
-        for rec in sl.records():
-            n += 1
-            tx = rec.tx
+        for run, has_tx in self.slice.runs():
+            n += len(run)
+            if has_tx:
+                self._episodes(run)
+            yield run
+        self.count = n
+
+    def _episodes(self, run: list[tuple]) -> None:
+        open_, episodes = self.open, self.episodes
+        for rec in run:
+            tx = rec[6]
             if tx is not None:
+                offset = rec[1]
                 ep = open_.get(tx)
                 if ep is None:
-                    ep = open_[tx] = [tx, rec.offset, rec.offset, False]
+                    ep = open_[tx] = [tx, offset, offset, False]
                     episodes.append(ep)
-                ep[2] = rec.offset
-                if rec.tx_end:
+                ep[2] = offset
+                if rec[7]:
                     ep[3] = True
                     del open_[tx]
-            yield rec
-        self.count = n
 
 
 def run_task(task: BulkTask) -> dict[str, Any]:
@@ -73,17 +79,14 @@ def run_task(task: BulkTask) -> dict[str, Any]:
         task.output, prefix=f"{task.output.prefix}-t{task.index:04d}-{uuid.uuid4().hex[:8]}"
     )
     watch = _Watch(task.slice)
-    rows, nbytes = resolve_records(
-        task.slice, watch.records(), task.ts, task.ttl_base, task.default_ttl, task.v0
+    rows, nbytes = resolve_tuples(
+        task.slice, itertools.chain.from_iterable(watch.runs()), task.ts, task.ttl_base, task.default_ttl, task.v0
     )
     seq, ts = task.seq, task.ts
-
-    def sorted_rows() -> Iterator[tuple]:
-        for key in sorted(rows):
-            _k, exp, value = rows[key]
-            yield (key, seq, ts, exp, value)
-
-    outputs = SstOutput(spec, ts).write(sorted_rows())
+    # sorted by key (keys are unique): one list of output rows, built without a call per row
+    out = [(key, seq, ts, exp, value) for key, (_k, exp, value) in sorted(rows.items())]
+    del rows
+    outputs = SstOutput(spec, ts).write(out)
     return {
         "index": task.index,
         "outputs": [(name, info.to_dict()) for name, info in outputs],

@@ -175,6 +175,7 @@ class DbCompactor:
             snapshots=db.snapshot_seqs(),
             retention_cutoff=db.retention_cutoff(tick),
             protected_prefix=SYSTEM_PREFIX,
+            report_changes=any(x.wants_changed_rows for x in db.options.event_listeners),
         )
 
     def _run(

@@ -50,7 +50,13 @@ class CompactionInfo:
     outputs; compaction/trivial_move.py); ``inputs``: the SST names it reads.
 
     At end: the SST names it committed, its `CompactionStats` (with the plan/execute/commit phases), or
-    the error that stopped it (then nothing was committed and stats is None)."""
+    the error that stopped it (then nothing was committed and stats is None). When a listener sets
+    `EventListener.wants_changed_rows`, ``stats.changed_rows`` lists what became of each key whose
+    newest version among the inputs did not come out unchanged: ``(key, seq, new row or None)``, where
+    the new row is the filter's rewrite (a tombstone, a changed value) and None means the row was dropped
+    (a filter's DROP, or the oldest run purging an expired row or a tombstone). Every other row of the
+    inputs was copied to the outputs as it was, or was an older version. An executor that does not
+    report (a custom one) leaves it None."""
 
     reason: str
     executor: str
@@ -61,7 +67,16 @@ class CompactionInfo:
 
 
 class EventListener:
-    """Subclass and override what you need; every method is a no-op by default."""
+    """Subclass and override what you need; every method is a no-op by default.
+
+    ``wants_changed_rows``: set it (class attribute) on a listener that keeps its own account of the
+    stored rows, such as the simulator's (tools/simulate/accounting.py): every compaction job then
+    notes the rows it dropped or rewrote in ``CompactionInfo.stats.changed_rows``, counted in the merge
+    as the rows pass (a list entry per such row, none for the rows copied unchanged), so the listener
+    never has to read the job's outputs. Off by default: the list costs memory for a job that purges
+    many rows."""
+
+    wants_changed_rows: bool = False
 
     def on_flush_begin(self, info: FlushInfo) -> None:
         """A frozen memtable is about to be written to L0."""

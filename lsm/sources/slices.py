@@ -11,7 +11,8 @@ needs to read it, so no record passes through the driver:
 - `SourceSlice`, for any other `Source` (which must then be picklable for Spark): the source itself and
   the offset range; the task calls ``source.read(partition, start, stop)``.
 
-Both have one method, ``records()``, the iterator of the slice's `SourceRecord` in offset order.
+Both have ``records()``, the iterator of the slice's `SourceRecord` in offset order, and ``runs()``, the
+same records as runs of plain tuples (what the bulk-load task reads: no object per record).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from formats.log import decode_fields
+from formats.log import decode_fields, decode_run_end
 from lsm.errors import SourceRegressedError
 from lsm.sources.partitioned_log import CHUNK, PartitionedLog, partition_path
 from lsm.sources.protocol import SourceRecord, make_record
+
+RUN_RECORDS = 4096  # records per run of `SourceSlice.runs`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +84,41 @@ class LogSlice:
                 f" records, the index said {self.stop - self.start}"
             )
 
+    def runs(self) -> Iterator[tuple[list[tuple], bool]]:
+        """`records` for bulk consumers: the same records, checks and errors, as runs of plain tuples
+        ``(partition, offset, key, value, ttl, event_ts, tx, tx_end)`` with whether any of the run has a
+        tx (`formats.log.decode_run_end`: no object per record, no msgpack call for a plain record)."""
+        if self.stop <= self.start:
+            return
+        with open(self.path, "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.byte_end:
+                raise SourceRegressedError(
+                    f"{self.name}: partition {self.partition} was replaced or truncated while a bulk load "
+                    f"read it (records {self.start}..{self.stop} at bytes {self.byte_start}..{self.byte_end})"
+                )
+            fd = f.fileno()
+            offset = self.start
+            pos = self.byte_start
+            p = self.partition
+            while pos < self.byte_end:
+                buf = os.pread(fd, min(CHUNK, self.byte_end - pos), pos)
+                run, has_tx, i = decode_run_end(buf, pos, self.path, p, offset)
+                if not run:  # one record larger than CHUNK: read exactly it
+                    length = int.from_bytes(os.pread(fd, 4, pos), "big")
+                    buf = os.pread(fd, 16 + length, pos)
+                    run, has_tx, i = decode_run_end(buf, pos, self.path, p, offset)
+                    if not run:
+                        raise SourceRegressedError(f"{self.name}: partition {p} shrank under a bulk load")
+                offset += len(run)
+                pos += i
+                yield run, has_tx
+        if offset != self.stop:
+            raise SourceRegressedError(
+                f"{self.name}: partition {p}: bytes {self.byte_start}..{self.byte_end} held {offset - self.start}"
+                f" records, the index said {self.stop - self.start}"
+            )
+
 
 @dataclasses.dataclass(frozen=True)
 class SourceSlice:
@@ -107,6 +145,19 @@ class SourceSlice:
                 )
             last = rec.offset
             yield rec
+
+    def runs(self) -> Iterator[tuple[list[tuple], bool]]:
+        """`records` as runs of plain tuples with whether any has a tx (as `LogSlice.runs`)."""
+        run: list[tuple] = []
+        has_tx = False
+        for rec in self.records():
+            run.append((rec.partition, rec.offset, rec.key, rec.value, rec.ttl, rec.event_ts, rec.tx, rec.tx_end))
+            has_tx = has_tx or rec.tx is not None
+            if len(run) >= RUN_RECORDS:
+                yield run, has_tx
+                run, has_tx = [], False
+        if run:
+            yield run, has_tx
 
 
 Slice = LogSlice | SourceSlice

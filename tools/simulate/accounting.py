@@ -4,125 +4,252 @@
 last_seq, L0 SSTs, sorted runs — and calls the first version of each key *live*, *expired* (past its
 expire_ts) or *tombstone*, and every older version *shadowed*. Doing that at every sample would cost a
 full read of the database per sample. `DiskAccount` gets the same numbers incrementally from what the
-simulator knows anyway:
+simulator knows anyway and from what the engine reports as it works (it is an `lsm.events` listener):
 
-* the simulator issued every write, so it knows each key's newest seq (`on_write`, O(1));
-* a stored row is the first version of its key exactly when its seq is the key's newest seq (a newer
-  version is always stored until a compaction purges it, and a purge removes the older ones with it);
-* each SST is read once, when a sample first sees it in the manifest (`sync`), and reduced to its row
-  bytes and the keys whose newest version it held; an SST that a compaction replaced between two samples
-  is never read at all. When an SST leaves the manifest its summary is subtracted;
-* a compaction or flush moves rows: a newest row found in a new SST that is already counted elsewhere
-  only changes location (and maybe size or class), so moving rows costs a dict update each;
+* the simulator issued every write, so it counts each row when it is written (`on_write`, O(1)): the
+  key's newest row, in the WAL; the key's previous newest row, wherever it is, is now shadowed;
+* a flush (``on_flush_end``) moves the WAL rows up to the manifest's last_seq into its L0 SSTs: the
+  newest ones change size (a WAL record's fixed part differs from an SST row's). No SST is read;
+* a compaction (``on_compaction_end``) copies every row unchanged except those the engine lists in
+  ``CompactionStats.changed_rows`` (``EventListener.wants_changed_rows``, counted in the merge): a
+  newest row dropped (purged) leaves the account, a rewritten one (the TTL filter's tombstone, a user
+  filter's change) changes class and size. No SST is read, except when an output's row layout differs
+  from an input's (a TimeToLive column gained or lost): then that output is read once to resize the rows;
 * rows age from live to expired through a heap of expire_ts, popped as the clock passes them; the oldest
   row still stored after its expiry (or delete) is the top of a lazy heap whose stale entries (rows
-  purged or shadowed since) are popped when met.
+  purged or shadowed since) are popped when met;
+* shadowed bytes are all stored bytes (each SST's from its metadata, the WAL's as written) minus the
+  newest rows'.
 
 Row sizes are du's: the encoded row plus its 4-byte offset slot in an SST, the encoded row in the WAL.
 ``disk_bytes`` is du's total ``size`` (SST files plus the WAL segments from the replay point).
+
+A compaction whose executor reported nothing (``changed_rows`` None, a custom executor) is accounted by
+reading every SST of the new manifest once. At the end of a run `verify` recounts every row from the
+files once and raises `AccountingMismatch` if the incremental account drifted (`ssts_read` counts the
+SSTs read, for any of these reasons).
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 import os
+import time
 from collections import deque
+from collections.abc import Callable
+from heapq import heappush
 from typing import Any
 
 from formats.manifest import Manifest, SstEntry
 from formats.row import codec_for
-from formats.sst import SstReader
+from formats.sst import SsTableInfo, SstReader
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm import wal as wal_files
+from lsm.events import CompactionInfo, EventListener, FlushInfo
 
 LIVE, EXPIRED, TOMBSTONE = 0, 1, 2
 CLASSES = ("live", "expired", "tombstone")
-WAL = ""  # the location of rows still in the WAL (no SST has an empty name)
-WAL_FIXED = 2 + WAL_ROW_CODEC.attrs.size
+WAL_FIXED = 2 + WAL_ROW_CODEC.attrs.size  # a WAL record's bytes besides its key and value
 
 
-class DiskAccount:
-    """Live / expired / tombstone / shadowed bytes and rows of one database, updated incrementally."""
+class AccountingMismatch(RuntimeError):
+    """`DiskAccount.verify` found the incremental account different from the files (a bug, not bad input)."""
+
+
+def row_fixed(info: SsTableInfo) -> int:
+    """An SST row's bytes besides its key and value (key length, attrs, value length, offset slot)."""
+    return 2 + codec_for(info.format_version, info.row_features).attrs.size + 4
+
+
+class DiskAccount(EventListener):
+    """Live / expired / tombstone / shadowed bytes and rows of one database, updated incrementally.
+
+    Give it to the DB as an event listener and `bind` the open DB before the first write."""
+
+    wants_changed_rows = True
 
     def __init__(self, db_path: str) -> None:
         self.sst_dir = os.path.join(db_path, "sst")
         self.wal_dir = os.path.join(db_path, "wal")
-        self.newest: dict[bytes, int] = {}  # key -> seq of its newest write
-        # key -> [seq, location, size, class, expire_ts] of its stored newest row
+        # key -> [seq, size, class, expire_ts] of its newest write, while that row is stored
         self.stored: dict[bytes, list] = {}
         self.bytes = [0, 0, 0]
         self.rows = [0, 0, 0]
         # stored newest rows that are tombstones with an expire_ts: the TTL filter's, for expired rows
         self.ttl_tombstones = 0
-        self.total_bytes = 0  # every stored row, shadowed ones included
+        self.total_bytes = 0  # every stored row, shadowed ones included (as of the last sync)
         self.total_rows = 0
-        self.ssts: dict[str, tuple[int, int, list[bytes]]] = {}  # name -> (row bytes, rows, newest keys)
-        self.ssts_read = 0  # SSTs read row by row (the others came from the WAL rows they flushed)
-        self._wal: deque[tuple] = deque()  # (seq, key, size, ts, exp, tomb) of rows not flushed yet
-        self._wal_counted = 0
+        self.ssts_read = 0  # SSTs read row by row (see the module docstring: rare)
+        self._wal: deque[tuple[int, bytes, int]] = deque()  # (seq, key, size) of rows not flushed yet
+        self._wal_bytes = 0
+        self._sst_totals: dict[str, tuple[int, int]] = {}  # SST name -> (row bytes, rows), from metadata
+        self._input_fixed: set[int] = set()  # row_fixed of the running compaction's inputs
         self._aging: list[tuple[int, bytes, int]] = []  # (expire_ts, key, seq) of rows stored as live
         # lazy min-heaps of (expire_ts | delete ts, key, seq): an entry counts while that row is stored
         self._expired: list[tuple[int, bytes, int]] = []
         self._deleted: list[tuple[int, bytes, int]] = []
         self.disk_bytes = 0
+        self._flushed_seq = -1  # the last flush's last_seq, until the next write
+        self._flushed_fixed: Callable[[bytes], int] = lambda _key: WAL_FIXED
+        self.event_cpu_s = 0.0  # CPU time spent in the flush and compaction events
+        self._manifest: Callable[[], Manifest] | None = None
+
+    def bind(self, manifest: Callable[[], Manifest]) -> None:
+        """Where the events read the DB's current manifest from (e.g. ``lambda: db.manifest``)."""
+        self._manifest = manifest
 
     # -- the simulator's writes ----------------------------------------------------------------------
     def on_write(self, key: bytes, seq: int, ts: int, exp: int | None, value_len: int | None) -> None:
         """A committed put (value_len = its value's length) or delete (value_len None). O(1)."""
-        self.newest[key] = seq
-        s = self.stored.pop(key, None)
+        stored = self.stored
+        byts, rows = self.bytes, self.rows
+        s = stored.get(key)
         if s is not None:  # its stored row is now an older version: shadowed
-            self.bytes[s[3]] -= s[2]
-            self.rows[s[3]] -= 1
-            if s[3] == TOMBSTONE and s[4] is not None:
+            cls = s[2]
+            byts[cls] -= s[1]
+            rows[cls] -= 1
+            if cls == TOMBSTONE and s[3] is not None:
                 self.ttl_tombstones -= 1
+        if seq > self._flushed_seq:
+            if value_len is None:  # a delete (WAL tombstones carry no expire_ts)
+                size = WAL_FIXED + len(key)
+                stored[key] = [seq, size, TOMBSTONE, None]
+                byts[TOMBSTONE] += size
+                rows[TOMBSTONE] += 1
+                heappush(self._deleted, (ts, key, seq))
+            else:
+                size = WAL_FIXED + len(key) + value_len
+                stored[key] = [seq, size, LIVE, exp]  # it ages to expired at a sample (`_age`)
+                byts[LIVE] += size
+                rows[LIVE] += 1
+                if exp is not None:
+                    heappush(self._aging, (exp, key, seq))
+            self._wal.append((seq, key, size))
+            self._wal_bytes += size
+            return
+        # the write's own put flushed the memtable it went into (before on_write heard of it)
+        self._flushed_seq = -1  # only the last write can be in a flush it triggered
+        size = self._flushed_fixed(key) + len(key) + (value_len or 0)
+        cls = TOMBSTONE if value_len is None else LIVE
+        stored[key] = [seq, size, cls, exp]
+        byts[cls] += size
+        rows[cls] += 1
         if value_len is None:
-            self._wal.append((seq, key, WAL_FIXED + len(key), ts, None, True))
-        else:
-            self._wal.append((seq, key, WAL_FIXED + len(key) + value_len, ts, exp, False))
+            heappush(self._deleted, (ts, key, seq))
+        elif exp is not None:
+            heappush(self._aging, (exp, key, seq))
+
+    # -- the engine's events -------------------------------------------------------------------------
+    def on_flush_end(self, info: FlushInfo) -> None:
+        """The WAL rows up to the manifest's last_seq are now in the flush's L0 SSTs: resize them."""
+        if info.error is not None:
+            return
+        c0 = time.process_time()
+        m = self._current()
+        names = set(info.outputs)
+        outs = sorted((e for e in m.l0 if e.name in names), key=lambda e: e.info.first_key)
+        fixed_of = self._fixed_of(outs)
+        wal, stored, byts = self._wal, self.stored, self.bytes
+        last = m.last_seq
+        # a put or delete that fills the memtable flushes it before on_write hears of it
+        self._flushed_seq, self._flushed_fixed = last, fixed_of
+        while wal and wal[0][0] <= last:
+            seq, key, size = wal.popleft()
+            self._wal_bytes -= size
+            s = stored.get(key)
+            if s is not None and s[0] == seq:  # a newest row (older ones are shadowed, or were dropped)
+                new = size - WAL_FIXED + fixed_of(key)
+                byts[s[2]] += new - s[1]
+                s[1] = new
+        self.event_cpu_s += time.process_time() - c0
+
+    def on_compaction_begin(self, info: CompactionInfo) -> None:
+        """Note the row layouts of the job's inputs (a move between layouts resizes rows)."""
+        inputs = set(info.inputs)
+        self._input_fixed = {row_fixed(e.info) for e in self._current().all_ssts() if e.name in inputs}
+
+    def on_compaction_end(self, info: CompactionInfo) -> None:
+        """Apply what the job dropped or rewrote; every other row moved unchanged."""
+        if info.error is not None:
+            return
+        c0 = time.process_time()
+        try:
+            self._compacted(info)
+        finally:
+            self.event_cpu_s += time.process_time() - c0
+
+    def _compacted(self, info: CompactionInfo) -> None:
+        m = self._current()
+        names = set(info.outputs)
+        changed = info.stats.changed_rows if info.stats is not None else None
+        if changed is None:
+            if not names <= set(info.inputs):  # rewritten by an executor that did not report
+                self._recount(m)
+            return  # else nothing was rewritten (files moved as they are)
+        outs = sorted((e for e in m.all_ssts() if e.name in names), key=lambda e: e.info.first_key)
+        fixed_of = self._fixed_of(outs)
+        stored = self.stored
+        for key, seq, new in changed:
+            s = stored.get(key)
+            if s is None or s[0] != seq:
+                continue  # not the key's newest write: already counted as shadowed
+            self._uncount(s)
+            if new is None:  # purged
+                del stored[key]
+                continue
+            value, exp = new[4], new[3]
+            size = fixed_of(key) + len(key) + (0 if value is None else len(value))
+            if value is None:  # a filter's tombstone (the TTL filter's keeps the expire_ts)
+                s[2] = TOMBSTONE
+                if exp is not None:
+                    heapq.heappush(self._expired, (exp, key, seq))
+                elif new[2] is not None:
+                    heapq.heappush(self._deleted, (new[2], key, seq))
+            s[1], s[3] = size, exp
+            self._count(s)
+        for e in outs:  # a layout change resizes every newest row the output holds: read it
+            f = row_fixed(e.info)
+            if any(x != f for x in self._input_fixed):
+                self._resize(e.name, f)
+
+    def verify(self, m: Manifest, now: int) -> None:
+        """Recount every row from the files (the SSTs of `m`, the WAL rows past its last_seq) and raise
+        `AccountingMismatch` if the incremental classes differ: the end-of-run check that what the engine
+        reported (flushes, ``changed_rows``) was complete. Reads every SST once (counted in `ssts_read`)."""
+        self.sync(m, now)
+        before = self.classes(), self.ttl_tombstones
+        self._recount(m)
+        self._age(now)
+        after = self.classes(), self.ttl_tombstones
+        if before != after:
+            diff = {k: (before[0][k], after[0][k]) for k in before[0] if before[0][k] != after[0][k]}
+            raise AccountingMismatch(
+                f"incremental accounting differs from a recount of the files at {now}: {diff} "
+                f"(TTL tombstones {before[1]} vs {after[1]}); the engine's change reports were incomplete"
+            )
 
     # -- samples -------------------------------------------------------------------------------------
     def sync(self, m: Manifest, now: int) -> None:
-        """Bring the classes up to the manifest `m` and the clock `now` (call at each sample).
-
-        New SSTs come first: a newest row found there that is already stored elsewhere (in the WAL, or
-        in an SST this manifest dropped) moved, and only its location, size and class are updated. Then
-        what left the disk (dropped SSTs, flushed WAL rows) and was not found again is forgotten: those
-        rows were purged. A flush's L0 SST is taken from the flushed WAL rows instead of being read when
-        they match its metadata exactly (row count, key and value bytes): a flush keeps the newest
-        version of each key of the memtable and nothing else."""
-        entries = {e.name: e for e in m.all_ssts()}
-        flushed: list[tuple] = []
-        wal = self._wal
-        while wal and wal[0][0] <= m.last_seq:  # no longer WAL rows: in L0 SSTs, or purged since
-            flushed.append(wal.popleft())
-        counted = min(self._wal_counted, len(flushed))
-        self._wal_counted -= counted
-        l0 = {e.name for e in m.l0}
-        for name, e in entries.items():
-            if name not in self.ssts and not (name in l0 and flushed and self._add_flushed(e, flushed, now)):
-                self._add_sst(name, now)
-        stored = self.stored
-        for name in [n for n in self.ssts if n not in entries]:
-            nbytes, nrows, keys = self.ssts.pop(name)
-            self.total_bytes -= nbytes
-            self.total_rows -= nrows
-            for k in keys:
-                s = stored.get(k)
-                if s is not None and s[1] == name:
-                    del stored[k]
-                    self._uncount(s)
-        for row in flushed[:counted]:
-            self.total_bytes -= row[2]
-            self.total_rows -= 1
-            s = stored.get(row[1])
-            if s is not None and s[1] == WAL and s[0] == row[0]:  # not found in an SST: purged
-                del stored[row[1]]
-                self._uncount(s)
-        self._count_wal(now)
+        """Bring the classes up to the clock `now` and the totals up to the manifest `m` (each sample)."""
         self._age(now)
+        totals = self._sst_totals
+        nbytes = self._wal_bytes
+        nrows = len(self._wal)
+        size = 0
+        seen = set()
+        for e in m.all_ssts():
+            t = totals.get(e.name)
+            if t is None:
+                info = e.info
+                t = totals[e.name] = (row_fixed(info) * info.num_rows + info.key_bytes + info.value_bytes, info.num_rows)
+            nbytes += t[0]
+            nrows += t[1]
+            size += e.size
+            seen.add(e.name)
+        for name in [n for n in totals if n not in seen]:
+            del totals[name]
+        self.total_bytes, self.total_rows = nbytes, nrows
         wal_bytes = 0
         for sid, p in wal_files.list_segments(self.wal_dir):
             if sid >= m.wal_replay_from:
@@ -130,156 +257,92 @@ class DiskAccount:
                     wal_bytes += os.path.getsize(p)
                 except FileNotFoundError:
                     pass
-        self.disk_bytes = wal_bytes + sum(e.size for e in entries.values())
+        self.disk_bytes = wal_bytes + size
 
-    def _count_wal(self, now: int) -> None:
-        """Count the WAL rows written since the last sample (each is new: never counted anywhere)."""
-        wal, newest_get, stored, byts, rows = self._wal, self.newest.get, self.stored, self.bytes, self.rows
-        push = heapq.heappush
-        nbytes = 0
-        for seq, key, size, ts, exp, tomb in itertools.islice(wal, self._wal_counted, None):
-            nbytes += size
-            if newest_get(key) != seq:
-                continue
-            if tomb:  # a delete (WAL tombstones carry no expire_ts)
-                cls = TOMBSTONE
-                push(self._deleted, (ts, key, seq))
-            elif exp is None:
-                cls = LIVE
-            elif now > exp:
-                cls = EXPIRED
-                push(self._expired, (exp, key, seq))
-            else:
-                cls = LIVE
-                push(self._aging, (exp, key, seq))
-            stored[key] = [seq, WAL, size, cls, exp]
-            byts[cls] += size
-            rows[cls] += 1
-        self.total_bytes += nbytes
-        self.total_rows += len(wal) - self._wal_counted
-        self._wal_counted = len(wal)
+    # -- helpers -------------------------------------------------------------------------------------
+    def _current(self) -> Manifest:
+        if self._manifest is None:
+            raise RuntimeError("DiskAccount.bind(...) the DB before it flushes or compacts")
+        return self._manifest()
 
-    def _add_flushed(self, e: SstEntry, flushed: list, now: int) -> bool:
-        """Account the L0 SST `e` from the flushed WAL rows of its seq range; False if they do not match."""
-        info = e.info
-        lo = bisect.bisect_left(flushed, (info.min_seq,))
-        hi = bisect.bisect_right(flushed, (info.max_seq + 1,))
-        last: dict[bytes, tuple] = {}
-        for row in flushed[lo:hi]:
-            last[row[1]] = row  # in seq order: the newest version of each key wins
-        key_bytes = value_bytes = 0
-        for _seq, key, size, _ts, _exp, tomb in last.values():
-            key_bytes += len(key)
-            value_bytes += 0 if tomb else size - WAL_FIXED - len(key)
-        if (len(last), key_bytes, value_bytes) != (info.num_rows, info.key_bytes, info.value_bytes):
-            return False
-        fixed = 2 + codec_for(info.format_version, info.row_features).attrs.size + 4
-        newest_get, stored_get, byts, name = self.newest.get, self.stored.get, self.bytes, e.name
-        keys = []
-        for seq, key, size, ts, exp, tomb in last.values():
-            if newest_get(key) != seq:
-                continue
-            keys.append(key)
-            size += fixed - WAL_FIXED
-            s = stored_get(key)
-            if s is not None and s[0] == seq:
-                cls = TOMBSTONE if tomb else EXPIRED if exp is not None and now > exp else LIVE
-                if s[3] == cls:
-                    s[1] = name
-                    byts[cls] += size - s[2]
-                    s[2] = size
-                    continue
-            self._place(key, seq, name, size, ts, exp, tomb, now)
-        nbytes = fixed * info.num_rows + info.key_bytes + info.value_bytes
-        self.ssts[name] = (nbytes, info.num_rows, keys)
-        self.total_bytes += nbytes
-        self.total_rows += info.num_rows
-        return True
+    @staticmethod
+    def _fixed_of(outs: list[SstEntry]) -> Callable[[bytes], int]:
+        """key -> the row_fixed of the output SST (of `outs`, in key order) that holds it."""
+        fixed = [row_fixed(e.info) for e in outs]
+        if len(set(fixed)) <= 1:
+            f = fixed[0] if fixed else 0
+            return lambda _key: f
+        last_keys = [e.info.last_key for e in outs]
+        return lambda key: fixed[min(bisect.bisect_left(last_keys, key), len(fixed) - 1)]
 
-    def _add_sst(self, name: str, now: int) -> None:
-        newest_get, stored_get, place, byts = self.newest.get, self.stored.get, self._place, self.bytes
-        keys: list[bytes] = []
-        with SstReader(os.path.join(self.sst_dir, name)) as r:
-            info = r.info
-            fixed = 2 + r.codec.attrs.size + 4
-            for i in range(len(r.blocks)):
-                for key, seq, ts, exp, value in r.block_rows(i):
-                    if newest_get(key) != seq:
-                        continue  # an older version: shadowed
-                    keys.append(key)
-                    size = fixed + len(key) + (len(value) if value is not None else 0)
-                    s = stored_get(key)
-                    # the common case, inlined: a row that moved (a flush or a compaction), same class
-                    if s is not None and s[0] == seq:
-                        cls = (
-                            TOMBSTONE if value is None else EXPIRED if exp is not None and now > exp else LIVE
-                        )
-                        if s[3] == cls:
-                            s[1] = name
-                            if s[2] != size:
-                                byts[cls] += size - s[2]
-                                s[2] = size
-                            continue
-                    place(key, seq, name, size, ts, exp, value is None, now)
-        nbytes = fixed * info.num_rows + info.key_bytes + info.value_bytes  # du's sizes, from the metadata
-        self.ssts[name] = (nbytes, info.num_rows, keys)
-        self.total_bytes += nbytes
-        self.total_rows += info.num_rows
-        self.ssts_read += 1
-
-    def _place(
-        self, key: bytes, seq: int, loc: str, size: int, ts: int, exp: int | None, tomb: bool, now: int
-    ) -> None:
-        """The newest row of `key` is stored at `loc`: count it, or move it if it was stored elsewhere.
-
-        What the row is waiting for comes from the row itself: a put with a TTL its expire_ts, a delete's
-        tombstone its ts, the TTL filter's tombstone (which keeps the expire_ts) its expire_ts."""
-        if tomb:
-            cls = TOMBSTONE
-        elif exp is not None and now > exp:
-            cls = EXPIRED
-        else:
-            cls = LIVE
-        s = self.stored.get(key)
-        if s is not None and s[0] == seq:  # moved (flush or compaction)
-            s[1] = loc
-            if s[2] == size and s[3] == cls:
-                return
-            self._uncount(s)
-            s[2], s[3], s[4] = size, cls, exp
-            if cls == EXPIRED or (cls == TOMBSTONE and exp is not None):
-                heapq.heappush(self._expired, (exp, key, seq))
-        else:
-            s = self.stored[key] = [seq, loc, size, cls, exp]
-            if exp is None:
-                if tomb:
-                    heapq.heappush(self._deleted, (ts, key, seq))
-            elif cls == LIVE:
-                heapq.heappush(self._aging, (exp, key, seq))
-            else:  # first seen already expired, or as the TTL filter's tombstone
-                heapq.heappush(self._expired, (exp, key, seq))
-        self.bytes[cls] += size
-        self.rows[cls] += 1
-        if cls == TOMBSTONE and exp is not None:
+    def _count(self, s: list) -> None:
+        self.bytes[s[2]] += s[1]
+        self.rows[s[2]] += 1
+        if s[2] == TOMBSTONE and s[3] is not None:
             self.ttl_tombstones += 1
 
     def _uncount(self, s: list) -> None:
-        """Take a stored newest row out of its class (purged, or moving)."""
-        self.bytes[s[3]] -= s[2]
-        self.rows[s[3]] -= 1
-        if s[3] == TOMBSTONE and s[4] is not None:
+        """Take a stored newest row out of its class (purged, shadowed or changing)."""
+        self.bytes[s[2]] -= s[1]
+        self.rows[s[2]] -= 1
+        if s[2] == TOMBSTONE and s[3] is not None:
             self.ttl_tombstones -= 1
+
+    def _resize(self, name: str, fixed: int) -> None:
+        """Give the newest rows held by SST `name` that SST's row size."""
+        stored, byts = self.stored, self.bytes
+        with SstReader(os.path.join(self.sst_dir, name)) as r:
+            for i in range(len(r.blocks)):
+                for key, seq, _ts, _exp, value in r.block_rows(i):
+                    s = stored.get(key)
+                    if s is not None and s[0] == seq:
+                        new = fixed + len(key) + (0 if value is None else len(value))
+                        byts[s[2]] += new - s[1]
+                        s[1] = new
+        self.ssts_read += 1
+
+    def _recount(self, m: Manifest) -> None:
+        """Account every SST row again from the files (after a compaction that reported nothing)."""
+        last = m.last_seq
+        found: dict[bytes, tuple] = {}  # key -> (seq, size, ts, exp, tombstone) of its newest SST row
+        for e in m.all_ssts():
+            f = row_fixed(e.info)
+            with SstReader(os.path.join(self.sst_dir, e.name)) as r:
+                for i in range(len(r.blocks)):
+                    for key, seq, ts, exp, value in r.block_rows(i):
+                        old = found.get(key)
+                        if old is None or seq > old[0]:
+                            size = f + len(key) + (0 if value is None else len(value))
+                            found[key] = (seq, size, ts, exp, value is None)
+            self.ssts_read += 1
+        wal_rows = {k: s for k, s in self.stored.items() if s[0] > last}  # newest rows still in the WAL
+        self.stored = dict(wal_rows)
+        self.bytes, self.rows, self.ttl_tombstones = [0, 0, 0], [0, 0, 0], 0
+        for s in wal_rows.values():
+            self._count(s)
+        for key, (seq, size, ts, exp, tomb) in found.items():
+            if key in wal_rows:
+                continue
+            s = self.stored[key] = [seq, size, TOMBSTONE if tomb else LIVE, exp]
+            self._count(s)
+            if not tomb:
+                if exp is not None:
+                    heapq.heappush(self._aging, (exp, key, seq))
+            elif exp is not None:
+                heapq.heappush(self._expired, (exp, key, seq))
+            elif ts is not None:
+                heapq.heappush(self._deleted, (ts, key, seq))
 
     def _age(self, now: int) -> None:
         heap, stored = self._aging, self.stored
         while heap and heap[0][0] < now:
             exp, key, seq = heapq.heappop(heap)
             s = stored.get(key)
-            if s is not None and s[0] == seq and s[3] == LIVE:
-                s[3] = EXPIRED
-                self.bytes[LIVE] -= s[2]
+            if s is not None and s[0] == seq and s[2] == LIVE:
+                s[2] = EXPIRED
+                self.bytes[LIVE] -= s[1]
                 self.rows[LIVE] -= 1
-                self.bytes[EXPIRED] += s[2]
+                self.bytes[EXPIRED] += s[1]
                 self.rows[EXPIRED] += 1
                 heapq.heappush(self._expired, (exp, key, seq))
 
@@ -317,4 +380,4 @@ class DiskAccount:
         return None
 
 
-__all__ = ["DiskAccount", "CLASSES"]
+__all__ = ["CLASSES", "AccountingMismatch", "DiskAccount", "row_fixed"]

@@ -1,0 +1,74 @@
+"""`CompactionJob.report_changes` / `ChangeReporter`: the merge notes what became of each key's newest
+input version when it did not come out unchanged, and writes exactly what the plain `Resolver` writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compaction.filter import TtlFilter
+from compaction.merge import ChangeReporter, CompactionStats, Resolver, run_job
+from formats.sst import SstReader
+from tests.compaction.test_merge import TICK, _job, expired, key_history, tomb, val
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    versions=key_history(),
+    snapshots=st.lists(st.integers(0, 42), max_size=3, unique=True),
+    tick_extra=st.integers(0, 80),
+    last=st.booleans(),
+)
+def test_reporter_keeps_what_the_resolver_keeps_and_names_the_newest_change(versions, snapshots, tick_extra, last):
+    tick = max(v[2] for v in versions) + tick_extra
+
+    def make(cls, stats):
+        return cls(tick=tick, is_last_run=last, snapshots=snapshots, filters=[TtlFilter(tick)], stats=stats)
+
+    plain = make(Resolver, CompactionStats()).resolve(list(versions))
+    stats = CompactionStats(changed_rows=[])
+    reported = make(ChangeReporter, stats).resolve(list(versions))
+    assert reported == plain
+    v0 = versions[0]
+    if plain and plain[0] == v0:
+        assert stats.changed_rows == []
+    else:  # dropped (None) or rewritten in place (the same seq)
+        new = plain[0] if plain and plain[0][1] == v0[1] else None
+        assert stats.changed_rows == [(v0[0], v0[1], new)]
+
+
+def _rows(job, result):
+    rows = []
+    for name, _info in result.outputs:
+        with SstReader(os.path.join(job.output.directory, name)) as r:
+            rows += list(r)
+    return rows
+
+
+def test_run_job_reports_only_when_asked_and_writes_the_same_rows(tmp_path):
+    newer = [(b"a", 9, 90, None, None), (b"b", 8, 80, 85, b"e"), (b"c", 7, 70, None, b"c7")]
+    older = [(b"a", 2, 20, None, b"a2"), (b"c", 3, 30, None, b"c3"), (b"d", 4, 40, None, b"d4")]
+    job = _job(tmp_path, [newer, older], last=True)
+    plain = run_job(job)
+    assert plain.stats.changed_rows is None
+    asked = dataclasses.replace(job, report_changes=True, output=dataclasses.replace(job.output, prefix="asked"))
+    result = run_job(asked)
+    assert _rows(asked, result) == _rows(job, plain) == [(b"c", 7, 70, None, b"c7"), (b"d", 4, 40, None, b"d4")]
+    # a's delete and b's expired row are purged in the oldest run; c's older version is no newest row
+    assert result.stats.changed_rows == [(b"a", 9, None), (b"b", 8, None)]
+    # per job, never summed into the DB's totals
+    total = CompactionStats().add(result.stats)
+    assert total.changed_rows is None
+
+
+def test_ttl_filter_rewrite_is_reported_with_the_new_row(tmp_path):
+    job = _job(tmp_path, [[expired(9)], [val(1, b"z", ts=5)]], last=False)
+    result = run_job(dataclasses.replace(job, report_changes=True))
+    assert result.stats.changed_rows == [(b"k", 9, (b"k", 9, 90, 95, None))]
+    (tmp_path / "t").mkdir()
+    job = _job(tmp_path / "t", [[tomb(9)], [val(5, b"a")]], last=False)
+    assert run_job(dataclasses.replace(job, report_changes=True)).stats.changed_rows == []
+    assert TICK > 95

@@ -174,7 +174,8 @@ class SourceBlocks:
                     self.read_seconds += t1 - t0
                     if rows is None:
                         break
-                    yield rows
+                    if rows:  # a block trimmed to the job's range may be empty
+                        yield rows
                     t0 = clock()
             finally:
                 self.reader = None

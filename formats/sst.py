@@ -807,18 +807,6 @@ class SstReader:
 
         return map(rows_of, reversed(blocks) if reverse else blocks)
 
-    def iter_blocks(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[list[tuple]]:
-        """The rows with start <= key < end, one list per data block (key ascending, seq descending),
-        for consumers that work a block at a time (the compaction merge). Empty blocks are skipped."""
-        for i in self._block_range(start, end):
-            rows = self.block_rows(i)
-            if start is not None and rows and rows[0][0] < start:
-                rows = [r for r in rows if r[0] >= start]
-            if end is not None and rows and rows[-1][0] >= end:
-                rows = [r for r in rows if r[0] < end]
-            if rows:
-                yield rows
-
     def __iter__(self) -> Iterator[tuple]:
         return itertools.chain.from_iterable(map(self.block_rows, range(len(self.blocks))))
 

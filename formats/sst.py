@@ -567,6 +567,7 @@ class SstReader:
             raise FormatVersionError(path, e.detail) from None
         self.info = dataclasses.replace(info, file_size=size)
         self.codec = codec_for(version, features)
+        self._decode_version = self.codec.decode_version
         self.default_seq = info.max_seq
         if info.index_offset + info.index_size > meta_offset:
             raise CorruptionError(path, meta_offset, "index block lies outside the file")
@@ -718,7 +719,7 @@ class SstReader:
         row found is decoded. O(log blocks) plus O(versions of the key) row decodes."""
         if key < self._lo or key > self._hi:
             return None
-        i = bisect.bisect_left(self.last_keys, key)
+        i = _bisect_left(self.last_keys, key)
         blk = self._slots[i]()
         if blk is None:
             if self.first_keys[i] > key or (use_bloom and not self.bloom.may_contain(key)):
@@ -747,7 +748,7 @@ class SstReader:
             data = blk.data
             lo = -1
         try:
-            row = self.codec.decode_version(data, at + 2 + len(key), key, self.default_seq)
+            row = self._decode_version(data, at + 2 + len(key), key, self.default_seq)
         except (CorruptionError, struct.error):
             row = None  # the checked generic decoder below names the fault
         if row is not None and (max_seq is None or row[1] <= max_seq):
@@ -878,6 +879,7 @@ def _absent() -> None:
 
 
 _row_key = operator.itemgetter(0)
+_bisect_left = bisect.bisect_left
 
 
 def _reverse_keys(rows: list[tuple]) -> list[tuple]:

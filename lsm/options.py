@@ -69,8 +69,9 @@ class DbOptions:
     max_immutable_memtables: int = 2
     size_ratio: float = 2.0  # adjacent runs merge when the newer ones add up to >= older / size_ratio
     max_merge_inputs: int = 8  # cap on sorted runs per size-tiered job
-    # runs of similar size that gather before a size-tiered merge (compaction/scheduler.py); 2 merges pairs
-    min_merge_width: int = 6
+    # runs of similar size that gather before a size-tiered merge (compaction/scheduler.py): 2 merges pairs
+    # at once (read-friendly); 4..6 rewrite random writes less often, for a few more runs to read
+    min_merge_width: int = 2
     # a size-tiered job whose rows a merge would not change is a manifest edit (compaction/trivial_move.py)
     # when its inputs add up to at least this; None never moves
     trivial_move_min_bytes: int | None = 1 << 20

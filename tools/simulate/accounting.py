@@ -72,8 +72,10 @@ class DiskAccount(EventListener):
     def __init__(self, db_path: str) -> None:
         self.sst_dir = os.path.join(db_path, "sst")
         self.wal_dir = os.path.join(db_path, "wal")
-        # key -> [seq, size, class, expire_ts] of its newest write, while that row is stored
-        self.stored: dict[bytes, list] = {}
+        # key -> (seq, size, class, expire_ts) of its newest write, while that row is stored. Tuples of
+        # atoms, replaced rather than changed: the garbage collector stops tracking them, where lists
+        # (100k+ of them) made every full collection of the simulation walk the whole account
+        self.stored: dict[bytes, tuple] = {}
         self.bytes = [0, 0, 0]
         self.rows = [0, 0, 0]
         # stored newest rows that are tombstones with an expire_ts: the TTL filter's, for expired rows
@@ -86,6 +88,9 @@ class DiskAccount(EventListener):
         self._sst_totals: dict[str, tuple[int, int]] = {}  # SST name -> (row bytes, rows), from metadata
         self._input_fixed: set[int] = set()  # row_fixed of the running compaction's inputs
         self._aging: list[tuple[int, bytes, int]] = []  # (expire_ts, key, seq) of rows stored as live
+        # the same for the simulator's writes, without a heap: per TTL (expire_ts - ts) the writes come in
+        # time order, so their expire_ts ascend: (keys, seqs, expire_ts) queues, popped from the left
+        self._aging_fifo: dict[int, tuple[deque, deque, deque]] = {}
         # lazy min-heaps of (expire_ts | delete ts, key, seq): an entry counts while that row is stored
         self._expired: list[tuple[int, bytes, int]] = []
         self._deleted: list[tuple[int, bytes, int]] = []
@@ -114,17 +119,17 @@ class DiskAccount(EventListener):
         if seq > self._flushed_seq:
             if value_len is None:  # a delete (WAL tombstones carry no expire_ts)
                 size = WAL_FIXED + len(key)
-                stored[key] = [seq, size, TOMBSTONE, None]
+                stored[key] = (seq, size, TOMBSTONE, None)
                 byts[TOMBSTONE] += size
                 rows[TOMBSTONE] += 1
                 heappush(self._deleted, (ts, key, seq))
             else:
                 size = WAL_FIXED + len(key) + value_len
-                stored[key] = [seq, size, LIVE, exp]  # it ages to expired at a sample (`_age`)
+                stored[key] = (seq, size, LIVE, exp)  # it ages to expired at a sample (`_age`)
                 byts[LIVE] += size
                 rows[LIVE] += 1
                 if exp is not None:
-                    heappush(self._aging, (exp, key, seq))
+                    self._will_age(key, seq, ts, exp)
             self._wal.append((seq, key, size))
             self._wal_bytes += size
             return
@@ -132,13 +137,24 @@ class DiskAccount(EventListener):
         self._flushed_seq = -1  # only the last write can be in a flush it triggered
         size = self._flushed_fixed(key) + len(key) + (value_len or 0)
         cls = TOMBSTONE if value_len is None else LIVE
-        stored[key] = [seq, size, cls, exp]
+        stored[key] = (seq, size, cls, exp)
         byts[cls] += size
         rows[cls] += 1
         if value_len is None:
             heappush(self._deleted, (ts, key, seq))
         elif exp is not None:
+            self._will_age(key, seq, ts, exp)
+
+    def _will_age(self, key: bytes, seq: int, ts: int, exp: int) -> None:
+        q = self._aging_fifo.get(exp - ts)
+        if q is None:
+            q = self._aging_fifo[exp - ts] = (deque(), deque(), deque())
+        elif q[2] and q[2][-1] > exp:  # time went backwards (not the simulator's writes): the heap
             heappush(self._aging, (exp, key, seq))
+            return
+        q[0].append(key)
+        q[1].append(seq)
+        q[2].append(exp)
 
     # -- the engine's events -------------------------------------------------------------------------
     def on_flush_end(self, info: FlushInfo) -> None:
@@ -161,7 +177,7 @@ class DiskAccount(EventListener):
             if s is not None and s[0] == seq:  # a newest row (older ones are shadowed, or were dropped)
                 new = size - WAL_FIXED + fixed_of(key)
                 byts[s[2]] += new - s[1]
-                s[1] = new
+                stored[key] = (seq, new, s[2], s[3])
         self.event_cpu_s += time.process_time() - c0
 
     def on_compaction_begin(self, info: CompactionInfo) -> None:
@@ -200,13 +216,14 @@ class DiskAccount(EventListener):
                 continue
             value, exp = new[4], new[3]
             size = fixed_of(key) + len(key) + (0 if value is None else len(value))
+            cls = s[2]
             if value is None:  # a filter's tombstone (the TTL filter's keeps the expire_ts)
-                s[2] = TOMBSTONE
+                cls = TOMBSTONE
                 if exp is not None:
                     heapq.heappush(self._expired, (exp, key, seq))
                 elif new[2] is not None:
                     heapq.heappush(self._deleted, (new[2], key, seq))
-            s[1], s[3] = size, exp
+            s = stored[key] = (seq, size, cls, exp)
             self._count(s)
         for e in outs:  # a layout change resizes every newest row the output holds: read it
             f = row_fixed(e.info)
@@ -275,13 +292,13 @@ class DiskAccount(EventListener):
         last_keys = [e.info.last_key for e in outs]
         return lambda key: fixed[min(bisect.bisect_left(last_keys, key), len(fixed) - 1)]
 
-    def _count(self, s: list) -> None:
+    def _count(self, s: tuple) -> None:
         self.bytes[s[2]] += s[1]
         self.rows[s[2]] += 1
         if s[2] == TOMBSTONE and s[3] is not None:
             self.ttl_tombstones += 1
 
-    def _uncount(self, s: list) -> None:
+    def _uncount(self, s: tuple) -> None:
         """Take a stored newest row out of its class (purged, shadowed or changing)."""
         self.bytes[s[2]] -= s[1]
         self.rows[s[2]] -= 1
@@ -298,7 +315,7 @@ class DiskAccount(EventListener):
                     if s is not None and s[0] == seq:
                         new = fixed + len(key) + (0 if value is None else len(value))
                         byts[s[2]] += new - s[1]
-                        s[1] = new
+                        stored[key] = (seq, new, s[2], s[3])
         self.ssts_read += 1
 
     def _recount(self, m: Manifest) -> None:
@@ -323,7 +340,7 @@ class DiskAccount(EventListener):
         for key, (seq, size, ts, exp, tomb) in found.items():
             if key in wal_rows:
                 continue
-            s = self.stored[key] = [seq, size, TOMBSTONE if tomb else LIVE, exp]
+            s = self.stored[key] = (seq, size, TOMBSTONE if tomb else LIVE, exp)
             self._count(s)
             if not tomb:
                 if exp is not None:
@@ -334,12 +351,24 @@ class DiskAccount(EventListener):
                 heapq.heappush(self._deleted, (ts, key, seq))
 
     def _age(self, now: int) -> None:
-        heap, stored = self._aging, self.stored
+        stored = self.stored
+        for keys, seqs, exps in self._aging_fifo.values():
+            while exps and exps[0] < now:
+                exp, key, seq = exps.popleft(), keys.popleft(), seqs.popleft()
+                s = stored.get(key)
+                if s is not None and s[0] == seq and s[2] == LIVE:
+                    stored[key] = (seq, s[1], EXPIRED, exp)
+                    self.bytes[LIVE] -= s[1]
+                    self.rows[LIVE] -= 1
+                    self.bytes[EXPIRED] += s[1]
+                    self.rows[EXPIRED] += 1
+                    heapq.heappush(self._expired, (exp, key, seq))
+        heap = self._aging
         while heap and heap[0][0] < now:
             exp, key, seq = heapq.heappop(heap)
             s = stored.get(key)
             if s is not None and s[0] == seq and s[2] == LIVE:
-                s[2] = EXPIRED
+                stored[key] = (seq, s[1], EXPIRED, exp)
                 self.bytes[LIVE] -= s[1]
                 self.rows[LIVE] -= 1
                 self.bytes[EXPIRED] += s[1]

@@ -15,7 +15,8 @@ simulator knows anyway and from what the engine reports as it works (it is an `l
   newest row dropped (purged) leaves the account, a rewritten one (the TTL filter's tombstone, a user
   filter's change) changes class and size. No SST is read, except when an output's row layout differs
   from an input's (a TimeToLive column gained or lost): then that output is read once to resize the rows;
-* rows age from live to expired through a heap of expire_ts, popped as the clock passes them; the oldest
+* rows age from live to expired as the clock passes their expire_ts: one queue per TTL (writes come in
+  time order, so each queue's expire_ts ascend; a heap only for rows placed out of order); the oldest
   row still stored after its expiry (or delete) is the top of a lazy heap whose stale entries (rows
   purged or shadowed since) are popped when met;
 * shadowed bytes are all stored bytes (each SST's from its metadata, the WAL's as written) minus the

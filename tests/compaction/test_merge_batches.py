@@ -171,12 +171,13 @@ def _runs(tmp_path, nruns=3, files=4, per_file=50) -> list[list[str]]:
 
 def test_full_compaction_opens_one_sst_per_source_at_a_time(tmp_path, monkeypatch):
     srcs = _runs(tmp_path)
-    live = {"now": 0, "max": 0}
+    live = {"now": 0, "max": 0, "opened": 0}
 
     class Counting(SstReader):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
             live["now"] += 1
+            live["opened"] += 1
             live["max"] = max(live["max"], live["now"])
 
         def close(self):
@@ -186,7 +187,8 @@ def test_full_compaction_opens_one_sst_per_source_at_a_time(tmp_path, monkeypatc
     monkeypatch.setattr(stream_mod, "SstReader", Counting)
     result = run_job(_job(tmp_path, srcs))
     assert live["now"] == 0
-    assert 1 <= live["max"] <= len(srcs)  # never all 12 input files at once
+    assert live["opened"] == sum(map(len, srcs))  # each of the 12 input files opened exactly once
+    assert live["max"] <= len(srcs)  # at most one per source at a time, never all 12 at once
     assert result.stats.rows_in == result.stats.rows_out == 3 * 4 * 50
     rows = []
     for name, _ in result.outputs:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 from formats.log import decode_fields, decode_run_end
 from lsm.errors import SourceRegressedError
@@ -43,17 +43,24 @@ class LogSlice:
     byte_start: int
     byte_end: int
 
+    def _open_checked(self) -> BinaryIO:
+        """The partition file, unbuffered, refused (SourceRegressedError) when it is no longer the file
+        the plan indexed or is shorter than the slice."""
+        f = open(self.path, "rb", buffering=0)
+        st = os.fstat(f.fileno())
+        if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.byte_end:
+            f.close()
+            raise SourceRegressedError(
+                f"{self.name}: partition {self.partition} was replaced or truncated while a bulk load "
+                f"read it (records {self.start}..{self.stop} at bytes {self.byte_start}..{self.byte_end})"
+            )
+        return f
+
     def records(self) -> Iterator[SourceRecord]:
         """The slice's records in offset order (CorruptionError at a damaged record)."""
         if self.stop <= self.start:
             return
-        with open(self.path, "rb", buffering=0) as f:
-            st = os.fstat(f.fileno())
-            if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.byte_end:
-                raise SourceRegressedError(
-                    f"{self.name}: partition {self.partition} was replaced or truncated while a bulk load "
-                    f"read it (records {self.start}..{self.stop} at bytes {self.byte_start}..{self.byte_end})"
-                )
+        with self._open_checked() as f:
             fd = f.fileno()
             offset = self.start
             pos = self.byte_start
@@ -90,13 +97,7 @@ class LogSlice:
         tx (`formats.log.decode_run_end`: no object per record, no msgpack call for a plain record)."""
         if self.stop <= self.start:
             return
-        with open(self.path, "rb", buffering=0) as f:
-            st = os.fstat(f.fileno())
-            if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.byte_end:
-                raise SourceRegressedError(
-                    f"{self.name}: partition {self.partition} was replaced or truncated while a bulk load "
-                    f"read it (records {self.start}..{self.stop} at bytes {self.byte_start}..{self.byte_end})"
-                )
+        with self._open_checked() as f:
             fd = f.fileno()
             offset = self.start
             pos = self.byte_start

@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from formats.log import decode_fields, decode_run_end
+from formats.log import decode_run_end
 from lsm.errors import SourceRegressedError
 from lsm.sources.partitioned_log import CHUNK, PartitionedLog, partition_path
 from lsm.sources.protocol import SourceRecord, make_record
@@ -57,39 +57,11 @@ class LogSlice:
         return f
 
     def records(self) -> Iterator[SourceRecord]:
-        """The slice's records in offset order (CorruptionError at a damaged record)."""
-        if self.stop <= self.start:
-            return
-        with self._open_checked() as f:
-            fd = f.fileno()
-            offset = self.start
-            pos = self.byte_start
-            p = self.partition
-            while pos < self.byte_end:
-                buf = os.pread(fd, min(CHUNK, self.byte_end - pos), pos)
-                i = 0
-                while True:
-                    fields = decode_fields(buf, i, pos, self.path)
-                    if fields is None:  # the end of this read, or a record longer than it
-                        break
-                    i, key, value, ttl, ets, tx, tx_end = fields
-                    yield make_record(p, offset, key, value, ttl, ets, tx, tx_end)
-                    offset += 1
-                if i == 0:  # one record larger than CHUNK: read exactly it
-                    length = int.from_bytes(os.pread(fd, 4, pos), "big")
-                    buf = os.pread(fd, 16 + length, pos)
-                    fields = decode_fields(buf, 0, pos, self.path)
-                    if fields is None:
-                        raise SourceRegressedError(f"{self.name}: partition {p} shrank under a bulk load")
-                    i, key, value, ttl, ets, tx, tx_end = fields
-                    yield make_record(p, offset, key, value, ttl, ets, tx, tx_end)
-                    offset += 1
-                pos += i
-        if offset != self.stop:
-            raise SourceRegressedError(
-                f"{self.name}: partition {p}: bytes {self.byte_start}..{self.byte_end} held {offset - self.start}"
-                f" records, the index said {self.stop - self.start}"
-            )
+        """The slice's records in offset order (CorruptionError at a damaged record): `runs`, one
+        `SourceRecord` per tuple (one reader loop, so both see the same records, checks and errors)."""
+        for run, _has_tx in self.runs():
+            for t in run:
+                yield make_record(*t)
 
     def runs(self) -> Iterator[tuple[list[tuple], bool]]:
         """`records` for bulk consumers: the same records, checks and errors, as runs of plain tuples

@@ -97,7 +97,14 @@ def test_idle_flush_with_the_flush_thread_and_background_compaction(tmp_path):
         clock.advance(400)  # x expired 350 ms ago and its memtable is 400 ms old
         done = threading.Event()
         for _ in range(200):  # up to ~10 s of wall time for the poll
-            if db.lsm_shape()["memtable_rows"] == 0 and not db.manifest.l0 and not db.manifest.runs:
+            shape = db.lsm_shape()  # wait for the frozen memtable's flush too, not only the freeze
+            if (
+                shape["memtable_rows"] == 0
+                and shape["immutable_memtables"] == 0
+                and not db.manifest.l0
+                and not db.manifest.runs
+                and db.purge_lag.count == 1
+            ):
                 done.set()
                 break
             done.wait(0.05)

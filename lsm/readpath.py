@@ -9,14 +9,22 @@ the same way, so the first version with seq <= the read's seq decides.
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from compaction.filter import Entry
 from compaction.merge import merge_sources
+from compaction.stream import merge_batches, whole_key_batches
+from formats.sst import SstReader
 from lsm.iterators import run_iter
 from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, is_system
 from lsm.versions import State
+
+_key = operator.itemgetter(0)
+_seq = operator.itemgetter(1)
+_exp = operator.itemgetter(3)
+_value = operator.itemgetter(4)
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -111,6 +119,10 @@ def scan_state(
         for start, end in ranges:
             if start is not None and end is not None and start >= end:
                 continue
+            if not reverse and not entries:
+                for pairs in _forward_pairs(st, start, end, max_seq, check_expiry, now):
+                    yield from pairs
+                continue
             sources = [st.mem.iter(start, end, reverse)] if st.mem.rows else []
             sources += [m.iter(start, end, reverse) for m in st.imm]
             sources += [r.iter(start, end, reverse) for _e, r in st.l0]
@@ -132,6 +144,73 @@ def scan_state(
                 yield Entry(key, value, row[1], row[2], row[3]) if entries else (key, value)
     finally:
         unpin(st.gen)
+
+
+def _forward_pairs(
+    st: State, start: bytes | None, end: bytes | None, max_seq: int, check_expiry: bool, now: int
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    """The visible (key, value) pairs of `st` in [start, end), ascending, in lists: `scan_state`'s
+    forward scan.
+
+    Every source is read as lists of rows (an SST's decoded blocks, a memtable in whole-key lists),
+    merged by `compaction.stream.merge_batches` (one C sort per round, a key's versions in source order,
+    i.e. newest first) and resolved a batch at a time. A batch whose rows are all visible at `max_seq`,
+    none expired, is resolved without a Python step per row: the newest version of each key is the first
+    in the batch, which a dict built over the reversed batch keeps; tombstones are then dropped. Any
+    other batch (a snapshot older than some row, an expired row) takes the row-by-row loop of
+    `lsm.iterators.visible_rows`. Same rows as the heap merge: sources are searched newest first, as
+    `find_row` does."""
+    sources: list[Iterable[list[tuple]]] = []
+    if st.mem.rows:
+        sources.append(whole_key_batches(st.mem.iter(start, end)))
+    sources += [whole_key_batches(m.iter(start, end)) for m in st.imm]
+    sources += [r.iter_blocks(start, end) for _e, r in st.l0]
+    sources += [_run_blocks(run.readers, run.last_keys, start, end) for run in st.runs]
+    if not sources:
+        return
+    for batch in merge_batches(sources):
+        if max(map(_seq, batch)) <= max_seq and (not check_expiry or not _expires_by(batch, now)):
+            keys = list(map(_key, batch))
+            keys.reverse()
+            values = list(map(_value, batch))
+            values.reverse()
+            # over the reversed batch, a key's last assignment is its first (newest) version
+            pairs = list(dict(zip(keys, values, strict=True)).items())
+            pairs.reverse()
+            if None in values:
+                pairs = [kv for kv in pairs if kv[1] is not None]
+            yield pairs
+            continue
+        out = []
+        last_key = None
+        for row in batch:
+            key = row[0]
+            if key == last_key or row[1] > max_seq:
+                continue
+            last_key = key
+            value = row[4]
+            if value is None or (check_expiry and row[3] is not None and now > row[3]):
+                continue
+            out.append((key, value))
+        yield out
+
+
+def _expires_by(batch: list[tuple], now: int) -> bool:
+    """Whether some row of `batch` has an expire_ts before `now` (so is expired at `now`)."""
+    exps = set(map(_exp, batch))
+    exps.discard(None)
+    return bool(exps) and min(exps) < now
+
+
+def _run_blocks(
+    readers: Sequence[SstReader], last_keys: Sequence[bytes], start: bytes | None, end: bytes | None
+) -> Iterator[list[tuple]]:
+    """A sorted run's decoded blocks over [start, end), its SSTs in key order (see `run_iter`)."""
+    lo = 0 if start is None else bisect_left(last_keys, start)
+    for r in readers[lo:]:
+        if end is not None and r.info.first_key >= end:
+            break
+        yield from r.iter_blocks(start, end)
 
 
 def concat(first: Iterator, second: Iterator) -> Iterator:

@@ -253,6 +253,10 @@ def group_versions(rows: Iterable[tuple]) -> Iterator[list[tuple]]:
 class Resolver:
     """Applies steps 1-4 of the module docstring to one key's versions at a time."""
 
+    # ChangeReporter sets it: the batched path (`_resolve_batch`) notes in ``stats.changed_rows`` what it
+    # dropped or rewrote, so reporting does not need the key-by-key path
+    reports_changes = False
+
     def __init__(
         self,
         *,
@@ -410,6 +414,7 @@ class Resolver:
         out: list[tuple] = []
         append = out.append
         filters = self.filters
+        changes = stats.changed_rows if self.reports_changes else None  # ChangeReporter: note drops/rewrites
         if not self.is_last_run:
             # a batch of distinct keys with no expire_ts (a flush of fresh keys): every row is kept as is
             keys = list(map(key0, batch))
@@ -466,7 +471,10 @@ class Resolver:
                 if seq > stats.history_floor:
                     stats.history_floor = seq
                 if not last_run:
-                    append((key, seq, ts, exp, None))
+                    row = (key, seq, ts, exp, None)
+                    append(row)
+                    if changes is not None:
+                        changes.append((key, seq, row))
                     continue
                 value = None
             if last_run:  # step 4 for the only version
@@ -484,6 +492,8 @@ class Resolver:
                     stats.purge_lag.record(lag if lag > 0 else 0)
                 if seq > stats.history_floor:
                     stats.history_floor = seq
+                if changes is not None:
+                    changes.append((key, seq, None))
                 continue
             append(row)
         stats.rows_in += rows_in  # counted per key, not per row: this loop is the merge
@@ -492,12 +502,18 @@ class Resolver:
 
 class ChangeReporter(Resolver):
     """A `Resolver` that also appends to ``stats.changed_rows`` what became of each key's newest version
-    when it does not come out unchanged: (key, seq, the row written in its place, or None if dropped)."""
+    when it does not come out unchanged: (key, seq, the row written in its place, or None if dropped).
 
-    def run_batches(self, batches: Iterable[list[tuple]]) -> Iterator[list[tuple]]:
-        """Key by key through `resolve` (the batched fast path would not note changes)."""
-        for batch in batches:
-            yield from self._resolve_keys(batch)
+    `run_batches` keeps the plain resolver's paths: the batched one (`_resolve_batch`, no snapshot, no
+    history window, only the TTL filter) notes each drop and rewrite where it makes it; every other case
+    goes key by key through `resolve` below, which compares what it kept with the newest version."""
+
+    reports_changes = True
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if self.stats.changed_rows is None:
+            self.stats.changed_rows = []
 
     def resolve(self, versions: list[tuple]) -> list[tuple]:
         """`Resolver.resolve`, noting a change of the newest version."""

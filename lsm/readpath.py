@@ -52,10 +52,19 @@ def find_row_below_mem(st: State, key: bytes, max_seq: int | None) -> tuple | No
         row = m.get(key, max_seq)
         if row is not None:
             return row
-    for _e, r in st.l0:
-        row = r.get(key, max_seq)
-        if row is not None:
-            return row
+    if st.l0:
+        index = st.l0_index
+        readers = index.readers
+        if readers is None:
+            readers = index.readers = tuple(r for _e, r in st.l0)
+        keys = index.keys
+        if keys is None:
+            keys = index.lookup(readers)
+        first = 0 if keys is None else keys.get(key, len(readers))  # no L0 file holds the key: skip L0
+        for r in readers[first:]:
+            row = r.get(key, max_seq)
+            if row is not None:
+                return row
     for run in st.runs:
         readers = run.readers
         i = bisect_left(run.last_keys, key)  # the one SST of the run whose range can hold the key

@@ -39,6 +39,7 @@ from formats.sst import SstReader
 from lsm.cache import LruCache
 from lsm.errors import DbFailedError, FencedError, NotADatabaseError
 from lsm.fsutil import unlink_quiet
+from lsm.l0_index import L0Index
 from lsm.manifest import FenceToken, ManifestStore, PublishUnknownError
 from lsm.options import DbOptions
 
@@ -64,6 +65,8 @@ class State:
     l0: tuple[tuple[SstEntry, SstReader], ...]  # newest first
     runs: tuple[Run, ...]  # newest first
     gen: int
+    # point reads' index over `l0` (lsm.l0_index): kept by a state with the same L0 files, else fresh
+    l0_index: L0Index = dataclasses.field(default_factory=L0Index, compare=False, repr=False)
 
 
 class VersionSet:
@@ -233,7 +236,8 @@ class VersionSet:
         with self.lock:
             st = self.state
             imm = st.imm if drop_imm is None else tuple(x for x in st.imm if x is not drop_imm)
-            self.state = dataclasses.replace(st, imm=imm, l0=l0, runs=runs, gen=st.gen + 1)
+            index = st.l0_index if l0 == st.l0 else L0Index()
+            self.state = dataclasses.replace(st, imm=imm, l0=l0, runs=runs, gen=st.gen + 1, l0_index=index)
 
     def swap_memtable(self, new: Memtable) -> None:
         """Freeze the active memtable (it becomes the newest immutable one) and make `new` active."""

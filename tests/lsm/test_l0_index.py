@@ -1,0 +1,72 @@
+"""The point-read index over L0 (lsm.l0_index): what it maps, when it is built, and that gets through it
+see exactly what they saw without it (snapshots included, whose version may sit in an older L0 file)."""
+
+from __future__ import annotations
+
+import random
+
+import lsm
+from formats.sst import SstReader, write_sst
+from lsm.l0_index import L0Index
+
+T0 = 1_700_000_000_000
+
+
+def readers_of(tmp_path, files: list[list[tuple]]) -> list[SstReader]:
+    out = []
+    for i, rows in enumerate(files):
+        path = tmp_path / f"{i}.sst"
+        write_sst(path, rows)
+        out.append(SstReader(str(path)))
+    return out
+
+
+def test_index_maps_each_key_to_the_newest_l0_file_that_holds_it_once_reads_pay_for_it(tmp_path):
+    newest = [(b"a", 9, T0, None, b"a9"), (b"c", 8, T0, None, None)]  # a tombstone is a version too
+    middle = [(b"a", 5, T0, None, b"a5"), (b"b", 4, T0, None, b"b4")]
+    oldest = [(b"b", 2, T0, None, b"b2"), (b"d", 1, T0, None, b"d1")]
+    readers = readers_of(tmp_path, [newest, middle, oldest])
+    index = L0Index()
+    rows = 6
+    for _ in range(rows):  # as many reads as L0 rows: not worth building yet
+        assert index.lookup(readers) is None
+    assert index.lookup(readers) == {b"a": 0, b"c": 0, b"b": 1, b"d": 2}
+    for r in readers:
+        r.close()
+
+
+def test_no_index_for_a_single_l0_file(tmp_path):
+    readers = readers_of(tmp_path, [[(b"a", 1, T0, None, b"x")]])
+    index = L0Index()
+    assert all(index.lookup(readers) is None for _ in range(100))
+    readers[0].close()
+
+
+def test_gets_through_the_index_equal_the_model_at_the_head_and_at_snapshots(tmp_path):
+    rng = random.Random(7)
+    clock = lsm.ManualClock(T0)
+    opts = lsm.DbOptions(clock=clock, l0_compaction_threshold=50, background_compaction=False)
+    keys = [b"k%03d" % i for i in range(60)]
+    model: dict[bytes, bytes | None] = {}
+    snaps = []
+    with lsm.DB.open(tmp_path / "db", opts) as db:
+        for round_ in range(6):  # six L0 files, keys overwritten and deleted across them
+            for k in rng.sample(keys, 25):
+                if rng.random() < 0.2:
+                    db.delete(k)
+                    model[k] = None
+                else:
+                    v = b"%s@%d" % (k, round_)
+                    db.put(k, v)
+                    model[k] = v
+                clock.advance(1)
+            db.flush()
+            snaps.append((db.snapshot(), dict(model)))
+        assert len(db.lsm_shape()["l0"]) == 6
+        for _ in range(40):  # well past the L0 row count: the index is built and used
+            for k in keys + [b"absent", b"k0005"]:
+                assert db.get(k) == model.get(k)
+        for snap, seen in snaps:
+            for k in keys:
+                assert snap.get(k) == seen.get(k)
+            snap.close()

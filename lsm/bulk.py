@@ -5,6 +5,10 @@ Driver, in order:
 
 1. The durable frontier of `name` (the same latest binding streaming ingest resumes from) and, once, each
    partition's current end; every partition must still reach its frontier (`SourceRegressedError`).
+   A `PartitionedLog` is counted by `plan_end`: a walk of the record headers (each header's checksum
+   checked, so the lengths it follows are sound), not a pass over the payloads: the task that reads a
+   record verifies its payload, so a damaged record still fails the job (nothing is committed), and the
+   driver's serial part stays small.
 2. The plan: each partition's new offsets [frontier, end) cut into slices of at most
    ``ceil(total / tasks)`` (and `MAX_SLICE_RECORDS`) offsets, ordered by (partition, offset). A slice
    holds whole offsets, so records sharing an offset stay together. For a `PartitionedLog` the slices
@@ -217,8 +221,10 @@ def bulk_ingest(
     with st.lock:
         head = durable_head(db, name)
         frontier = dict(head.frontier) if head is not None else {}
-        check_frontier(source, name, frontier)
-        ends = {p: source.end(p) for p in sorted(set(source.partitions()) | set(frontier))}
+        # a PartitionedLog is planned from its record headers; the tasks verify the payloads they read
+        end_of = getattr(source, "plan_end", source.end)
+        check_frontier(source, name, frontier, end_of)
+        ends = {p: end_of(p) for p in sorted(set(source.partitions()) | set(frontier))}
         slices = plan_slices(source, frontier, ends, tasks or min(8, os.cpu_count() or 1))
         if not slices:
             return IngestStats(0, 0, frontier)

@@ -19,8 +19,14 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from compaction.merge import OutputSpec, SstOutput
+from lsm.clock import I64_MAX, I64_MIN
 from lsm.ingest import resolve_tuples
+from lsm.options import NO_TTL
+from lsm.sources.slices import LogSlice
+from lsm.syskeys import SYSTEM_PREFIX
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,26 +79,91 @@ class _Watch:
                     del open_[tx]
 
 
+def _plain_rows(task: BulkTask) -> tuple[list[tuple], int, int] | None:
+    """The output rows of a slice whose records are all plain (`LogSlice.plain`), column by column: (rows
+    sorted by key, records read, user bytes). None when the slice is not plain or a record needs one of
+    `resolve_tuples`' checks or errors (a key in the reserved space, a TTL the format cannot hold): the
+    caller then takes the general path, which raises them.
+
+    The same rows as the general path: the last record of a key wins, a delete is a tombstone, a value
+    gets `default_ttl` from the load's ts. Keys and values are copied out of the slice's bytes once,
+    the survivors only, in key order (so the rows the SST writer walks lie in memory in that order)."""
+    sl = task.slice
+    cols = sl.plain() if isinstance(sl, LogSlice) else None
+    if cols is None:
+        return None
+    buf, kstarts, kends, vstarts, vends = cols
+    ts, seq = task.ts, task.seq
+    exp = None
+    ttl = task.default_ttl
+    if ttl is not None and ttl is not NO_TTL:
+        exp = ts + ttl
+        if task.v0 or not I64_MIN <= exp <= I64_MAX:
+            return None
+    n = len(kstarts)
+    klens = kends - kstarts
+    dele = vstarts < 0
+    nbytes = int(klens.sum()) + int((vends - vstarts).sum())  # a delete's span (-1, -1) adds 0
+    at, keys = _last_per_key(buf, kstarts, kends, klens)
+    if keys[-1] >= SYSTEM_PREFIX:
+        return None
+    values: list = list(map(buf.__getitem__, map(slice, vstarts[at].tolist(), vends[at].tolist())))
+    exps: Any = itertools.repeat(exp)
+    gone = dele[at]
+    if gone.any():
+        values = [None if d else v for d, v in zip(gone.tolist(), values, strict=True)]
+        if exp is not None:
+            exps = [None if d else exp for d in gone.tolist()]
+    rows = list(zip(keys, itertools.repeat(seq), itertools.repeat(ts), exps, values))
+    return rows, n, nbytes
+
+
+def _last_per_key(buf: bytes, kstarts: Any, kends: Any, klens: Any) -> tuple[Any, list[bytes]]:
+    """(index of the last record of each key, the keys), in key order, for records whose keys lie at
+    [kstarts, kends) of `buf` (offset order). Keys of one length are sorted by numpy as fixed-width
+    strings (bytewise, as bytes compare: equal lengths make numpy's trailing-NUL rule moot); others
+    through a dict and `sorted`."""
+    n = len(kstarts)
+    width = int(klens[0])
+    if bool((klens == width).all()):
+        k = np.frombuffer(buf, np.uint8)[kstarts[:, None] + np.arange(width)]
+        fixed = k.view(f"S{width}").ravel()
+        # np.unique keeps the first of equal keys: reversed, that is each key's last record
+        _, first = np.unique(fixed[::-1], return_index=True)
+        at = (n - 1) - first
+        return at, fixed[at].view(f"V{width}").tolist()  # V: the exact bytes (S would drop trailing NULs)
+    keys = list(map(buf.__getitem__, map(slice, kstarts.tolist(), kends.tolist())))
+    last = dict(zip(keys, range(n), strict=True))  # the last record of a key wins
+    order = sorted(last)
+    return np.array(list(map(last.__getitem__, order)), np.int64), order
+
+
 def run_task(task: BulkTask) -> dict[str, Any]:
     """Executor side: write the task's slice into uniquely named SSTs; return their metadata."""
     spec = dataclasses.replace(
         task.output, prefix=f"{task.output.prefix}-t{task.index:04d}-{uuid.uuid4().hex[:8]}"
     )
-    watch = _Watch(task.slice)
-    rows, nbytes = resolve_tuples(
-        task.slice, itertools.chain.from_iterable(watch.runs()), task.ts, task.ttl_base, task.default_ttl, task.v0
-    )
     seq, ts = task.seq, task.ts
-    # sorted by key (keys are unique): one list of output rows, built without a call per row
-    out = [(key, seq, ts, exp, value) for key, (_k, exp, value) in sorted(rows.items())]
-    del rows
+    plain = _plain_rows(task)
+    if plain is not None:
+        out, count, nbytes = plain
+        episodes: list[list] = []
+    else:
+        watch = _Watch(task.slice)
+        rows, nbytes = resolve_tuples(
+            task.slice, itertools.chain.from_iterable(watch.runs()), ts, task.ttl_base, task.default_ttl, task.v0
+        )
+        # sorted by key (keys are unique): one list of output rows, built without a call per row
+        out = [(key, seq, ts, exp, value) for key, (_k, exp, value) in sorted(rows.items())]
+        del rows
+        count, episodes = watch.count, watch.episodes
     outputs = SstOutput(spec, ts).write(out)
     return {
         "index": task.index,
         "outputs": [(name, info.to_dict()) for name, info in outputs],
-        "records": watch.count,
+        "records": count,
         "bytes": nbytes,
-        "episodes": watch.episodes,
+        "episodes": episodes,
     }
 
 

@@ -199,10 +199,13 @@ class _Cursor:
         self.pos = pos
 
 
-def check_frontier(source: Source, name: str, frontier: dict[int, int]) -> None:
-    """Rule 1: `SourceRegressedError` unless every partition of `frontier` still reaches its offset."""
+def check_frontier(
+    source: Source, name: str, frontier: dict[int, int], end_of: Callable[[int], int] | None = None
+) -> None:
+    """Rule 1: `SourceRegressedError` unless every partition of `frontier` still reaches its offset
+    (read with `end_of`, default ``source.end``)."""
     for p, off in sorted(frontier.items()):
-        end = source.end(p)
+        end = (end_of or source.end)(p)
         if end < off:
             raise SourceRegressedError(
                 f"{source.name}: partition {p} went backwards: ingest {name!r} durably read it up to "

@@ -56,22 +56,23 @@ def partition_path(directory: str, partition: int) -> str:
     return os.path.join(directory, f"{partition}.log")
 
 
-def _scan(fd: int, pos: int, path: str) -> tuple[array, int]:
-    """Verify the complete records of the file from byte `pos` on; return (their positions, the byte after
-    the last one). Stops at a torn tail; raises CorruptionError at a damaged record."""
+def _scan(fd: int, pos: int, path: str, payloads: bool = True) -> tuple[array, int]:
+    """Verify the complete records of the file from byte `pos` on (with `payloads` False, their header
+    checksums only: `formats.log.scan_records`); return (their positions, the byte after the last one).
+    Stops at a torn tail; raises CorruptionError at a damaged record."""
     positions = array("q")
     append = positions.append
     while True:
         buf = os.pread(fd, CHUNK, pos)
         if not buf:
             return positions, pos
-        i = scan_records(buf, pos, path, append)
+        i = scan_records(buf, pos, path, append, payloads)
         if i == 0:  # one record larger than the chunk, or a torn tail: read exactly what it needs
             if len(buf) < CHUNK or len(buf) < RECORD_HEADER.size:  # the file ends in this record: torn
                 return positions, pos
             length = int.from_bytes(buf[0:4], "big")  # trusted: the header checksum was checked
             buf = os.pread(fd, RECORD_HEADER.size + length, pos)
-            i = scan_records(buf, pos, path, append)
+            i = scan_records(buf, pos, path, append, payloads)
             if i == 0:
                 return positions, pos
         pos += i
@@ -83,7 +84,7 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
 
 
 class _Index:
-    __slots__ = ("ident", "positions", "scanned", "stamp", "trusted")
+    __slots__ = ("checked", "ident", "positions", "scanned", "stamp", "trusted")
 
     def __init__(self, ident: tuple[int, int]) -> None:
         self.ident = ident  # (st_dev, st_ino): a replaced file is indexed again
@@ -91,6 +92,7 @@ class _Index:
         self.scanned = FILE_HEADER.size  # byte after the last complete record
         self.stamp: tuple[int, ...] | None = None  # _stamp of the file when last looked at
         self.trusted = (0, 0)  # bytes verified and unchanged while the file keeps `stamp`
+        self.checked = FILE_HEADER.size  # payload checksums verified up to here (<= scanned)
 
 
 class PartitionedLog:
@@ -122,6 +124,15 @@ class PartitionedLog:
         """Number of complete records of `partition` (0 if its file does not exist)."""
         check_range(partition, 0, None)
         idx = self._refresh(partition)
+        return 0 if idx is None else len(idx.positions)
+
+    def plan_end(self, partition: int) -> int:
+        """`end` for planning a bulk load (lsm.bulk): counts and locates the records, checking each
+        header's checksum (what makes its length, so the next record's position, trustworthy) but not
+        the payload's, which the task that reads the record verifies. A later `end` or `read` verifies
+        the payloads this skipped. O(bytes appended since the last call)."""
+        check_range(partition, 0, None)
+        idx = self._refresh(partition, payloads=False)
         return 0 if idx is None else len(idx.positions)
 
     def torn_bytes(self, partition: int) -> int:
@@ -215,7 +226,7 @@ class PartitionedLog:
                 yield buf, first, i, j, verify
                 i = j
 
-    def _refresh(self, partition: int) -> _Index | None:
+    def _refresh(self, partition: int, payloads: bool = True) -> _Index | None:
         path = partition_path(self.directory, partition)
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -235,11 +246,16 @@ class PartitionedLog:
                 idx.trusted = (0, 0)
                 if st.st_size > idx.scanned:
                     start = idx.scanned
-                    found, idx.scanned = _scan(fd, start, path)
+                    found, idx.scanned = _scan(fd, start, path, payloads)
                     idx.positions.extend(found)
-                    if st.st_ctime_ns <= now - SETTLED_NS:
-                        idx.trusted = (start, idx.scanned)
+                    if payloads and idx.checked == start:
+                        idx.checked = idx.scanned
+                        if st.st_ctime_ns <= now - SETTLED_NS:
+                            idx.trusted = (start, idx.scanned)
                 idx.stamp = stamp
+            if payloads and idx.checked < idx.scanned:  # indexed by `plan_end`: verify the payloads now
+                _scan(fd, idx.checked, path)
+                idx.checked = idx.scanned
             return idx
         finally:
             os.close(fd)

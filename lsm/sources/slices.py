@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from formats.log import decode_run_end
+from formats.log import decode_plain, decode_run_end
 from lsm.errors import SourceRegressedError
 from lsm.sources.partitioned_log import CHUNK, PartitionedLog, partition_path
 from lsm.sources.protocol import SourceRecord, make_record
@@ -62,6 +62,29 @@ class LogSlice:
         for run, _has_tx in self.runs():
             for t in run:
                 yield make_record(*t)
+
+    def plain(self) -> tuple[bytes, Any, Any, Any, Any] | None:
+        """The slice as columns when every record of it is plain (a key and a value or a delete, no TTL,
+        event time or transaction): ``(buf, kstarts, kends, vstarts, vends)``, the slice's bytes and, per
+        record in offset order, the spans of its key and value in `buf` (`formats.log.decode_plain`).
+        None when some record is not plain: read `runs` then. The same checks and errors as `runs` (both
+        checksums of every record; a replaced or shortened file refused)."""
+        if self.stop <= self.start:
+            return None
+        with self._open_checked() as f:
+            size = self.byte_end - self.byte_start
+            buf = os.pread(f.fileno(), size, self.byte_start)
+        if len(buf) < size:
+            raise SourceRegressedError(f"{self.name}: partition {self.partition} shrank under a bulk load")
+        cols = decode_plain(buf, self.byte_start, self.path)
+        if cols is None:  # some record is not plain (or the bytes end in a torn one: runs says which)
+            return None
+        if len(cols[0]) != self.stop - self.start:
+            raise SourceRegressedError(
+                f"{self.name}: partition {self.partition}: bytes {self.byte_start}..{self.byte_end} held "
+                f"{len(cols[0])} records, the index said {self.stop - self.start}"
+            )
+        return (buf, *cols)
 
     def runs(self) -> Iterator[tuple[list[tuple], bool]]:
         """`records` for bulk consumers: the same records, checks and errors, as runs of plain tuples
@@ -147,7 +170,7 @@ def cut_slices(source: Any, partition: int, start: int, stop: int, max_records: 
     pairs = list(zip(bounds, bounds[1:], strict=False))
     if not isinstance(source, PartitionedLog):
         return [SourceSlice(source, partition, a, b) for a, b in pairs]
-    idx = source._refresh(partition)
+    idx = source._refresh(partition, payloads=False)  # the tasks verify what they read
     if idx is None or len(idx.positions) < stop:
         raise SourceRegressedError(
             f"{source.name}: partition {partition} shrank while a bulk load planned it"

@@ -1,0 +1,148 @@
+"""The bulk load's column path (`LogSlice.plain`, `lsm.bulk_task._plain_rows`): slices of plain records (a key
+and a value or a delete, no TTL, event time or transaction) resolved with numpy and `dict`, against the
+general record path and streaming ingest; and the driver's plan from the record headers alone
+(`PartitionedLog.plan_end`), with damaged payloads still caught by the task that reads them."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lsm
+from lsm import bulk_task
+from lsm.sources import LogWriter, PartitionedLog
+from lsm.sources.slices import cut_slices
+from tests.lsm._bulk_util import contents, load, open_db
+
+key_sets = {
+    "fixed": lambda r: b"%08d" % r.randrange(300),
+    # one length, with NULs at the end and everywhere (numpy's fixed-width strings must not drop them)
+    "nul": lambda r: bytes(r.choice(b"\x00\x00\x01\xfe") for _ in range(3)),
+    "mixed": lambda r: bytes(r.choice(b"\x00\x01k") for _ in range(r.randrange(1, 6))),
+}
+
+
+def write_plain(log: str, seed: int, n: int, keys: str, partitions: int = 3) -> None:
+    r = random.Random(seed)
+    with LogWriter(log) as w:
+        for i in range(n):
+            value = None if r.random() < 0.15 else b"v%d" % i * r.choice([1, 1, 40, 400])
+            w.append(r.randrange(partitions), key_sets[keys](r), value)
+
+
+@pytest.mark.parametrize("keys", sorted(key_sets))
+@pytest.mark.parametrize("default_ttl", [None, 60_000])
+def test_plain_slices_load_like_streaming_and_like_the_record_path(tmp_path, monkeypatch, keys, default_ttl) -> None:
+    log = str(tmp_path / "log")
+    write_plain(log, seed=len(keys), n=2500, keys=keys)
+    want = load(str(tmp_path / "stream"), log, "stream")
+    calls: list[object] = []
+    real = bulk_task._plain_rows
+
+    def spy(task):
+        out = real(task)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(bulk_task, "_plain_rows", spy)
+    kw = {"default_ttl": default_ttl}
+    if default_ttl is not None:
+        want = load_with(str(tmp_path / "stream-ttl"), log, "stream", **kw)
+    got = load_with(str(tmp_path / "plain"), log, "local", tasks=4, **kw)
+    assert calls and all(calls)  # every slice went the column way
+    monkeypatch.setattr(bulk_task, "_plain_rows", lambda task: None)
+    general = load_with(str(tmp_path / "general"), log, "local", tasks=4, **kw)
+    assert got == general == want
+    assert len(want["rows"]) > 20
+
+
+def load_with(path: str, log: str, engine: str, default_ttl: int | None = None, **kw) -> dict:
+    db = open_db(path, default_ttl=default_ttl)
+    try:
+        if engine == "stream":
+            kw["batch_records"] = 10**9
+        db.ingest(PartitionedLog(log), name="events", engine=engine, **kw)
+        return contents(db)
+    finally:
+        db.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.binary(min_size=1, max_size=4), st.one_of(st.none(), st.binary(max_size=3))),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_column_rows_equal_the_record_path_rows(tmp_path_factory, recs) -> None:
+    log = str(tmp_path_factory.mktemp("log"))
+    with LogWriter(log) as w:
+        for k, v in recs:
+            w.append(0, k, v)
+    source = PartitionedLog(log)
+    (sl,) = cut_slices(source, 0, 0, len(recs), len(recs))
+    task = bulk_task.BulkTask(0, sl, 7, 1000, "commit", None, False, None)
+    rows, count, nbytes = bulk_task._plain_rows(task)
+    resolved, want_bytes = bulk_task.resolve_tuples(sl, (t for r, _ in sl.runs() for t in r), 1000, "commit", None, False)
+    assert rows == [(k, 7, 1000, e, v) for k, (_k, e, v) in sorted(resolved.items())]
+    assert (count, nbytes) == (len(recs), want_bytes)
+
+
+def test_a_slice_with_any_other_record_takes_the_record_path(tmp_path) -> None:
+    log = str(tmp_path / "log")
+    with LogWriter(log) as w:
+        w.append(0, b"a", b"1")
+        w.append(0, b"b", b"2", ttl=5)
+    (sl,) = cut_slices(PartitionedLog(log), 0, 0, 2, 2)
+    assert sl.plain() is None
+    assert bulk_task._plain_rows(bulk_task.BulkTask(0, sl, 1, 1, "commit", None, False, None)) is None
+
+
+def test_a_reserved_key_is_refused_as_by_streaming(tmp_path) -> None:
+    log = str(tmp_path / "log")
+    with LogWriter(log) as w:
+        w.append(0, b"a", b"1")
+        w.append(0, b"\xff\xff\xff\xfflsm\x00x", b"2")
+    db = open_db(str(tmp_path / "db"))
+    try:
+        with pytest.raises(ValueError, match="reserved key space"):
+            db.ingest(PartitionedLog(log), name="events", engine="local")
+        assert contents(db)["rows"] == {}
+    finally:
+        db.close()
+
+
+def flip_payload_byte(log: str, partition: int, record: int) -> None:
+    source = PartitionedLog(log)
+    source.end(partition)
+    idx = source._index[partition]
+    path = os.path.join(log, f"{partition}.log")
+    at = idx.positions[record] + 16 + 2  # inside the payload: only its checksum can tell
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x20]))
+
+
+def test_the_plan_reads_headers_and_the_task_catches_a_damaged_payload(tmp_path) -> None:
+    log = str(tmp_path / "log")
+    write_plain(log, seed=3, n=600, keys="fixed")
+    flip_payload_byte(log, 1, 150)
+    source = PartitionedLog(log)
+    assert source.plan_end(1) > 150  # the plan counts past it: only the payload is damaged
+    with pytest.raises(lsm.CorruptionError, match="checksum mismatch"):
+        source.end(1)  # end() still verifies every payload, also those plan_end skipped
+    db = open_db(str(tmp_path / "db"))
+    try:
+        for kw in ({"engine": "local", "tasks": 3}, {}):
+            with pytest.raises(lsm.CorruptionError, match="checksum mismatch"):
+                db.ingest(PartitionedLog(log), name="events", **kw)
+            assert contents(db)["rows"] == {} and contents(db)["bindings"] == []
+    finally:
+        db.close()

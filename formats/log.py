@@ -224,6 +224,9 @@ _V = 0xA176
 _U32 = struct.Struct(">I")
 _HEADER_DTYPE = [("len", ">u4"), ("sum", ">u8"), ("check", ">u4")]  # RECORD_HEADER as a numpy record
 _SPAN16 = range(16)
+# XXH3's bitflips for 9..16-byte inputs: words 24^32 and 40^48 of its default secret (`_head_checks`)
+_BITFLIP1 = 0x6782737BEA4239B9
+_BITFLIP2 = 0xAF56BC3B0996523A
 _SPAN4 = range(4)
 
 
@@ -235,6 +238,11 @@ def scan_records(
     and so the next record's position, trustworthy: enough to count and locate records, not to read
     them). Call `append(file offset)` for each; return the index after the last complete one (where a
     torn tail, or the end, starts). Raises CorruptionError at the first damaged record. O(len(buf))."""
+    if not payloads:
+        positions, pos = _scan_heads(buf, base, path)
+        for _ in map(append, map(base.__add__, positions)):
+            pass
+        return pos
     unpack = _unpack_header
     xxh3 = _xxh3
     pos = 0
@@ -246,11 +254,77 @@ def scan_records(
         end = pos + 16 + length
         if end > n:
             break
-        if payloads and xxh3(buf[pos + 16 : end]) != check:
+        if xxh3(buf[pos + 16 : end]) != check:
             raise CorruptionError(path, base + pos, "partition log record checksum mismatch")
         append(base + pos)
         pos = end
     return pos
+
+
+def _walk(buf: bytes) -> tuple[list[int], int, bytes, Any]:
+    """Follow the record lengths of `buf` (back to back from index 0): (the positions of the records
+    whose 16-byte header lies in `buf`, the index after the last (past ``len(buf)`` when it is torn),
+    their headers back to back, where each header's checksum fails). One Python step per record; the
+    header checksums are compared on whole columns (`_head_checks`). A bad length sends the walk astray
+    only after its own bad header, so the first failure is where a record-by-record reader fails."""
+    import numpy as np
+
+    n = len(buf)
+    positions: list[int] = []
+    add = positions.append
+    u32 = _U32.unpack_from
+    pos = 0
+    while pos + 16 <= n:
+        add(pos)
+        pos += 16 + u32(buf, pos)[0]
+    if not positions:
+        return positions, 0, b"", np.zeros(0, bool)
+    heads = _heads(buf, positions)
+    return positions, pos, heads, _head_checks(heads) != np.frombuffer(heads, _HEADER_DTYPE)["check"]
+
+
+def _scan_heads(buf: bytes, base: int, path: str) -> tuple[list[int], int]:
+    """The positions of the complete records of `buf` and the index after the last, with their header
+    checksums checked (CorruptionError at the first bad one), not their payloads'."""
+    positions, pos, _heads_, bad = _walk(buf)
+    if bad.any():
+        raise CorruptionError(
+            path, base + positions[int(bad.argmax())], "partition log record header checksum mismatch"
+        )
+    if pos > len(buf):  # the last record is torn
+        pos = positions.pop()
+    return positions, pos
+
+
+def _heads(buf: bytes, positions: list[int]) -> bytes:
+    """The 16-byte headers of the records at `positions` of `buf`, back to back."""
+    import numpy as np
+
+    p = np.array(positions, np.int64)
+    return np.frombuffer(buf, np.uint8)[p[:, None] + _SPAN16].tobytes()
+
+
+def _head_checks(heads: bytes) -> Any:
+    """For each 16-byte header of `heads`: the header checksum it should carry, the low 32 bits of
+    xxh3_64 of its first 12 bytes, computed on whole numpy columns. XXH3's formula for inputs of 9 to 16
+    bytes (the xxHash specification, XXH3_len_9to16_64b, default secret and seed 0) in wrapping uint64
+    arithmetic, the 64x64 -> 128-bit product from 32-bit halves; a test holds it to `xxhash`."""
+    import numpy as np
+
+    u64 = np.uint64
+    a = np.frombuffer(heads, np.uint8).reshape(-1, 16)
+    lo = np.ascontiguousarray(a[:, 0:8]).view("<u8").ravel() ^ u64(_BITFLIP1)
+    hi = np.ascontiguousarray(a[:, 4:12]).view("<u8").ravel() ^ u64(_BITFLIP2)
+    m32, s32 = u64(0xFFFFFFFF), u64(32)
+    a0, a1, b0, b1 = lo & m32, lo >> s32, hi & m32, hi >> s32
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+    mid = (p00 >> s32) + (p10 & m32) + (p01 & m32)
+    fold = ((mid << s32) | (p00 & m32)) ^ (p11 + (p10 >> s32) + (p01 >> s32) + (mid >> s32))
+    acc = u64(12) + lo.byteswap() + hi + fold
+    acc ^= acc >> u64(37)
+    acc *= u64(0x165667919E3779F9)
+    acc ^= acc >> s32
+    return acc & m32
 
 
 def decode_plain(buf: bytes, base: int, path: str) -> tuple[Any, Any, Any, Any] | None:
@@ -264,18 +338,12 @@ def decode_plain(buf: bytes, base: int, path: str) -> tuple[Any, Any, Any, Any] 
 
     Raises CorruptionError at the first damaged record (both checksums of every record are verified),
     as a record-by-record reader would. One Python step per record follows the length chain; the rest
-    (checksum comparisons, layout checks, spans) is done on whole columns with numpy, the checksums
-    themselves by one `map` each. O(len(buf))."""
+    (header checksums, checksum comparisons, layout checks, spans) is done on whole columns with numpy,
+    the payload checksums by one `map`. O(len(buf))."""
     import numpy as np
 
     n = len(buf)
-    positions: list[int] = []
-    add = positions.append
-    u32 = _U32.unpack_from
-    pos = 0
-    while pos + 16 <= n:  # follow the lengths; the header checksums below say whether they were sound
-        add(pos)
-        pos += 16 + u32(buf, pos)[0]
+    positions, pos, heads, bad_head = _walk(buf)
     m = len(positions)
     if not m:
         if n:
@@ -284,23 +352,17 @@ def decode_plain(buf: bytes, base: int, path: str) -> tuple[Any, Any, Any, Any] 
         return empty, empty, empty, empty
     b = np.frombuffer(buf, np.uint8)
     p = np.array(positions, np.int64)
-    heads = b[p[:, None] + _SPAN16].tobytes()  # the 16-byte headers, back to back
     h = np.frombuffer(heads, _HEADER_DTYPE)
-    at12 = range(0, 16 * m, 16)
-    got = np.fromiter(map(_xxh3, map(heads.__getitem__, map(slice, at12, range(12, 16 * m + 12, 16)))), np.uint64, m)
     q = p + 16
     ends = q + h["len"].astype(np.int64)
     got_sum = np.fromiter(map(_xxh3, map(buf.__getitem__, map(slice, q.tolist(), ends.tolist()))), np.uint64, m)
-    bad_head = (got & 0xFFFFFFFF) != h["check"]
-    torn = ends > n
-    bad = bad_head | torn | (got_sum != h["sum"])
-    if bad.any():
-        i = int(bad.argmax())  # every record before i is sound, so the walk reached i as a reader would
-        if bad_head[i]:
-            raise CorruptionError(path, base + positions[i], "partition log record header checksum mismatch")
-        if torn[i]:
-            return None
-        raise CorruptionError(path, base + positions[i], "partition log record checksum mismatch")
+    bad = bad_head | ((got_sum != h["sum"]) & (ends <= n))
+    if bad.any():  # every record before it is sound, so a record-by-record reader stops there too
+        i = int(bad.argmax())
+        what = "header checksum" if bad_head[i] else "checksum"
+        raise CorruptionError(path, base + positions[i], f"partition log record {what} mismatch")
+    if pos != n:  # a torn record at the end (or bytes too short for a header): not for this reader
+        return None
     last = n - 1  # indexes are clipped to the buffer: a record too short for the layout fails `ok`
     tag = np.frombuffer(b[np.minimum(q[:, None] + _SPAN4, last)].tobytes(), ">u4")
     klen = b[np.minimum(q + 4, last)].astype(np.int64)

@@ -5,6 +5,7 @@ with ``payloads=False``."""
 from __future__ import annotations
 
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,3 +96,12 @@ def test_scan_without_payloads_checks_headers_only() -> None:
     bad_head[len(good) // 2 + 1] ^= 1  # the second record's length
     with pytest.raises(CorruptionError, match="header checksum mismatch"):
         scan_records(bytes(bad_head), BASE, "p.log", [].append, payloads=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(min_size=16, max_size=16), min_size=1, max_size=50))
+def test_head_checks_are_xxh3_of_the_first_12_bytes(heads) -> None:
+    from formats.log import _head_checks
+
+    got = _head_checks(b"".join(heads)).tolist()
+    assert got == [xxhash.xxh3_64_intdigest(h[:12]) & 0xFFFFFFFF for h in heads]

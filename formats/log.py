@@ -228,6 +228,7 @@ _SPAN16 = range(16)
 _BITFLIP1 = 0x6782737BEA4239B9
 _BITFLIP2 = 0xAF56BC3B0996523A
 _SPAN4 = range(4)
+_GUESS_MIN, _GUESS_MAX = 64, 1 << 16  # records per guessed run of equal lengths (`_walk`)
 
 
 def scan_records(
@@ -273,10 +274,31 @@ def _walk(buf: bytes) -> tuple[list[int], int, bytes, Any]:
     positions: list[int] = []
     add = positions.append
     u32 = _U32.unpack_from
+    b = np.frombuffer(buf, np.uint8)
     pos = 0
+    window = _GUESS_MIN
+    plain_steps = 0
     while pos + 16 <= n:
+        stride = 16 + u32(buf, pos)[0]
+        if plain_steps <= 0:
+            # guess a run of records of this same length (fixed-size records are common) and check the
+            # guess on a whole column of length fields: the positions are those the steps would take
+            k = min(window, (n - pos) // stride)  # records of this length that fit whole
+            if k > 1:
+                guess = np.arange(pos, pos + k * stride, stride, dtype=np.int64)
+                same = np.frombuffer(b[guess[:, None] + _SPAN4].tobytes(), ">u4") == stride - 16
+                j = k if same.all() else int(same.argmin())
+                positions += range(pos, pos + j * stride, stride)
+                pos += j * stride
+                if j == k:
+                    window = min(2 * window, _GUESS_MAX)
+                else:  # the length changed: step record by record for a while
+                    window = _GUESS_MIN
+                    plain_steps = _GUESS_MIN
+                continue
         add(pos)
-        pos += 16 + u32(buf, pos)[0]
+        pos += stride
+        plain_steps -= 1
     if not positions:
         return positions, 0, b"", np.zeros(0, bool)
     heads = _heads(buf, positions)

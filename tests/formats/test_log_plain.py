@@ -105,3 +105,23 @@ def test_head_checks_are_xxh3_of_the_first_12_bytes(heads) -> None:
 
     got = _head_checks(b"".join(heads)).tolist()
     assert got == [xxhash.xxh3_64_intdigest(h[:12]) & 0xFFFFFFFF for h in heads]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 300)), min_size=1, max_size=12), st.integers(0, 40))
+def test_the_walk_takes_the_steps_of_the_record_reader(runs, cut) -> None:
+    """Runs of equal-length records (which `_walk` guesses and checks by column) and changes of length;
+    the walk finds the positions a record-by-record reader steps through, torn tail included."""
+    from formats.log import _walk
+
+    recs = [encode_record(b"k%d" % i, b"v" * size) for i, (count, size) in enumerate(runs) for _ in range(count * 70)]
+    buf = b"".join(recs)
+    buf = buf[: max(0, len(buf) - cut)]
+    want, pos = [], 0
+    for r in recs:
+        if pos + 16 > len(buf):
+            break
+        want.append(pos)
+        pos += len(r)
+    positions, end, _heads, bad = _walk(buf)
+    assert positions == want and end == pos and not bad.any()

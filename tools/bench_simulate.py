@@ -252,6 +252,41 @@ def _strip(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 15's benchmark targets against what this run measured (those of the parts that ran): the
+    study's wall time, each policy's overhead (the same-run split, and from the separate runs' CPU
+    times) and the sweep's Spark speedup."""
+    out: list[dict[str, Any]] = []
+    study_r = report.get("study")
+    if study_r is not None:
+        out.append(
+            {
+                "target": "study wall time < 120 s",
+                "measured": f"{study_r['total_s']:.1f} s",
+                "met": study_r["total_s"] < 120,
+            }
+        )
+        for p in study_r["policies"]:
+            for key, how in (("overhead_same_run", "same-run CPU split"), ("overhead_cpu", "CPU of separate runs")):
+                out.append(
+                    {
+                        "target": f"{p['name']} simulation overhead < 25% ({how})",
+                        "measured": f"{p[key]:+.1%}",
+                        "met": p[key] < 0.25,
+                    }
+                )
+    sweep_r = report.get("sweep")
+    if sweep_r is not None:
+        out.append(
+            {
+                "target": f"Spark sweep speedup >= 1.6x on {sweep_r['master']}",
+                "measured": f"{sweep_r['speedup']:.2f}x",
+                "met": sweep_r["speedup"] >= 1.6,
+            }
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the suite; print the figures (and the JSON report with --json). Returns the exit code."""
     a = parse_args(sys.argv[1:] if argv is None else argv)
@@ -282,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             f"Spark {r['master']} {r['spark_s']:.1f} s (session start-up {r['spark_startup_s']:.1f} s excluded): "
             f"speedup {r['speedup']:.2f}x"
         )
+    report["targets"] = targets(report)
+    for t in report["targets"]:
+        print(f"Target {t['target']}: {t['measured']} -> {'met' if t['met'] else 'MISSED'}")
     report["load_average_end"] = os.getloadavg()[0]
     print(f"Load average at end: {report['load_average_end']:.2f}")
     if a.json:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import os
 import time
 from collections import deque
@@ -199,16 +200,32 @@ class DiskAccount(EventListener):
         # the writes noted since the last event that this flush took go straight to its SSTs
         self._apply_writes(last, fixed_of)
         with cyclic_gc_paused():
-            self._flushed_wal(last, fixed_of)
+            self._flushed_wal(last, fixed_of, {row_fixed(e.info) for e in outs})
         # a put or delete that fills the memtable flushes it before it is noted: it lands in these SSTs
         self._flushed_seq, self._flushed_fixed = last, fixed_of
         self.event_cpu_s += time.process_time() - c0
 
-    def _flushed_wal(self, last: int, fixed_of: Callable[[bytes], int]) -> None:
-        """The WAL rows up to `last` are in the flush's SSTs: give the newest of them an SST row's size."""
+    def _flushed_wal(self, last: int, fixed_of: Callable[[bytes], int], layouts: set[int]) -> None:
+        """The WAL rows up to `last` are in the flush's SSTs (of row_fixed `layouts`): give the newest of
+        them an SST row's size."""
         wal, stored, byts = self._wal, self.stored, self.bytes
         n = freed = 0
-        for seq, key, size in wal:
+        if len(layouts) == 1:  # one row layout (the common case): every row grows by the same bytes
+            (f,) = layouts
+            delta = f - WAL_FIXED
+            grown = [0, 0, 0]
+            for seq, key, size in wal:
+                if seq > last:
+                    break
+                n += 1
+                freed += size
+                s = stored.get(key)
+                if s is not None and s[0] == seq:  # a newest row (older ones are shadowed, or were dropped)
+                    stored[key] = (seq, s[1] + delta, s[2], s[3])
+                    grown[s[2]] += 1
+            for cls, k in enumerate(grown):
+                byts[cls] += k * delta
+        for seq, key, size in itertools.islice(wal, n, None):
             if seq > last:
                 break
             n += 1

@@ -6,8 +6,10 @@ expire_ts) or *tombstone*, and every older version *shadowed*. Doing that at eve
 full read of the database per sample. `DiskAccount` gets the same numbers incrementally from what the
 simulator knows anyway and from what the engine reports as it works (it is an `lsm.events` listener):
 
-* the simulator issued every write, so it counts each row when it is written (`on_write`, O(1)): the
-  key's newest row, in the WAL; the key's previous newest row, wherever it is, is now shadowed;
+* the simulator issued every write, so it counts each row it wrote: the key's newest row, in the WAL
+  (or already in an L0 SST, when a flush took it); the key's previous newest row, wherever it is, is
+  now shadowed. The writes are noted as they commit (``writes``, one list append) and applied in one
+  loop at the next flush, compaction or sample, in commit order;
 * a flush (``on_flush_end``) moves the WAL rows up to the manifest's last_seq into its L0 SSTs: the
   newest ones change size (a WAL record's fixed part differs from an SST row's). No SST is read;
 * a compaction (``on_compaction_end``) copies every row unchanged except those the engine lists in
@@ -16,9 +18,11 @@ simulator knows anyway and from what the engine reports as it works (it is an `l
   filter's change) changes class and size. No SST is read, except when an output's row layout differs
   from an input's (a TimeToLive column gained or lost): then that output is read once to resize the rows;
 * rows age from live to expired as the clock passes their expire_ts: one queue per TTL (writes come in
-  time order, so each queue's expire_ts ascend; a heap only for rows placed out of order); the oldest
-  row still stored after its expiry (or delete) is the top of a lazy heap whose stale entries (rows
-  purged or shadowed since) are popped when met;
+  time order, so each queue's expire_ts ascend; a heap only for rows placed out of order), and the
+  rows aged from a queue go, still in expire_ts order, to that TTL's queue of expired rows; the oldest
+  row still stored after its expiry (or delete) is the first of those queues (or the top of a lazy
+  heap, for the rows a compaction or recount placed) whose stale entries (rows purged or shadowed
+  since) are popped when met;
 * shadowed bytes are all stored bytes (each SST's from its metadata, the WAL's as written) minus the
   newest rows'.
 
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import os
 import time
 from collections import deque
@@ -42,6 +47,7 @@ from collections.abc import Callable
 from heapq import heappush
 from typing import Any
 
+from compaction.stream import cyclic_gc_paused
 from formats.manifest import Manifest, SstEntry
 from formats.row import codec_for
 from formats.sst import SsTableInfo, SstReader
@@ -88,15 +94,18 @@ class DiskAccount(EventListener):
         self._wal_bytes = 0
         self._sst_totals: dict[str, tuple[int, int]] = {}  # SST name -> (row bytes, rows), from metadata
         self._input_fixed: set[int] = set()  # row_fixed of the running compaction's inputs
+        # (key, seq, ts, expire_ts, value_len or None) of the writes not applied yet (`on_write`)
+        self.writes: list[tuple] = []
         self._aging: list[tuple[int, bytes, int]] = []  # (expire_ts, key, seq) of rows stored as live
         # the same for the simulator's writes, without a heap: per TTL (expire_ts - ts) the writes come in
-        # time order, so their expire_ts ascend: (keys, seqs, expire_ts) queues, popped from the left
-        self._aging_fifo: dict[int, tuple[deque, deque, deque]] = {}
+        # time order, so their expire_ts ascend: a queue of (expire_ts, key, seq) popped from the left
+        # as they age, and the queue of those aged (still in expire_ts order; stale entries popped lazily)
+        self._aging_fifo: dict[int, tuple[deque, deque]] = {}
         # lazy min-heaps of (expire_ts | delete ts, key, seq): an entry counts while that row is stored
         self._expired: list[tuple[int, bytes, int]] = []
         self._deleted: list[tuple[int, bytes, int]] = []
         self.disk_bytes = 0
-        self._flushed_seq = -1  # the last flush's last_seq, until the next write
+        self._flushed_seq = -1  # the last flush's last_seq: a noted write at or below it is in its SSTs
         self._flushed_fixed: Callable[[bytes], int] = lambda _key: WAL_FIXED
         self.event_cpu_s = 0.0  # CPU time spent in the flush and compaction events
         self._manifest: Callable[[], Manifest] | None = None
@@ -107,55 +116,75 @@ class DiskAccount(EventListener):
 
     # -- the simulator's writes ----------------------------------------------------------------------
     def on_write(self, key: bytes, seq: int, ts: int, exp: int | None, value_len: int | None) -> None:
-        """A committed put (value_len = its value's length) or delete (value_len None). O(1)."""
-        stored = self.stored
-        byts, rows = self.bytes, self.rows
-        s = stored.get(key)
-        if s is not None:  # its stored row is now an older version: shadowed
-            cls = s[2]
-            byts[cls] -= s[1]
-            rows[cls] -= 1
-            if cls == TOMBSTONE and s[3] is not None:
-                self.ttl_tombstones -= 1
-        if seq > self._flushed_seq:
-            if value_len is None:  # a delete (WAL tombstones carry no expire_ts)
-                size = WAL_FIXED + len(key)
+        """A committed put (value_len = its value's length) or delete (value_len None). O(1): noted in
+        `writes` (the simulator appends the same tuple itself) and applied at the next flush, compaction
+        or `sync`."""
+        self.writes.append((key, seq, ts, exp, value_len))
+
+    def _apply_writes(self, last: int | None = None, fixed_of: Callable[[bytes], int] | None = None) -> None:
+        """`_apply_noted` with the cyclic garbage collector paused: the loop makes three tuples per write
+        and no reference cycle, and the collector's passes it would trigger cost a quarter of its time."""
+        if self.writes:
+            with cyclic_gc_paused():
+                self._apply_noted(last, fixed_of)
+
+    def _apply_noted(self, last: int | None, fixed_of: Callable[[bytes], int] | None) -> None:
+        """Apply the noted writes in commit order. A write with seq <= the previous flush's last_seq is in
+        that flush's SSTs (the write that filled the memtable flushed it before it was noted); with seq
+        <= `last`, in the SSTs of the flush being handled (`fixed_of` its outputs); any later one is in
+        the WAL."""
+        writes = self.writes
+        if not writes:
+            return
+        stored, byts, rows = self.stored, self.bytes, self.rows
+        flushed, flushed_fixed = self._flushed_seq, self._flushed_fixed
+        if last is None:
+            last = flushed
+        wal_append = self._wal.append
+        deleted, fifos = self._deleted, self._aging_fifo
+        wal_bytes = 0
+        ttl_tombstones = 0
+        for key, seq, ts, exp, value_len in writes:
+            s = stored.get(key)
+            if s is not None:  # its stored row is now an older version: shadowed
+                cls = s[2]
+                byts[cls] -= s[1]
+                rows[cls] -= 1
+                if cls == TOMBSTONE and s[3] is not None:
+                    ttl_tombstones += 1
+            in_wal = seq > last
+            if in_wal:
+                fixed = WAL_FIXED
+            elif seq > flushed:
+                fixed = fixed_of(key)
+            else:
+                fixed = flushed_fixed(key)
+            if value_len is None:  # a delete (its tombstone carries no expire_ts)
+                size = fixed + len(key)
                 stored[key] = (seq, size, TOMBSTONE, None)
                 byts[TOMBSTONE] += size
                 rows[TOMBSTONE] += 1
-                heappush(self._deleted, (ts, key, seq))
+                heappush(deleted, (ts, key, seq))
             else:
-                size = WAL_FIXED + len(key) + value_len
+                size = fixed + len(key) + value_len
                 stored[key] = (seq, size, LIVE, exp)  # it ages to expired at a sample (`_age`)
                 byts[LIVE] += size
                 rows[LIVE] += 1
                 if exp is not None:
-                    self._will_age(key, seq, ts, exp)
-            self._wal.append((seq, key, size))
-            self._wal_bytes += size
-            return
-        # the write's own put flushed the memtable it went into (before on_write heard of it)
-        self._flushed_seq = -1  # only the last write can be in a flush it triggered
-        size = self._flushed_fixed(key) + len(key) + (value_len or 0)
-        cls = TOMBSTONE if value_len is None else LIVE
-        stored[key] = (seq, size, cls, exp)
-        byts[cls] += size
-        rows[cls] += 1
-        if value_len is None:
-            heappush(self._deleted, (ts, key, seq))
-        elif exp is not None:
-            self._will_age(key, seq, ts, exp)
-
-    def _will_age(self, key: bytes, seq: int, ts: int, exp: int) -> None:
-        q = self._aging_fifo.get(exp - ts)
-        if q is None:
-            q = self._aging_fifo[exp - ts] = (deque(), deque(), deque())
-        elif q[2] and q[2][-1] > exp:  # time went backwards (not the simulator's writes): the heap
-            heappush(self._aging, (exp, key, seq))
-            return
-        q[0].append(key)
-        q[1].append(seq)
-        q[2].append(exp)
+                    q = fifos.get(exp - ts)
+                    if q is None:
+                        q = fifos[exp - ts] = (deque(), deque())
+                    tail = q[0] or q[1]
+                    if tail and tail[-1][0] > exp:  # time went backwards (not the simulator's writes)
+                        heappush(self._aging, (exp, key, seq))
+                    else:
+                        q[0].append((exp, key, seq))
+            if in_wal:
+                wal_append((seq, key, size))
+                wal_bytes += size
+        writes.clear()
+        self._wal_bytes += wal_bytes
+        self.ttl_tombstones -= ttl_tombstones
 
     # -- the engine's events -------------------------------------------------------------------------
     def on_flush_end(self, info: FlushInfo) -> None:
@@ -167,24 +196,59 @@ class DiskAccount(EventListener):
         names = set(info.outputs)
         outs = sorted((e for e in m.l0 if e.name in names), key=lambda e: e.info.first_key)
         fixed_of = self._fixed_of(outs)
-        wal, stored, byts = self._wal, self.stored, self.bytes
         last = m.last_seq
-        # a put or delete that fills the memtable flushes it before on_write hears of it
+        # the writes noted since the last event that this flush took go straight to its SSTs
+        self._apply_writes(last, fixed_of)
+        with cyclic_gc_paused():
+            self._flushed_wal(last, fixed_of, {row_fixed(e.info) for e in outs})
+        # a put or delete that fills the memtable flushes it before it is noted: it lands in these SSTs
         self._flushed_seq, self._flushed_fixed = last, fixed_of
-        while wal and wal[0][0] <= last:
-            seq, key, size = wal.popleft()
-            self._wal_bytes -= size
+        self.event_cpu_s += time.process_time() - c0
+
+    def _flushed_wal(self, last: int, fixed_of: Callable[[bytes], int], layouts: set[int]) -> None:
+        """The WAL rows up to `last` are in the flush's SSTs (of row_fixed `layouts`): give the newest of
+        them an SST row's size."""
+        wal, stored, byts = self._wal, self.stored, self.bytes
+        n = freed = 0
+        if len(layouts) == 1:  # one row layout (the common case): every row grows by the same bytes
+            (f,) = layouts
+            delta = f - WAL_FIXED
+            grown = [0, 0, 0]
+            for seq, key, size in wal:
+                if seq > last:
+                    break
+                n += 1
+                freed += size
+                s = stored.get(key)
+                if s is not None and s[0] == seq:  # a newest row (older ones are shadowed, or were dropped)
+                    stored[key] = (seq, s[1] + delta, s[2], s[3])
+                    grown[s[2]] += 1
+            for cls, k in enumerate(grown):
+                byts[cls] += k * delta
+        for seq, key, size in itertools.islice(wal, n, None):
+            if seq > last:
+                break
+            n += 1
+            freed += size
             s = stored.get(key)
             if s is not None and s[0] == seq:  # a newest row (older ones are shadowed, or were dropped)
                 new = size - WAL_FIXED + fixed_of(key)
                 byts[s[2]] += new - s[1]
                 stored[key] = (seq, new, s[2], s[3])
-        self.event_cpu_s += time.process_time() - c0
+        if n == len(wal):
+            wal.clear()
+        else:
+            for _ in range(n):
+                wal.popleft()
+        self._wal_bytes -= freed
 
     def on_compaction_begin(self, info: CompactionInfo) -> None:
         """Note the row layouts of the job's inputs (a move between layouts resizes rows)."""
+        c0 = time.process_time()
+        self._apply_writes()
         inputs = set(info.inputs)
         self._input_fixed = {row_fixed(e.info) for e in self._current().all_ssts() if e.name in inputs}
+        self.event_cpu_s += time.process_time() - c0
 
     def on_compaction_end(self, info: CompactionInfo) -> None:
         """Apply what the job dropped or rewrote; every other row moved unchanged."""
@@ -192,6 +256,7 @@ class DiskAccount(EventListener):
             return
         c0 = time.process_time()
         try:
+            self._apply_writes()
             self._compacted(info)
         finally:
             self.event_cpu_s += time.process_time() - c0
@@ -250,7 +315,9 @@ class DiskAccount(EventListener):
     # -- samples -------------------------------------------------------------------------------------
     def sync(self, m: Manifest, now: int) -> None:
         """Bring the classes up to the clock `now` and the totals up to the manifest `m` (each sample)."""
-        self._age(now)
+        self._apply_writes()
+        with cyclic_gc_paused():
+            self._age(now)
         totals = self._sst_totals
         nbytes = self._wal_bytes
         nrows = len(self._wal)
@@ -353,28 +420,30 @@ class DiskAccount(EventListener):
 
     def _age(self, now: int) -> None:
         stored = self.stored
-        for keys, seqs, exps in self._aging_fifo.values():
-            while exps and exps[0] < now:
-                exp, key, seq = exps.popleft(), keys.popleft(), seqs.popleft()
+        nbytes = nrows = 0
+        for aging, expired in self._aging_fifo.values():
+            while aging and aging[0][0] < now:
+                e = aging.popleft()
+                exp, key, seq = e
                 s = stored.get(key)
                 if s is not None and s[0] == seq and s[2] == LIVE:
                     stored[key] = (seq, s[1], EXPIRED, exp)
-                    self.bytes[LIVE] -= s[1]
-                    self.rows[LIVE] -= 1
-                    self.bytes[EXPIRED] += s[1]
-                    self.rows[EXPIRED] += 1
-                    heapq.heappush(self._expired, (exp, key, seq))
+                    nbytes += s[1]
+                    nrows += 1
+                    expired.append(e)
         heap = self._aging
         while heap and heap[0][0] < now:
             exp, key, seq = heapq.heappop(heap)
             s = stored.get(key)
             if s is not None and s[0] == seq and s[2] == LIVE:
                 stored[key] = (seq, s[1], EXPIRED, exp)
-                self.bytes[LIVE] -= s[1]
-                self.rows[LIVE] -= 1
-                self.bytes[EXPIRED] += s[1]
-                self.rows[EXPIRED] += 1
+                nbytes += s[1]
+                nrows += 1
                 heapq.heappush(self._expired, (exp, key, seq))
+        self.bytes[LIVE] -= nbytes
+        self.rows[LIVE] -= nrows
+        self.bytes[EXPIRED] += nbytes
+        self.rows[EXPIRED] += nrows
 
     # -- what a sample reports -----------------------------------------------------------------------
     def classes(self) -> dict[str, int]:
@@ -394,10 +463,24 @@ class DiskAccount(EventListener):
         ``oldest_*_ms``: how long ago the oldest of them expired (was deleted); None when there is none."""
         return {
             "unpurged_expired_rows": self.rows[EXPIRED] + self.ttl_tombstones,
-            "oldest_unpurged_expired_ms": self._oldest(self._expired, now),
+            "oldest_unpurged_expired_ms": self._oldest_expired(now),
             "unpurged_deleted_rows": self.rows[TOMBSTONE] - self.ttl_tombstones,
             "oldest_unpurged_delete_ms": self._oldest(self._deleted, now),
         }
+
+    def _oldest_expired(self, now: int) -> int | None:
+        oldest = self._oldest(self._expired, now)
+        stored = self.stored
+        for _aging, expired in self._aging_fifo.values():
+            while expired:
+                t, key, seq = expired[0]
+                s = stored.get(key)
+                if s is not None and s[0] == seq:
+                    if oldest is None or now - t > oldest:
+                        oldest = now - t
+                    break
+                expired.popleft()  # that row is gone (purged or shadowed)
+        return oldest
 
     def _oldest(self, heap: list[tuple[int, bytes, int]], now: int) -> int | None:
         stored = self.stored

@@ -90,16 +90,19 @@ class DiskAccount(EventListener):
         self.total_bytes = 0  # every stored row, shadowed ones included (as of the last sync)
         self.total_rows = 0
         self.ssts_read = 0  # SSTs read row by row (see the module docstring: rare)
-        self._wal: deque[tuple[int, bytes, int]] = deque()  # (seq, key, size) of rows not flushed yet
+        self._wal: deque = deque()  # seq, key, size of each row not flushed yet (flat)
         self._wal_bytes = 0
         self._sst_totals: dict[str, tuple[int, int]] = {}  # SST name -> (row bytes, rows), from metadata
         self._input_fixed: set[int] = set()  # row_fixed of the running compaction's inputs
-        # (key, seq, ts, expire_ts, value_len or None) of the writes not applied yet (`on_write`)
-        self.writes: list[tuple] = []
+        # The per-write structures below are flat (one item per field, no tuple per write): a tuple that
+        # lives on counts towards the cyclic garbage collector's next pass, and three of them per write
+        # made the collector run three times as often as the engine alone makes it run.
+        # key, seq, ts, expire_ts, value_len (None: a delete) of each write not applied yet (`on_write`)
+        self.writes: list = []
         self._aging: list[tuple[int, bytes, int]] = []  # (expire_ts, key, seq) of rows stored as live
         # the same for the simulator's writes, without a heap: per TTL (expire_ts - ts) the writes come in
-        # time order, so their expire_ts ascend: a queue of (expire_ts, key, seq) popped from the left
-        # as they age, and the queue of those aged (still in expire_ts order; stale entries popped lazily)
+        # time order, so their expire_ts ascend: a queue of expire_ts, key, seq popped from the left as
+        # they age, and the queue of those aged (still in expire_ts order; stale entries popped lazily)
         self._aging_fifo: dict[int, tuple[deque, deque]] = {}
         # lazy min-heaps of (expire_ts | delete ts, key, seq): an entry counts while that row is stored
         self._expired: list[tuple[int, bytes, int]] = []
@@ -117,13 +120,13 @@ class DiskAccount(EventListener):
     # -- the simulator's writes ----------------------------------------------------------------------
     def on_write(self, key: bytes, seq: int, ts: int, exp: int | None, value_len: int | None) -> None:
         """A committed put (value_len = its value's length) or delete (value_len None). O(1): noted in
-        `writes` (the simulator appends the same tuple itself) and applied at the next flush, compaction
-        or `sync`."""
-        self.writes.append((key, seq, ts, exp, value_len))
+        `writes` (the simulator extends it with the same five items itself) and applied at the next
+        flush, compaction or `sync`."""
+        self.writes.extend((key, seq, ts, exp, value_len))
 
     def _apply_writes(self, last: int | None = None, fixed_of: Callable[[bytes], int] | None = None) -> None:
-        """`_apply_noted` with the cyclic garbage collector paused: the loop makes three tuples per write
-        and no reference cycle, and the collector's passes it would trigger cost a quarter of its time."""
+        """`_apply_noted` with the cyclic garbage collector paused: the loop makes tuples and no reference
+        cycle, and the collector's passes it would trigger cost a quarter of its time."""
         if self.writes:
             with cyclic_gc_paused():
                 self._apply_noted(last, fixed_of)
@@ -140,11 +143,12 @@ class DiskAccount(EventListener):
         flushed, flushed_fixed = self._flushed_seq, self._flushed_fixed
         if last is None:
             last = flushed
-        wal_append = self._wal.append
+        wal_extend = self._wal.extend
         deleted, fifos = self._deleted, self._aging_fifo
         wal_bytes = 0
         ttl_tombstones = 0
-        for key, seq, ts, exp, value_len in writes:
+        it = iter(writes)
+        for key, seq, ts, exp, value_len in zip(it, it, it, it, it, strict=True):
             s = stored.get(key)
             if s is not None:  # its stored row is now an older version: shadowed
                 cls = s[2]
@@ -175,12 +179,12 @@ class DiskAccount(EventListener):
                     if q is None:
                         q = fifos[exp - ts] = (deque(), deque())
                     tail = q[0] or q[1]
-                    if tail and tail[-1][0] > exp:  # time went backwards (not the simulator's writes)
+                    if tail and tail[-3] > exp:  # time went backwards (not the simulator's writes)
                         heappush(self._aging, (exp, key, seq))
                     else:
-                        q[0].append((exp, key, seq))
+                        q[0].extend((exp, key, seq))
             if in_wal:
-                wal_append((seq, key, size))
+                wal_extend((seq, key, size))
                 wal_bytes += size
         writes.clear()
         self._wal_bytes += wal_bytes
@@ -214,7 +218,8 @@ class DiskAccount(EventListener):
             (f,) = layouts
             delta = f - WAL_FIXED
             grown = [0, 0, 0]
-            for seq, key, size in wal:
+            it = iter(wal)
+            for seq, key, size in zip(it, it, it, strict=True):
                 if seq > last:
                     break
                 n += 1
@@ -225,7 +230,8 @@ class DiskAccount(EventListener):
                     grown[s[2]] += 1
             for cls, k in enumerate(grown):
                 byts[cls] += k * delta
-        for seq, key, size in itertools.islice(wal, n, None):
+        it = itertools.islice(wal, 3 * n, None)
+        for seq, key, size in zip(it, it, it, strict=True):
             if seq > last:
                 break
             n += 1
@@ -235,10 +241,10 @@ class DiskAccount(EventListener):
                 new = size - WAL_FIXED + fixed_of(key)
                 byts[s[2]] += new - s[1]
                 stored[key] = (seq, new, s[2], s[3])
-        if n == len(wal):
+        if 3 * n == len(wal):
             wal.clear()
         else:
-            for _ in range(n):
+            for _ in range(3 * n):
                 wal.popleft()
         self._wal_bytes -= freed
 
@@ -320,7 +326,7 @@ class DiskAccount(EventListener):
             self._age(now)
         totals = self._sst_totals
         nbytes = self._wal_bytes
-        nrows = len(self._wal)
+        nrows = len(self._wal) // 3
         size = 0
         seen = set()
         for e in m.all_ssts():
@@ -422,15 +428,15 @@ class DiskAccount(EventListener):
         stored = self.stored
         nbytes = nrows = 0
         for aging, expired in self._aging_fifo.values():
-            while aging and aging[0][0] < now:
-                e = aging.popleft()
-                exp, key, seq = e
+            pop = aging.popleft
+            while aging and aging[0] < now:
+                exp, key, seq = pop(), pop(), pop()
                 s = stored.get(key)
                 if s is not None and s[0] == seq and s[2] == LIVE:
                     stored[key] = (seq, s[1], EXPIRED, exp)
                     nbytes += s[1]
                     nrows += 1
-                    expired.append(e)
+                    expired.extend((exp, key, seq))
         heap = self._aging
         while heap and heap[0][0] < now:
             exp, key, seq = heapq.heappop(heap)
@@ -473,13 +479,14 @@ class DiskAccount(EventListener):
         stored = self.stored
         for _aging, expired in self._aging_fifo.values():
             while expired:
-                t, key, seq = expired[0]
+                t, key, seq = expired[0], expired[1], expired[2]
                 s = stored.get(key)
                 if s is not None and s[0] == seq:
                     if oldest is None or now - t > oldest:
                         oldest = now - t
                     break
-                expired.popleft()  # that row is gone (purged or shadowed)
+                for _ in range(3):  # that row is gone (purged or shadowed)
+                    expired.popleft()
         return oldest
 
     def _oldest(self, heap: list[tuple[int, bytes, int]], now: int) -> int | None:

@@ -135,7 +135,7 @@ class Simulation:
         db = self.db = lsm.DB.open(self.directory, self.options)
         self.account.bind(lambda: db.manifest)
         account, observer = self.account, self.observer
-        note = account.writes.append  # account.on_write, without a call per write
+        note = account.writes.extend  # account.on_write, without a call per write
         sample_every, compact_every = spec.sample_every_ms, spec.compact_every_ms
         next_sample = spec.start_ms + sample_every
         next_compact = spec.start_ms + compact_every

@@ -44,6 +44,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--sweep", default=DEFAULT_SWEEP, help="the sweep spec (default examples/sweep.toml)")
     ap.add_argument("--runs", type=int, default=1, help="repeat each timing, report the median (default 1)")
     ap.add_argument("--master", default="local[2]", help="Spark master for the sweep (default local[2])")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="the study's simulations at a time, as `lsm simulate --jobs` (default 2: this machine's cores)",
+    )
     ap.add_argument("--skip-study", action="store_true", help="only the sweep")
     ap.add_argument("--skip-sweep", action="store_true", help="only the study")
     ap.add_argument(
@@ -142,7 +148,7 @@ def study(a: argparse.Namespace) -> dict[str, Any]:
         # the simulation exactly as `lsm simulate SPEC --out DIR` runs it (plots only with --out)
         out = a.out if a.out and run == a.runs - 1 else tempfile.mkdtemp(prefix="lsm-bench-sim-out-")
         t0 = time.perf_counter()
-        summary = simulate.run(raw, out, plots=bool(a.out))
+        summary = simulate.run(raw, out, plots=bool(a.out), jobs=a.jobs)
         totals.append(time.perf_counter() - t0)
         if out != a.out:
             shutil.rmtree(out, ignore_errors=True)

@@ -40,6 +40,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="local: the simulations one after another in this process (default); spark: one Spark task each",
     )
     p.add_argument("--master", metavar="URL", help="Spark master for --engine spark (default local[*])")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with the local engine, run N simulations at a time in worker processes (default 1; the "
+        "results are the same; no per-simulation progress bar when N > 1)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     render.add_output_args(p, bytes_args=False)
     p.set_defaults(func=cmd_simulate)
@@ -91,8 +99,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise SpecError(f"{args.spec}: {e}") from None
     if args.engine != "spark" and args.master:
         raise ValueError("--master needs --engine spark")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs > 1 and args.engine == "spark":
+        raise ValueError("--jobs is for the local engine (Spark runs its tasks in parallel itself)")
     summary = simulate.run(
-        raw, args.out, engine=args.engine, master=args.master, progress_for=_Bars(not args.no_progress)
+        raw,
+        args.out,
+        engine=args.engine,
+        master=args.master,
+        progress_for=_Bars(not args.no_progress),
+        jobs=args.jobs,
     )
     if args.json:
         render.print_json(summary)

@@ -318,3 +318,27 @@ def test_bench_suite_bare_run_is_the_same_engine_work(tmp_path, capsys) -> None:
     (p,) = report["study"]["policies"]
     assert p["name"] == "p" and p["ops"] == len(ops) and p["sim_s"] > 0 and p["bare_s"] > 0
     assert "overhead" in p and "overhead_cpu" in p
+
+
+def test_jobs_run_the_policies_in_worker_processes_with_the_serial_results(tmp_path) -> None:
+    spec = small_spec(periodic_compaction_interval="6h")
+    spec["workload"]["phases"][1]["duration"] = "1d"
+    spec["policy"].append({"name": "q", "memtable_bytes": 8192, "l0_compaction_threshold": 4})
+    serial = simulate.run(spec, tmp_path / "serial", plots=False)
+    parallel = simulate.run(spec, tmp_path / "parallel", plots=False, jobs=2)
+    assert [p["name"] for p in parallel["policies"]] == ["p", "q"]
+    assert _strip(parallel) == _strip(serial)
+    assert (tmp_path / "parallel" / "timeseries.csv").read_text() == (tmp_path / "serial" / "timeseries.csv").read_text()
+    with pytest.raises(ValueError, match="jobs"):
+        simulate.run(spec, tmp_path / "bad", plots=False, jobs=0)
+
+
+def test_cli_jobs_gives_the_serial_summary_and_refuses_bad_counts(tmp_path) -> None:
+    spec_path = _write_spec(tmp_path, _cli_spec())
+    serial = run_lsm("simulate", spec_path, "--out", tmp_path / "a", "--json", "--no-progress")
+    parallel = run_lsm("simulate", spec_path, "--out", tmp_path / "b", "--json", "--jobs", "2")
+    assert serial.code == 0 and parallel.code == 0, (serial.err, parallel.err)
+    assert _strip(parallel.json()) == _strip(serial.json())
+    assert "--jobs" in one_line_error(run_lsm("simulate", spec_path, "--out", tmp_path / "c", "--jobs", "0"), 2)
+    line = one_line_error(run_lsm("simulate", spec_path, "--out", tmp_path / "d", "--jobs", "2", "--engine", "spark"), 2)
+    assert "--jobs" in line

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tools.simulate.spec import Spec, SpecError, load_spec, parse_duration, parse_spec
-from tools.simulate.sweep import Cell, grid, run_cells, run_cells_spark
+from tools.simulate.sweep import Cell, grid, run_cells, run_cells_parallel, run_cells_spark
 
 Progress = Callable[[Cell], Any]
 
@@ -33,18 +33,25 @@ def run(
     session: Any = None,
     progress_for: Progress | None = None,
     plots: bool = True,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Simulate every cell of `spec` (a dict shaped like the TOML spec), write the outputs, return the summary.
 
-    engine "local" runs the simulations one after another in this process; "spark" runs each as one
-    Spark task (`master`, or an existing `session`). SpecError (naming the field) before any work."""
+    engine "local" runs the simulations one after another in this process, or with jobs > 1 that many
+    at a time in worker processes (no progress callbacks then); "spark" runs each as one Spark task
+    (`master`, or an existing `session`). The results do not depend on either. SpecError (naming the
+    field) before any work."""
     if engine not in ("local", "spark"):
         raise ValueError(f"unknown engine {engine!r}: use 'local' or 'spark'")
+    if type(jobs) is not int or jobs < 1:
+        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
     base, cells = grid(spec)
     out = os.fspath(out_dir)
     os.makedirs(out, exist_ok=True)
     if engine == "spark":
         results = run_cells_spark(cells, master=master, session=session)
+    elif jobs > 1 and len(cells) > 1:
+        results = run_cells_parallel(cells, min(jobs, len(cells)))
     else:
         results = run_cells(cells, progress_for)
     from tools.simulate import output

@@ -16,14 +16,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from formats.sst import SstReader
 
 
-def run_iter(
+def run_blocks(
     readers: Sequence[SstReader],
     last_keys: Sequence[bytes],
     start: bytes | None,
     end: bytes | None,
-    reverse: bool,
-) -> Iterator[tuple]:
-    """A sorted run: its SSTs (non-overlapping, in key order) concatenated over [start, end)."""
+    reverse: bool = False,
+) -> Iterator[list[tuple]]:
+    """A sorted run's decoded blocks over [start, end): its SSTs (non-overlapping, in key order, or
+    reversed) one after the other, each through `SstReader.iter_blocks`."""
     lo = 0 if start is None else bisect.bisect_left(last_keys, start)
     hi = len(readers)
     if end is not None:
@@ -33,7 +34,19 @@ def run_iter(
     chosen = readers[lo:hi]
     if reverse:
         chosen = chosen[::-1]
-    return itertools.chain.from_iterable(r.iter(start, end, reverse) for r in chosen)
+    for r in chosen:
+        yield from r.iter_blocks(start, end, reverse)
+
+
+def run_iter(
+    readers: Sequence[SstReader],
+    last_keys: Sequence[bytes],
+    start: bytes | None,
+    end: bytes | None,
+    reverse: bool,
+) -> Iterator[tuple]:
+    """A sorted run's rows over [start, end): `run_blocks` concatenated."""
+    return itertools.chain.from_iterable(run_blocks(readers, last_keys, start, end, reverse))
 
 
 def visible_rows(

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
 from compaction.filter import Entry
 from compaction.merge import merge_sources
 from compaction.stream import merge_batches, whole_key_batches
-from formats.sst import SstReader
-from lsm.iterators import run_iter
+from lsm.iterators import run_blocks, run_iter
 from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, is_system
 from lsm.versions import State
 
@@ -174,7 +173,7 @@ def _forward_pairs(
         sources.append(whole_key_batches(st.mem.iter(start, end)))
     sources += [whole_key_batches(m.iter(start, end)) for m in st.imm]
     sources += [r.iter_blocks(start, end) for _e, r in st.l0]
-    sources += [_run_blocks(run.readers, run.last_keys, start, end) for run in st.runs]
+    sources += [run_blocks(run.readers, run.last_keys, start, end) for run in st.runs]
     if not sources:
         return
     for batch in merge_batches(sources):
@@ -209,17 +208,6 @@ def _expires_by(batch: list[tuple], now: int) -> bool:
     exps = set(map(_exp, batch))
     exps.discard(None)
     return bool(exps) and min(exps) < now
-
-
-def _run_blocks(
-    readers: Sequence[SstReader], last_keys: Sequence[bytes], start: bytes | None, end: bytes | None
-) -> Iterator[list[tuple]]:
-    """A sorted run's decoded blocks over [start, end), its SSTs in key order (see `run_iter`)."""
-    lo = 0 if start is None else bisect_left(last_keys, start)
-    for r in readers[lo:]:
-        if end is not None and r.info.first_key >= end:
-            break
-        yield from r.iter_blocks(start, end)
 
 
 def concat(first: Iterator, second: Iterator) -> Iterator:

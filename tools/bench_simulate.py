@@ -9,7 +9,8 @@ Two figures (docs/benchmarks.md records them with the command):
    operations run bare on the engine. "Bare" is the runner's own drive of the
    engine — the same DbOptions (synchronous flush, no background compaction), the clock set before each
    operation, ``db.compact()`` after each flush and every ``compact_every`` — with no sampling and no
-   accounting (`bare_run`). Overhead = (simulation - bare) / bare, per policy.
+   accounting (`bare_run`), run as many at a time as the simulations (``--jobs``). Overhead =
+   (simulation - bare) / bare, per policy.
 2. **The sweep**: the grid of a sweep spec (default examples/sweep.toml: 8 simulations) run serially in
    this process, then as one Spark batch (one task per simulation; ``--master``, default local[2]); the
    speedup is serial / Spark wall time, Spark session start-up excluded and reported. The two must give
@@ -120,6 +121,36 @@ def bare_run(spec: Any, policy: Any, ops: Any, directory: str) -> tuple[float, f
     return wall, cpu, wa
 
 
+def _bare_one(item: tuple[str, int]) -> tuple[float, float]:
+    """`bare_run` of policy number `i` of the spec file `path`, in a directory of its own."""
+    from tools.simulate import load_spec, parse_spec
+    from tools.simulate.workload import generate
+
+    path, i = item
+    spec = parse_spec(load_spec(path))
+    ops = generate(spec)
+    d = tempfile.mkdtemp(prefix="lsm-bench-sim-")
+    try:
+        wall, cpu, _wa = bare_run(spec, spec.policies[i], ops, d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return wall, cpu
+
+
+def _bare_all(path: str, n: int, jobs: int) -> list[tuple[float, float]]:
+    """`_bare_one` for each of the spec's `n` policies, `jobs` at a time in worker processes (as
+    `lsm simulate --jobs` runs the simulations), or in this process with jobs 1."""
+    items = [(path, i) for i in range(n)]
+    if jobs <= 1 or n <= 1:
+        return [_bare_one(x) for x in items]
+    import concurrent.futures
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=ctx) as pool:
+        return list(pool.map(_bare_one, items))
+
+
 def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -128,7 +159,6 @@ def study(a: argparse.Namespace) -> dict[str, Any]:
     """Figure 1: the study spec as `lsm simulate` runs it, and the same operations bare (medians)."""
     from tools import simulate
     from tools.simulate import load_spec, parse_spec
-    from tools.simulate.workload import generate
 
     raw = load_spec(a.spec)
     spec = parse_spec(raw)
@@ -162,17 +192,15 @@ def study(a: argparse.Namespace) -> dict[str, Any]:
                 f"# run {run + 1}: {p['name']:<16} sim  {p['wall_s']:8.1f} s wall {p['cpu_s']:8.1f} s cpu",
                 file=sys.stderr,
             )
-        ops = generate(spec)
-        for p in spec.policies:
-            d = tempfile.mkdtemp(prefix="lsm-bench-sim-")
-            try:
-                wall, cpu, _wa = bare_run(spec, p, ops, d)
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
-            per_policy[p.name]["bare"].append(wall)
-            per_policy[p.name]["bare_cpu"].append(cpu)
+        # the same operations bare, as many at a time as the simulations ran (like for like: two
+        # processes on two cores slow each other down a little, shared caches and memory bandwidth)
+        for name, (wall, cpu) in zip(
+            [p.name for p in spec.policies], _bare_all(a.spec, len(spec.policies), a.jobs), strict=True
+        ):
+            per_policy[name]["bare"].append(wall)
+            per_policy[name]["bare_cpu"].append(cpu)
             print(
-                f"# run {run + 1}: {p.name:<16} bare {wall:8.1f} s wall {cpu:8.1f} s cpu",
+                f"# run {run + 1}: {name:<16} bare {wall:8.1f} s wall {cpu:8.1f} s cpu",
                 file=sys.stderr,
                 flush=True,
             )

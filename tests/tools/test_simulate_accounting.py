@@ -72,7 +72,10 @@ def test_verify_raises_when_the_account_drifted(tmp_path):
     try:
         now = sim.clock.now()
         sim.account.verify(sim.db.manifest, now)  # in step: no error
-        sim.account.bytes[0] += 7  # as if a report had been lost
+        acct = sim.account
+        live = int(((acct.seq >= 0) & ~acct.tomb & (acct.expire >= now)).argmax())  # a live key's row
+        assert acct.seq[live] >= 0 and not acct.tomb[live]
+        acct.size[live] += 7  # as if a report had been lost
         with pytest.raises(AccountingMismatch, match="live_bytes"):
             sim.account.verify(sim.db.manifest, now)
     finally:

@@ -3,26 +3,29 @@
 `lsm du` (`lsm.inspect.space_usage`) merges every stored row — WAL rows past the manifest's
 last_seq, L0 SSTs, sorted runs — and calls the first version of each key *live*, *expired* (past its
 expire_ts) or *tombstone*, and every older version *shadowed*. Doing that at every sample would cost a
-full read of the database per sample. `DiskAccount` gets the same numbers incrementally from what the
-simulator knows anyway and from what the engine reports as it works (it is an `lsm.events` listener):
+full read of the database per sample. `DiskAccount` gets the same numbers from what the simulator knows
+anyway and from what the engine reports as it works (it is an `lsm.events` listener).
 
-* the simulator issued every write, so it counts each row it wrote: the key's newest row, in the WAL
-  (or already in an L0 SST, when a flush took it); the key's previous newest row, wherever it is, is
-  now shadowed. The writes are noted as they commit (``writes``, one list append) and applied in one
-  loop at the next flush, compaction or sample, in commit order;
+The simulator's keys are key indexes in ``[0, keys)`` (`tools.simulate.workload.key_bytes`), so the
+account is a handful of numpy columns indexed by key, describing each key's **newest stored row**: its
+seq (-1: nothing stored), its key + value bytes, the rest of its row's bytes where it lies now (a WAL
+record's fixed part, or its SST's row layout), whether it is a tombstone, its expire_ts and its ts. No
+Python object per write or per key:
+
+* the simulator issued every write, so it notes each one as it commits (five integers appended to an
+  ``array('q')``: key index, seq, ts, expire_ts or -1, value length or -1 for a delete) and the account
+  applies them in one vectorised step at the next flush, compaction or sample, in commit order: the last
+  write of each key in the batch becomes its newest row (the previous one is now shadowed);
 * a flush (``on_flush_end``) moves the WAL rows up to the manifest's last_seq into its L0 SSTs: the
-  newest ones change size (a WAL record's fixed part differs from an SST row's). No SST is read;
+  newest among them take their SST's row layout. No SST is read;
 * a compaction (``on_compaction_end``) copies every row unchanged except those the engine lists in
   ``CompactionStats.changed_rows`` (``EventListener.wants_changed_rows``, counted in the merge): a
   newest row dropped (purged) leaves the account, a rewritten one (the TTL filter's tombstone, a user
-  filter's change) changes class and size. No SST is read, except when an output's row layout differs
+  filter's change) takes its new form. No SST is read, except when an output's row layout differs
   from an input's (a TimeToLive column gained or lost): then that output is read once to resize the rows;
-* rows age from live to expired as the clock passes their expire_ts: one queue per TTL (writes come in
-  time order, so each queue's expire_ts ascend; a heap only for rows placed out of order), and the
-  rows aged from a queue go, still in expire_ts order, to that TTL's queue of expired rows; the oldest
-  row still stored after its expiry (or delete) is the first of those queues (or the top of a lazy
-  heap, for the rows a compaction or recount placed) whose stale entries (rows purged or shadowed
-  since) are popped when met;
+* the classes are computed from the columns when asked (`classes`, `unpurged`: a few array passes over
+  the key space per sample): live, expired (expire_ts before the sample's time) or tombstone; the oldest
+  row still stored after its expiry (or its delete) is a minimum over the same columns;
 * shadowed bytes are all stored bytes (each SST's from its metadata, the WAL's as written) minus the
   newest rows'.
 
@@ -37,27 +40,29 @@ SSTs read, for any of these reasons).
 
 from __future__ import annotations
 
-import bisect
-import heapq
-import itertools
 import os
 import time
-from collections import deque
-from collections.abc import Callable
-from heapq import heappush
+from array import array
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from compaction.stream import cyclic_gc_paused
+import numpy as np
+
 from formats.manifest import Manifest, SstEntry
 from formats.row import codec_for
 from formats.sst import SsTableInfo, SstReader
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm import wal as wal_files
 from lsm.events import CompactionInfo, EventListener, FlushInfo
+from tools.simulate.workload import key_bytes, key_index
 
 LIVE, EXPIRED, TOMBSTONE = 0, 1, 2
 CLASSES = ("live", "expired", "tombstone")
 WAL_FIXED = 2 + WAL_ROW_CODEC.attrs.size  # a WAL record's bytes besides its key and value
+NEVER = np.iinfo(np.int64).max  # the expire_ts column of a row without one
+_FIELDS = 5  # a noted write: key index, seq, ts, expire_ts or -1, value length or -1 (a delete)
+
+FixedOf = Callable[[np.ndarray], np.ndarray]  # key indexes -> the row_fixed of the SST holding each
 
 
 class AccountingMismatch(RuntimeError):
@@ -70,46 +75,39 @@ def row_fixed(info: SsTableInfo) -> int:
 
 
 class DiskAccount(EventListener):
-    """Live / expired / tombstone / shadowed bytes and rows of one database, updated incrementally.
+    """Live / expired / tombstone / shadowed bytes and rows of one database of the simulator's `keys`
+    key indexes, updated incrementally.
 
     Give it to the DB as an event listener and `bind` the open DB before the first write."""
 
     wants_changed_rows = True
 
-    def __init__(self, db_path: str) -> None:
+    def __init__(self, db_path: str, keys: int) -> None:
         self.sst_dir = os.path.join(db_path, "sst")
         self.wal_dir = os.path.join(db_path, "wal")
-        # key -> (seq, size, class, expire_ts) of its newest write, while that row is stored. Tuples of
-        # atoms, replaced rather than changed: the garbage collector stops tracking them, where lists
-        # (100k+ of them) made every full collection of the simulation walk the whole account
-        self.stored: dict[bytes, tuple] = {}
-        self.bytes = [0, 0, 0]
-        self.rows = [0, 0, 0]
-        # stored newest rows that are tombstones with an expire_ts: the TTL filter's, for expired rows
-        self.ttl_tombstones = 0
+        # the newest stored row of each key index
+        self.seq = np.full(keys, -1, np.int64)  # -1: nothing stored
+        self.size = np.zeros(keys, np.int64)  # the row's bytes where it lies (du's size)
+        self.fixed = np.zeros(keys, np.int64)  # of which those besides its key and value
+        self.tomb = np.zeros(keys, bool)
+        self.expire = np.full(keys, NEVER, np.int64)
+        self.ts = np.zeros(keys, np.int64)
         self.total_bytes = 0  # every stored row, shadowed ones included (as of the last sync)
         self.total_rows = 0
         self.ssts_read = 0  # SSTs read row by row (see the module docstring: rare)
-        self._wal: deque = deque()  # seq, key, size of each row not flushed yet (flat)
+        self.writes = array("q")  # noted writes not applied yet, _FIELDS integers each (`on_write`)
+        # the WAL's rows not flushed yet (shadowed ones too), one array each per applied batch
+        self._wal: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (key index, seq, row bytes)
         self._wal_bytes = 0
+        self._wal_rows = 0
         self._sst_totals: dict[str, tuple[int, int]] = {}  # SST name -> (row bytes, rows), from metadata
         self._input_fixed: set[int] = set()  # row_fixed of the running compaction's inputs
-        # The per-write structures below are flat (one item per field, no tuple per write): a tuple that
-        # lives on counts towards the cyclic garbage collector's next pass, and three of them per write
-        # made the collector run three times as often as the engine alone makes it run.
-        # key, seq, ts, expire_ts, value_len (None: a delete) of each write not applied yet (`on_write`)
-        self.writes: list = []
-        self._aging: list[tuple[int, bytes, int]] = []  # (expire_ts, key, seq) of rows stored as live
-        # the same for the simulator's writes, without a heap: per TTL (expire_ts - ts) the writes come in
-        # time order, so their expire_ts ascend: a queue of expire_ts, key, seq popped from the left as
-        # they age, and the queue of those aged (still in expire_ts order; stale entries popped lazily)
-        self._aging_fifo: dict[int, tuple[deque, deque]] = {}
-        # lazy min-heaps of (expire_ts | delete ts, key, seq): an entry counts while that row is stored
-        self._expired: list[tuple[int, bytes, int]] = []
-        self._deleted: list[tuple[int, bytes, int]] = []
         self.disk_bytes = 0
+        self._now = 0  # the time of the last sync: what expiry is judged against
+        self._code: np.ndarray | None = None  # `_codes` as of _code_now (None: the account changed)
+        self._code_now = 0
         self._flushed_seq = -1  # the last flush's last_seq: a noted write at or below it is in its SSTs
-        self._flushed_fixed: Callable[[bytes], int] = lambda _key: WAL_FIXED
+        self._flushed_fixed: FixedOf = lambda ids: np.full(len(ids), WAL_FIXED, np.int64)
         self.event_cpu_s = 0.0  # CPU time spent in the flush and compaction events
         self._manifest: Callable[[], Manifest] | None = None
 
@@ -118,77 +116,52 @@ class DiskAccount(EventListener):
         self._manifest = manifest
 
     # -- the simulator's writes ----------------------------------------------------------------------
-    def on_write(self, key: bytes, seq: int, ts: int, exp: int | None, value_len: int | None) -> None:
-        """A committed put (value_len = its value's length) or delete (value_len None). O(1): noted in
-        `writes` (the simulator extends it with the same five items itself) and applied at the next
-        flush, compaction or `sync`."""
-        self.writes.extend((key, seq, ts, exp, value_len))
+    def on_write(self, key: int, seq: int, ts: int, exp: int | None, value_len: int | None) -> None:
+        """A committed put (value_len = its value's length) or delete (value_len None) of key index `key`.
+        O(1): noted in `writes` (the simulator extends it with the same integers itself, -1 for None)
+        and applied at the next flush, compaction or `sync`."""
+        self.writes.extend((key, seq, ts, -1 if exp is None else exp, -1 if value_len is None else value_len))
 
-    def _apply_writes(self, last: int | None = None, fixed_of: Callable[[bytes], int] | None = None) -> None:
-        """`_apply_noted` with the cyclic garbage collector paused: the loop makes tuples and no reference
-        cycle, and the collector's passes it would trigger cost a quarter of its time."""
-        if self.writes:
-            with cyclic_gc_paused():
-                self._apply_noted(last, fixed_of)
-
-    def _apply_noted(self, last: int | None, fixed_of: Callable[[bytes], int] | None) -> None:
+    def _apply_writes(self, last: int | None = None, fixed_of: FixedOf | None = None) -> None:
         """Apply the noted writes in commit order. A write with seq <= the previous flush's last_seq is in
         that flush's SSTs (the write that filled the memtable flushed it before it was noted); with seq
         <= `last`, in the SSTs of the flush being handled (`fixed_of` its outputs); any later one is in
         the WAL."""
-        writes = self.writes
-        if not writes:
+        if not self.writes:
             return
-        stored, byts, rows = self.stored, self.bytes, self.rows
-        flushed, flushed_fixed = self._flushed_seq, self._flushed_fixed
-        if last is None:
+        w = np.frombuffer(self.writes, np.int64).reshape(-1, _FIELDS).copy()
+        del self.writes[:]
+        k, seq, ts, exp, vlen = w.T
+        flushed = self._flushed_seq
+        if last is None or fixed_of is None:
             last = flushed
-        wal_extend = self._wal.extend
-        deleted, fifos = self._deleted, self._aging_fifo
-        wal_bytes = 0
-        ttl_tombstones = 0
-        it = iter(writes)
-        for key, seq, ts, exp, value_len in zip(it, it, it, it, it, strict=True):
-            s = stored.get(key)
-            if s is not None:  # its stored row is now an older version: shadowed
-                cls = s[2]
-                byts[cls] -= s[1]
-                rows[cls] -= 1
-                if cls == TOMBSTONE and s[3] is not None:
-                    ttl_tombstones += 1
-            in_wal = seq > last
-            if in_wal:
-                fixed = WAL_FIXED
-            elif seq > flushed:
-                fixed = fixed_of(key)
-            else:
-                fixed = flushed_fixed(key)
-            if value_len is None:  # a delete (its tombstone carries no expire_ts)
-                size = fixed + len(key)
-                stored[key] = (seq, size, TOMBSTONE, None)
-                byts[TOMBSTONE] += size
-                rows[TOMBSTONE] += 1
-                heappush(deleted, (ts, key, seq))
-            else:
-                size = fixed + len(key) + value_len
-                stored[key] = (seq, size, LIVE, exp)  # it ages to expired at a sample (`_age`)
-                byts[LIVE] += size
-                rows[LIVE] += 1
-                if exp is not None:
-                    q = fifos.get(exp - ts)
-                    if q is None:
-                        q = fifos[exp - ts] = (deque(), deque())
-                    tail = q[0] or q[1]
-                    if tail and tail[-3] > exp:  # time went backwards (not the simulator's writes)
-                        heappush(self._aging, (exp, key, seq))
-                    else:
-                        q[0].extend((exp, key, seq))
-            if in_wal:
-                wal_extend((seq, key, size))
-                wal_bytes += size
-        writes.clear()
-        self._wal_bytes += wal_bytes
-        self.ttl_tombstones -= ttl_tombstones
+        deleted = vlen < 0
+        payload = _key_len(k) + np.where(deleted, 0, vlen)
+        fixed = np.full(len(k), WAL_FIXED, np.int64)
+        if seq[0] <= last:  # seqs ascend: some of the batch is in SSTs already
+            now_flushed = (seq <= last) & (seq > flushed)
+            if now_flushed.any():
+                fixed[now_flushed] = fixed_of(k[now_flushed])
+            before = seq <= flushed
+            if before.any():
+                fixed[before] = self._flushed_fixed(k[before])
+        in_wal = seq > last
+        if in_wal.any():
+            sizes = payload[in_wal] + WAL_FIXED
+            self._wal.append((k[in_wal], seq[in_wal], sizes))
+            self._wal_bytes += int(sizes.sum())
+            self._wal_rows += int(in_wal.sum())
+        # the last write of each key in the batch is its newest row
+        rev = k[::-1]
+        keys, first = np.unique(rev, return_index=True)
+        at = len(k) - 1 - first
+        self._code = None
+        self.seq[keys] = seq[at]
+        self.size[keys] = payload[at] + fixed[at]
+        self.fixed[keys] = fixed[at]
+        self.tomb[keys] = deleted[at]
+        self.expire[keys] = np.where(exp[at] < 0, NEVER, exp[at])
+        self.ts[keys] = ts[at]
 
     # -- the engine's events -------------------------------------------------------------------------
     def on_flush_end(self, info: FlushInfo) -> None:
@@ -203,50 +176,23 @@ class DiskAccount(EventListener):
         last = m.last_seq
         # the writes noted since the last event that this flush took go straight to its SSTs
         self._apply_writes(last, fixed_of)
-        with cyclic_gc_paused():
-            self._flushed_wal(last, fixed_of, {row_fixed(e.info) for e in outs})
+        self._flushed_wal(last, fixed_of)
         # a put or delete that fills the memtable flushes it before it is noted: it lands in these SSTs
         self._flushed_seq, self._flushed_fixed = last, fixed_of
         self.event_cpu_s += time.process_time() - c0
 
-    def _flushed_wal(self, last: int, fixed_of: Callable[[bytes], int], layouts: set[int]) -> None:
-        """The WAL rows up to `last` are in the flush's SSTs (of row_fixed `layouts`): give the newest of
-        them an SST row's size."""
-        wal, stored, byts = self._wal, self.stored, self.bytes
-        n = freed = 0
-        if len(layouts) == 1:  # one row layout (the common case): every row grows by the same bytes
-            (f,) = layouts
-            delta = f - WAL_FIXED
-            grown = [0, 0, 0]
-            it = iter(wal)
-            for seq, key, size in zip(it, it, it, strict=True):
-                if seq > last:
-                    break
-                n += 1
-                freed += size
-                s = stored.get(key)
-                if s is not None and s[0] == seq:  # a newest row (older ones are shadowed, or were dropped)
-                    stored[key] = (seq, s[1] + delta, s[2], s[3])
-                    grown[s[2]] += 1
-            for cls, k in enumerate(grown):
-                byts[cls] += k * delta
-        it = itertools.islice(wal, 3 * n, None)
-        for seq, key, size in zip(it, it, it, strict=True):
-            if seq > last:
-                break
-            n += 1
-            freed += size
-            s = stored.get(key)
-            if s is not None and s[0] == seq:  # a newest row (older ones are shadowed, or were dropped)
-                new = size - WAL_FIXED + fixed_of(key)
-                byts[s[2]] += new - s[1]
-                stored[key] = (seq, new, s[2], s[3])
-        if 3 * n == len(wal):
-            wal.clear()
-        else:
-            for _ in range(3 * n):
-                wal.popleft()
-        self._wal_bytes -= freed
+    def _flushed_wal(self, last: int, fixed_of: FixedOf) -> None:
+        """The WAL rows up to `last` are in the flush's SSTs: the newest of them take an SST row's size."""
+        if not self._wal:
+            return
+        k, seq, size = (np.concatenate(c) for c in zip(*self._wal, strict=True))
+        gone = seq <= last
+        newest = gone & (self.seq[k] == seq)
+        self._refix(k[newest], fixed_of(k[newest]))
+        self._wal_bytes -= int(size[gone].sum())
+        self._wal_rows -= int(gone.sum())
+        keep = ~gone
+        self._wal = [(k[keep], seq[keep], size[keep])] if keep.any() else []
 
     def on_compaction_begin(self, info: CompactionInfo) -> None:
         """Note the row layouts of the job's inputs (a move between layouts resizes rows)."""
@@ -276,27 +222,30 @@ class DiskAccount(EventListener):
                 self._recount(m)
             return  # else nothing was rewritten (files moved as they are)
         outs = sorted((e for e in m.all_ssts() if e.name in names), key=lambda e: e.info.first_key)
-        fixed_of = self._fixed_of(outs)
-        stored = self.stored
-        for key, seq, new in changed:
-            s = stored.get(key)
-            if s is None or s[0] != seq:
-                continue  # not the key's newest write: already counted as shadowed
-            self._uncount(s)
-            if new is None:  # purged
-                del stored[key]
-                continue
-            value, exp = new[4], new[3]
-            size = fixed_of(key) + len(key) + (0 if value is None else len(value))
-            cls = s[2]
-            if value is None:  # a filter's tombstone (the TTL filter's keeps the expire_ts)
-                cls = TOMBSTONE
-                if exp is not None:
-                    heapq.heappush(self._expired, (exp, key, seq))
-                elif new[2] is not None:
-                    heapq.heappush(self._deleted, (new[2], key, seq))
-            s = stored[key] = (seq, size, cls, exp)
-            self._count(s)
+        if changed:
+            k = np.fromiter((key_index(c[0]) for c in changed), np.int64, len(changed))
+            seq = np.fromiter((c[1] for c in changed), np.int64, len(changed))
+            newest = self.seq[k] == seq  # else not the key's newest write: already shadowed
+            self._code = None
+            purged = np.fromiter((c[2] is None for c in changed), bool, len(changed))
+            self.seq[k[newest & purged]] = -1
+            kept = np.flatnonzero(newest & ~purged)
+            if len(kept):
+                rows = [changed[i][2] for i in kept]
+                ids = k[kept]
+                fixed = self._fixed_of(outs)(ids)
+                self.size[ids] = (
+                    _key_len(ids)
+                    + np.fromiter((0 if r[4] is None else len(r[4]) for r in rows), np.int64, len(rows))
+                    + fixed
+                )
+                self.fixed[ids] = fixed
+                self.tomb[ids] = np.fromiter((r[4] is None for r in rows), bool, len(rows))
+                # a filter's tombstone: the TTL filter's keeps the expire_ts; a delete's has its ts
+                exp = (NEVER if r[3] is None else r[3] for r in rows)
+                self.expire[ids] = np.fromiter(exp, np.int64, len(rows))
+                ts = np.fromiter((-1 if r[2] is None else r[2] for r in rows), np.int64, len(rows))
+                self.ts[ids] = np.where(ts < 0, self.ts[ids], ts)
         for e in outs:  # a layout change resizes every newest row the output holds: read it
             f = row_fixed(e.info)
             if any(x != f for x in self._input_fixed):
@@ -307,33 +256,32 @@ class DiskAccount(EventListener):
         `AccountingMismatch` if the incremental classes differ: the end-of-run check that what the engine
         reported (flushes, ``changed_rows``) was complete. Reads every SST once (counted in `ssts_read`)."""
         self.sync(m, now)
-        before = self.classes(), self.ttl_tombstones
+        before = self.classes(), self.unpurged(now)
         self._recount(m)
-        self._age(now)
-        after = self.classes(), self.ttl_tombstones
+        after = self.classes(), self.unpurged(now)
         if before != after:
-            diff = {k: (before[0][k], after[0][k]) for k in before[0] if before[0][k] != after[0][k]}
+            b, a = {**before[0], **before[1]}, {**after[0], **after[1]}
+            diff = {k: (b[k], a[k]) for k in b if b[k] != a[k]}
             raise AccountingMismatch(
-                f"incremental accounting differs from a recount of the files at {now}: {diff} "
-                f"(TTL tombstones {before[1]} vs {after[1]}); the engine's change reports were incomplete"
+                f"incremental accounting differs from a recount of the files at {now}: {diff}; "
+                "the engine's change reports were incomplete"
             )
 
     # -- samples -------------------------------------------------------------------------------------
     def sync(self, m: Manifest, now: int) -> None:
-        """Bring the classes up to the clock `now` and the totals up to the manifest `m` (each sample)."""
+        """Bring the account up to the clock `now` and the totals up to the manifest `m` (each sample)."""
         self._apply_writes()
-        with cyclic_gc_paused():
-            self._age(now)
+        self._now = now
         totals = self._sst_totals
-        nbytes = self._wal_bytes
-        nrows = len(self._wal) // 3
+        nbytes, nrows = self._wal_bytes, self._wal_rows
         size = 0
         seen = set()
         for e in m.all_ssts():
             t = totals.get(e.name)
             if t is None:
                 info = e.info
-                t = totals[e.name] = (row_fixed(info) * info.num_rows + info.key_bytes + info.value_bytes, info.num_rows)
+                row_bytes = row_fixed(info) * info.num_rows + info.key_bytes + info.value_bytes
+                t = totals[e.name] = (row_bytes, info.num_rows)
             nbytes += t[0]
             nrows += t[1]
             size += e.size
@@ -357,147 +305,106 @@ class DiskAccount(EventListener):
         return self._manifest()
 
     @staticmethod
-    def _fixed_of(outs: list[SstEntry]) -> Callable[[bytes], int]:
-        """key -> the row_fixed of the output SST (of `outs`, in key order) that holds it."""
-        fixed = [row_fixed(e.info) for e in outs]
-        if len(set(fixed)) <= 1:
-            f = fixed[0] if fixed else 0
-            return lambda _key: f
-        last_keys = [e.info.last_key for e in outs]
-        return lambda key: fixed[min(bisect.bisect_left(last_keys, key), len(fixed) - 1)]
+    def _fixed_of(outs: list[SstEntry]) -> FixedOf:
+        """key indexes -> the row_fixed of the output SST (of `outs`, in key order) that holds each."""
+        fixed = np.array([row_fixed(e.info) for e in outs], np.int64)
+        if len(set(fixed.tolist())) <= 1:
+            f = int(fixed[0]) if len(fixed) else 0
+            return lambda ids: np.full(len(ids), f, np.int64)
+        # key_bytes keeps the order of the indexes, so an SST's key range is a range of indexes
+        last_ids = np.array([key_index(e.info.last_key) for e in outs], np.int64)
+        return lambda ids: fixed[np.minimum(np.searchsorted(last_ids, ids, "left"), len(fixed) - 1)]
 
-    def _count(self, s: tuple) -> None:
-        self.bytes[s[2]] += s[1]
-        self.rows[s[2]] += 1
-        if s[2] == TOMBSTONE and s[3] is not None:
-            self.ttl_tombstones += 1
-
-    def _uncount(self, s: tuple) -> None:
-        """Take a stored newest row out of its class (purged, shadowed or changing)."""
-        self.bytes[s[2]] -= s[1]
-        self.rows[s[2]] -= 1
-        if s[2] == TOMBSTONE and s[3] is not None:
-            self.ttl_tombstones -= 1
+    def _rows_of(self, name: str) -> Iterable[tuple[bytes, int, int | None, int | None, bytes | None]]:
+        with SstReader(os.path.join(self.sst_dir, name)) as r:
+            for i in range(len(r.blocks)):
+                yield from r.block_rows(i)
+        self.ssts_read += 1
 
     def _resize(self, name: str, fixed: int) -> None:
         """Give the newest rows held by SST `name` that SST's row size."""
-        stored, byts = self.stored, self.bytes
-        with SstReader(os.path.join(self.sst_dir, name)) as r:
-            for i in range(len(r.blocks)):
-                for key, seq, _ts, _exp, value in r.block_rows(i):
-                    s = stored.get(key)
-                    if s is not None and s[0] == seq:
-                        new = fixed + len(key) + (0 if value is None else len(value))
-                        byts[s[2]] += new - s[1]
-                        stored[key] = (seq, new, s[2], s[3])
-        self.ssts_read += 1
+        pairs = [(key_index(key), seq) for key, seq, _ts, _exp, _value in self._rows_of(name)]
+        if pairs:
+            k, seq = np.array(pairs, np.int64).T
+            ids = k[self.seq[k] == seq]
+            self._refix(ids, np.full(len(ids), fixed, np.int64))
 
     def _recount(self, m: Manifest) -> None:
         """Account every SST row again from the files (after a compaction that reported nothing)."""
-        last = m.last_seq
-        found: dict[bytes, tuple] = {}  # key -> (seq, size, ts, exp, tombstone) of its newest SST row
+        # key index -> (seq, size, fixed, tombstone, exp, ts) of its newest SST row
+        found: dict[int, tuple] = {}
         for e in m.all_ssts():
             f = row_fixed(e.info)
-            with SstReader(os.path.join(self.sst_dir, e.name)) as r:
-                for i in range(len(r.blocks)):
-                    for key, seq, ts, exp, value in r.block_rows(i):
-                        old = found.get(key)
-                        if old is None or seq > old[0]:
-                            size = f + len(key) + (0 if value is None else len(value))
-                            found[key] = (seq, size, ts, exp, value is None)
-            self.ssts_read += 1
-        wal_rows = {k: s for k, s in self.stored.items() if s[0] > last}  # newest rows still in the WAL
-        self.stored = dict(wal_rows)
-        self.bytes, self.rows, self.ttl_tombstones = [0, 0, 0], [0, 0, 0], 0
-        for s in wal_rows.values():
-            self._count(s)
-        for key, (seq, size, ts, exp, tomb) in found.items():
-            if key in wal_rows:
-                continue
-            s = self.stored[key] = (seq, size, TOMBSTONE if tomb else LIVE, exp)
-            self._count(s)
-            if not tomb:
-                if exp is not None:
-                    heapq.heappush(self._aging, (exp, key, seq))
-            elif exp is not None:
-                heapq.heappush(self._expired, (exp, key, seq))
-            elif ts is not None:
-                heapq.heappush(self._deleted, (ts, key, seq))
-
-    def _age(self, now: int) -> None:
-        stored = self.stored
-        nbytes = nrows = 0
-        for aging, expired in self._aging_fifo.values():
-            pop = aging.popleft
-            while aging and aging[0] < now:
-                exp, key, seq = pop(), pop(), pop()
-                s = stored.get(key)
-                if s is not None and s[0] == seq and s[2] == LIVE:
-                    stored[key] = (seq, s[1], EXPIRED, exp)
-                    nbytes += s[1]
-                    nrows += 1
-                    expired.extend((exp, key, seq))
-        heap = self._aging
-        while heap and heap[0][0] < now:
-            exp, key, seq = heapq.heappop(heap)
-            s = stored.get(key)
-            if s is not None and s[0] == seq and s[2] == LIVE:
-                stored[key] = (seq, s[1], EXPIRED, exp)
-                nbytes += s[1]
-                nrows += 1
-                heapq.heappush(self._expired, (exp, key, seq))
-        self.bytes[LIVE] -= nbytes
-        self.rows[LIVE] -= nrows
-        self.bytes[EXPIRED] += nbytes
-        self.rows[EXPIRED] += nrows
+            for key, seq, ts, exp, value in self._rows_of(e.name):
+                i = key_index(key)
+                old = found.get(i)
+                if old is None or seq > old[0]:
+                    size = len(key) + (0 if value is None else len(value)) + f
+                    found[i] = (seq, size, f, value is None, NEVER if exp is None else exp, ts)
+        self._code = None
+        in_wal = self.seq > m.last_seq  # the newest rows still in the WAL stay as they are
+        self.seq[~in_wal] = -1
+        items = [(i, *v) for i, v in found.items() if not in_wal[i]]
+        if items:
+            cols = np.array(items, np.int64).T
+            ids = cols[0]
+            self.seq[ids], self.size[ids], self.fixed[ids] = cols[1], cols[2], cols[3]
+            self.tomb[ids], self.expire[ids], self.ts[ids] = cols[4].astype(bool), cols[5], cols[6]
 
     # -- what a sample reports -----------------------------------------------------------------------
+    def _refix(self, ids: np.ndarray, fixed: np.ndarray) -> None:
+        """The newest rows of key indexes `ids` (no repeats) now lie where a row has `fixed` extra bytes."""
+        self.size[ids] += fixed - self.fixed[ids]
+        self.fixed[ids] = fixed
+
+    def _codes(self) -> np.ndarray:
+        """Each key's class at the last sync: LIVE, EXPIRED, TOMBSTONE, or 3 when nothing is stored
+        (kept until the account changes)."""
+        if self._code is None or self._code_now != self._now:
+            code = (self.expire < self._now).view(np.int8)
+            code = np.where(self.tomb, np.int8(TOMBSTONE), code)
+            code[self.seq < 0] = 3
+            self._code, self._code_now = code, self._now
+        return self._code
+
     def classes(self) -> dict[str, int]:
         """Bytes and rows by du class: {live,expired,tombstone,shadowed}_{bytes,rows}."""
+        code = self._codes()
+        rows = np.bincount(code, minlength=4)
+        byts = np.bincount(code, weights=self.size, minlength=4)
         out: dict[str, int] = {}
         for i, c in enumerate(CLASSES):
-            out[f"{c}_bytes"] = self.bytes[i]
-            out[f"{c}_rows"] = self.rows[i]
-        out["shadowed_bytes"] = self.total_bytes - sum(self.bytes)
-        out["shadowed_rows"] = self.total_rows - sum(self.rows)
+            out[f"{c}_bytes"] = int(byts[i])
+            out[f"{c}_rows"] = int(rows[i])
+        out["shadowed_bytes"] = self.total_bytes - int(byts[:3].sum())
+        out["shadowed_rows"] = self.total_rows - int(rows[:3].sum())
         return out
 
     def unpurged(self, now: int) -> dict[str, Any]:
         """Rows whose newest write expired (or was a delete) and that are still stored, in any form (the
-        TTL filter turns expired rows into tombstones before the oldest run drops them).
+        TTL filter turns expired rows into tombstones before the oldest run drops them), as of the last
+        sync (`now` is what the ages are counted from).
 
         ``oldest_*_ms``: how long ago the oldest of them expired (was deleted); None when there is none."""
+        code = self._codes()
+        tombs = code == TOMBSTONE
+        ttl_tombs = tombs & (self.expire != NEVER)  # the TTL filter's: they keep the expire_ts
+        expired = (code == EXPIRED) | ttl_tombs
+        deleted = tombs ^ ttl_tombs
+        n_expired, n_deleted = int(np.count_nonzero(expired)), int(np.count_nonzero(deleted))
         return {
-            "unpurged_expired_rows": self.rows[EXPIRED] + self.ttl_tombstones,
-            "oldest_unpurged_expired_ms": self._oldest_expired(now),
-            "unpurged_deleted_rows": self.rows[TOMBSTONE] - self.ttl_tombstones,
-            "oldest_unpurged_delete_ms": self._oldest(self._deleted, now),
+            "unpurged_expired_rows": n_expired,
+            "oldest_unpurged_expired_ms": now - int(self.expire[expired].min()) if n_expired else None,
+            "unpurged_deleted_rows": n_deleted,
+            "oldest_unpurged_delete_ms": now - int(self.ts[deleted].min()) if n_deleted else None,
         }
 
-    def _oldest_expired(self, now: int) -> int | None:
-        oldest = self._oldest(self._expired, now)
-        stored = self.stored
-        for _aging, expired in self._aging_fifo.values():
-            while expired:
-                t, key, seq = expired[0], expired[1], expired[2]
-                s = stored.get(key)
-                if s is not None and s[0] == seq:
-                    if oldest is None or now - t > oldest:
-                        oldest = now - t
-                    break
-                for _ in range(3):  # that row is gone (purged or shadowed)
-                    expired.popleft()
-        return oldest
 
-    def _oldest(self, heap: list[tuple[int, bytes, int]], now: int) -> int | None:
-        stored = self.stored
-        while heap:
-            t, key, seq = heap[0]
-            s = stored.get(key)
-            if s is not None and s[0] == seq:
-                return now - t
-            heapq.heappop(heap)  # that row is gone (purged or shadowed)
-        return None
+def _key_len(ids: np.ndarray) -> np.ndarray:
+    """The length of each key index's key (`key_bytes`): 15 bytes below 10**12."""
+    if len(ids) and int(ids.max()) >= 10**12:
+        return np.fromiter((len(key_bytes(int(i))) for i in ids), np.int64, len(ids))
+    return np.full(len(ids), len(key_bytes(0)), np.int64)
 
 
 __all__ = ["CLASSES", "AccountingMismatch", "DiskAccount", "row_fixed"]

@@ -110,7 +110,8 @@ class Simulation:
         self.progress = progress
         self.clock = lsm.ManualClock(spec.start_ms)
         self.observer = Observer()
-        self.account = DiskAccount(directory)  # an event listener too: flushes and compactions move rows
+        # an event listener too: flushes and compactions move rows
+        self.account = DiskAccount(directory, spec.keys)
         overrides = dict(policy.options)
         self.default_ttl = overrides.get("default_ttl")
         self.options = lsm.DbOptions(
@@ -135,7 +136,7 @@ class Simulation:
         db = self.db = lsm.DB.open(self.directory, self.options)
         self.account.bind(lambda: db.manifest)
         account, observer = self.account, self.observer
-        note = account.writes.extend  # account.on_write, without a call per write
+        note = account.writes.extend  # account.on_write, without a call per write (-1 for None)
         sample_every, compact_every = spec.sample_every_ms, spec.compact_every_ms
         next_sample = spec.start_ms + sample_every
         next_compact = spec.start_ms + compact_every
@@ -155,11 +156,11 @@ class Simulation:
                 if ttl == NO_TTL_OP:
                     ttl = default_ttl
                 if ttl is None:
-                    note((key, put(key, value(i, vlen), NO_TTL), t, None, vlen))
+                    note((k, put(key, value(i, vlen), NO_TTL), t, -1, vlen))
                 else:
-                    note((key, put(key, value(i, vlen), ttl), t, t + ttl, vlen))
+                    note((k, put(key, value(i, vlen), ttl), t, t + ttl, vlen))
             elif op == DELETE:
-                note((key, delete(key), t, None, None))
+                note((k, delete(key), t, -1, -1))
             elif op == GET:
                 get(key)
             else:

@@ -40,6 +40,11 @@ def key_bytes(index: int) -> bytes:
     return b"key%012d" % index
 
 
+def key_index(key: bytes) -> int:
+    """The key index of a `key_bytes` key (the order of the keys is that of the indexes)."""
+    return int(key[3:])
+
+
 @functools.lru_cache(maxsize=16)
 def _zeta(n: int, theta: float) -> float:
     return sum(1.0 / (i**theta) for i in range(1, n + 1))
@@ -200,4 +205,16 @@ def iter_ops(ops: Ops) -> Iterator[tuple[int, int, int, int, int]]:
     return zip(ops.t, ops.op, ops.key, ops.vlen, ops.ttl, strict=True)
 
 
-__all__ = ["Ops", "Zipfian", "generate", "iter_ops", "key_bytes", "PUT", "DELETE", "GET", "SCAN", "NO_TTL"]
+__all__ = [
+    "Ops",
+    "Zipfian",
+    "generate",
+    "iter_ops",
+    "key_bytes",
+    "key_index",
+    "PUT",
+    "DELETE",
+    "GET",
+    "SCAN",
+    "NO_TTL",
+]

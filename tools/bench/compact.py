@@ -143,17 +143,23 @@ def start_session(master: str, conf: list[tuple[str, str]]) -> tuple[Any, float]
     return s, time.perf_counter() - t0
 
 
-def _warm(_: int) -> int:
-    import compaction.merge  # noqa: F401 - what every compaction task imports first
+def _warm(modules: tuple[str, ...]) -> int:
+    import importlib
 
+    for name in modules:  # what the job's tasks import first
+        importlib.import_module(name)
     time.sleep(0.5)  # keep every task slot busy at once, so each starts its own Python worker
     return os.getpid()
 
 
-def warm_workers(session: Any, tasks: int) -> tuple[float, int]:
-    """Start one Python worker per task slot (a one-time cost per session, like the JVM's)."""
+def warm_workers(
+    session: Any, tasks: int, modules: tuple[str, ...] = ("compaction.merge",)
+) -> tuple[float, int]:
+    """Start one Python worker per task slot, with `modules` imported (a one-time cost per session, like
+    the JVM's): (seconds, distinct workers)."""
     t0 = time.perf_counter()
-    pids = session.sparkContext.parallelize(range(tasks), tasks).map(_warm).collect()
+    rdd = session.sparkContext.parallelize([modules] * tasks, tasks)
+    pids = rdd.map(_warm).collect()
     return time.perf_counter() - t0, len(set(pids))
 
 

@@ -83,13 +83,6 @@ def write_log(log_dir: str, num: int, partitions: int, value_size: int, seed: in
     return time.perf_counter() - t0
 
 
-def _warm_bulk(_: int) -> int:
-    import lsm.bulk_task  # noqa: F401 - a Spark bulk task's imports, paid once per Python worker
-
-    time.sleep(0.5)  # every task slot busy at once, so each worker imports it
-    return os.getpid()
-
-
 def _digest(db: Any) -> tuple[int, str]:
     h = hashlib.blake2b(digest_size=16)
     n = 0
@@ -204,10 +197,8 @@ def main(argv: list[str] | None = None, session: Any = None) -> int:
                 session, report["spark_startup_seconds"] = start_session(a.master, [])
                 own = True
             tasks = tasks or session.sparkContext.defaultParallelism
-            report["spark_warmup_seconds"], _ = warm_workers(session, tasks)
-            t0 = time.perf_counter()  # and what every bulk task imports first (numpy among it), once per worker
-            session.sparkContext.parallelize(range(tasks), tasks).map(_warm_bulk).collect()
-            report["spark_warmup_seconds"] += time.perf_counter() - t0
+            # one Python worker per task slot, with what every bulk task imports first (numpy among it)
+            report["spark_warmup_seconds"], _ = warm_workers(session, tasks, ("lsm.bulk_task",))
             say(f"Spark:     {a.master}, start-up and worker warm-up excluded")
         tasks = tasks or 2
         report["tasks"] = tasks

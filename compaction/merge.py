@@ -609,20 +609,23 @@ class SstOutput:
         seqs: Sequence[int | None] | int | None,
         tss: Sequence[int | None] | int | None,
         exps: Sequence[int | None] | int | None,
-        values: Sequence[bytes | None],
+        values: Sequence[bytes | None] | Any,
     ) -> list[tuple[str, SsTableInfo]]:
         """`write` for rows given as columns (sorted; `seqs`, `tss`, `exps` may each be one value for
-        every row, as `SstWriter.extend_columns` takes them): the cuts between files are found on the
-        running `estimated_size` of the rows, and each file's columns go in with one
-        `SstWriter.extend_columns`, so the files are the ones `write` makes from the same rows, with no
-        tuple per row."""
+        every row, `values` a numpy array of fixed-width values, as `SstWriter.extend_columns` takes
+        them): the cuts between files are found on the running `estimated_size` of the rows, and each
+        file's columns go in with one `SstWriter.extend_columns`, so the files are the ones `write` makes
+        from the same rows, with no tuple per row."""
         n = len(keys)
         keys = keys if type(keys) is list else list(keys)
         cols = [c if c is None or isinstance(c, int) else list(c) for c in (seqs, tss, exps)]
-        values = values if type(values) is list else list(values)
         target = self.spec.target_bytes
         # ends[i]: `estimated_size` of a writer holding rows [0, i) (SstWriter counts key + value + 33)
-        vlens = map(len, values) if None not in values else [0 if v is None else len(v) for v in values]
+        if getattr(values, "dtype", None) is not None:  # a numpy array of fixed-width values
+            vlens: Iterable[int] = itertools.repeat(values.dtype.itemsize, n)
+        else:
+            values = values if type(values) is list else list(values)
+            vlens = map(len, values) if None not in values else [0 if v is None else len(v) for v in values]
         sizes = map(operator.add, map(len, keys), vlens)
         ends = list(map(operator.add, itertools.accumulate(sizes, initial=0), range(0, 33 * (n + 1), 33)))
         try:

@@ -226,14 +226,16 @@ class SstWriter:
         seqs: Sequence[int | None] | int | None,
         tss: Sequence[int | None] | int | None,
         exps: Sequence[int | None] | int | None,
-        values: Sequence[bytes | None],
+        values: Sequence[bytes | None] | Any,
         limit: int | None = None,
     ) -> bool:
         """Add rows given as columns: row i is ``(keys[i], seqs[i], tss[i], exps[i], values[i])``; `seqs`,
-        `tss` and `exps` may each be one value (an int or None) that every row carries. The column path of
-        `extend`: no tuple is made per row, and `finish` encodes the columns as they are (the file is the
-        one `add` makes from the same rows, byte for byte). With `limit`, adds nothing and returns False
-        when `estimated_size` would reach `limit`.
+        `tss` and `exps` may each be one value (an int or None) that every row carries. `values` may also
+        be a 1-d numpy array of dtype ``V<w>`` (w > 0): every row's value is its w bytes, no tombstone (a
+        bulk load gathers values of one length that way, without a bytes object per row). The column path
+        of `extend`: no tuple is made per row, and `finish` encodes the columns as they are (the file is
+        the one `add` makes from the same rows, byte for byte). With `limit`, adds nothing and returns
+        False when `estimated_size` would reach `limit`.
 
         Keys must rise strictly (one version per key) for the columns to pass at once; columns that do not
         pass the checks (a key repeated or out of order, a bad key or value, columns of unequal length) go
@@ -243,7 +245,11 @@ class SstWriter:
             return True
         keys = keys if type(keys) is list else list(keys)
         seqs, tss, exps = (_column(c, n) for c in (seqs, tss, exps))
-        values = values if type(values) is list else list(values)
+        if _is_value_array(values):
+            width = values.dtype.itemsize
+            vbytes = width * n
+        else:
+            values = values if type(values) is list else list(values)
         if not len(values) == len(seqs) == len(tss) == len(exps) == n:
             raise ValueError("columns of unequal length")
         last = self._last_key
@@ -254,18 +260,20 @@ class SstWriter:
             and (last is None or keys[0] > last)
             and all(map(bytes.__lt__, keys, keys[1:]))
         )
-        if ok:
+        ok = ok and (self.format_version != FORMAT_V0 or exps.count(None) == n)
+        if ok and type(values) is list:
             kinds = set(map(type, values))
-            ok = kinds <= {bytes, type(None)} and (self.format_version != FORMAT_V0 or exps.count(None) == n)
+            ok = kinds <= {bytes, type(None)}
             if ok and bytes in kinds:
                 ok = max(map(len, filter(None, values)), default=0) <= MAX_VALUE_LEN
+            vbytes = sum(map(len, filter(None, values)))
         if not ok:
             if limit is not None:
                 return False
-            for row in zip(keys, seqs, tss, exps, values, strict=True):
+            for row in zip(keys, seqs, tss, exps, _value_list(values), strict=True):
                 self.add(row)
             return True
-        size = sum(map(len, keys)) + sum(map(len, filter(None, values))) + 33 * n
+        size = sum(map(len, keys)) + vbytes + 33 * n
         if limit is not None and self.estimated_size + size >= limit:
             return False
         if self.rows:  # rows added before stay before: they become columns too
@@ -274,7 +282,16 @@ class SstWriter:
         if self._cols is None:
             self._cols = [keys, seqs, tss, exps, values]  # the caller's lists, never changed here
         else:
-            self._cols = [c + more for c, more in zip(self._cols, (keys, seqs, tss, exps, values), strict=True)]
+            old = self._cols
+            if _is_value_array(values) and _is_value_array(old[4]) and values.dtype == old[4].dtype:
+                import numpy as np
+
+                values = np.concatenate((old[4], values))
+            elif _is_value_array(values) or _is_value_array(old[4]):
+                values = _value_list(old[4]) + _value_list(values)
+            else:
+                values = old[4] + values
+            self._cols = [c + more for c, more in zip(old[:4], (keys, seqs, tss, exps), strict=True)] + [values]
         self.estimated_size += size
         self._last_key = keys[-1]
         self._last_seq = seqs[-1]
@@ -284,7 +301,7 @@ class SstWriter:
         """Turn the rows held as columns into row tuples (before `add` or `extend` adds more)."""
         cols, self._cols = self._cols, None
         if cols is not None:
-            self.rows += zip(*cols, strict=True)
+            self.rows += zip(*cols[:4], _value_list(cols[4]), strict=True)
 
     def __len__(self) -> int:
         return len(self._cols[0]) if self._cols is not None else len(self.rows)
@@ -301,8 +318,12 @@ class SstWriter:
             raise ValueError("an SST needs at least one row")
         n = len(keys)
         key_bytes = sum(map(len, keys))
-        tombstones = values.count(None)
-        value_bytes = sum(map(len, filter(None, values)))
+        if _is_value_array(values):  # values of one length, no tombstone
+            tombstones = 0
+            value_bytes = values.dtype.itemsize * n
+        else:
+            tombstones = values.count(None)
+            value_bytes = sum(map(len, filter(None, values)))
         expiring = n - exps.count(None)
         has_ttl = expiring > 0
         min_exp = max_exp = None
@@ -336,11 +357,12 @@ class SstWriter:
                 ranges = (min_ts, max_ts, min_exp, max_exp, min_seq, max_seq)
                 encoded = self._encode_numpy(columns, codec, tombstones, expiring, ranges)
             if encoded is None:
+                columns = (keys, seqs, tss, exps, _value_list(values))
                 encoded = self._encode_fast(columns, codec, tombstones, expiring)
             chunks, index_parts, offset = encoded
         else:
             if rows is None:
-                rows = list(zip(keys, seqs, tss, exps, values, strict=True))
+                rows = list(zip(keys, seqs, tss, exps, _value_list(values), strict=True))
             chunks, index_parts, offset = self._encode(rows, codec)
         data_size = offset
         index = _seal(U32.pack(len(chunks)) + b"".join(index_parts))
@@ -497,10 +519,16 @@ class SstWriter:
             return None
         import numpy as np
 
-        vals = [b"" if v is None else v for v in values] if tombstones else values
-        vlens = list(map(len, vals))
-        vwidth = vlens[0]
-        fixed_values = vwidth > 0 and vlens.count(vwidth) == n
+        if _is_value_array(values):
+            vals: Any = values
+            vwidth = values.dtype.itemsize
+            vlens: Any = None
+            fixed_values = True
+        else:
+            vals = [b"" if v is None else v for v in values] if tombstones else values
+            vlens = list(map(len, vals))
+            vwidth = vlens[0]
+            fixed_values = vwidth > 0 and vlens.count(vwidth) == n
         ttl = RowFeature.TimeToLive in codec.features
         fields = [("kl", ">u2"), ("k", f"V{width}"), ("f", "u1"), ("ts", ">i8")]
         fields += [("e", ">i8")] if ttl else []
@@ -521,12 +549,13 @@ class SstWriter:
         rec["s"] = _dense(seqs)
         rec["vl"] = vwidth if fixed_values else vlens
         head = 2 + width + codec.attrs.size  # a row's bytes before its value
-        starts_np = np.zeros(n + 1, np.int64)
-        np.cumsum(np.array(vlens, np.int64) + head, out=starts_np[1:])
         if fixed_values:
-            rec["v"] = np.frombuffer(b"".join(vals), f"V{vwidth}")
+            starts_np = np.arange(0, (n + 1) * (head + vwidth), head + vwidth, dtype=np.int64)
+            rec["v"] = vals if vlens is None else np.frombuffer(b"".join(vals), f"V{vwidth}")
             stream = rec.tobytes()
         else:
+            starts_np = np.zeros(n + 1, np.int64)
+            np.cumsum(np.array(vlens, np.int64) + head, out=starts_np[1:])
             row_parts: list = [None] * (2 * n)
             row_parts[0::2] = rec.view(f"V{rec.dtype.itemsize}").tolist()  # bytes, one per row
             row_parts[1::2] = vals
@@ -610,6 +639,26 @@ class SstWriter:
         index_parts.append(INDEX_ENTRY.pack(offset, len(block), num_rows))
         index_parts += (KLEN.pack(len(first)), first, KLEN.pack(len(last)), last)
         return offset + len(block)
+
+
+def _is_value_array(values: Any) -> bool:
+    """True for a numpy array of fixed-width values (dtype ``V<w>``, w > 0), as `extend_columns` takes
+    them (checked without importing numpy)."""
+    dtype = getattr(values, "dtype", None)
+    return (
+        dtype is not None
+        and getattr(values, "ndim", 0) == 1
+        and dtype.kind == "V"
+        and dtype.names is None
+        and 0 < dtype.itemsize <= MAX_VALUE_LEN
+    )
+
+
+def _value_list(values: Any) -> list:
+    """A value column as a list of bytes/None (a fixed-width array's rows become bytes)."""
+    if _is_value_array(values):
+        return values.tolist()
+    return values if type(values) is list else list(values)
 
 
 def _column(col: Sequence | int | None, n: int) -> list:

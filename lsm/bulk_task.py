@@ -79,13 +79,15 @@ class _Watch:
                     del open_[tx]
 
 
-def _plain_columns(task: BulkTask) -> tuple[tuple[list[bytes], Any, list], int, int] | None:
+def _plain_columns(task: BulkTask) -> tuple[tuple[list[bytes], Any, Any], int, int] | None:
     """The output rows of a slice whose records are all plain (`LogSlice.plain`), as columns: ((keys,
     expire_ts, values) sorted by key, records read, user bytes); every row has the task's seq and the
     load's ts, and `expire_ts` is one value for every row or, when some rows are deletes and the load has
-    a TTL, a list (None for a delete). None when the slice is not plain or a record needs one of
-    `resolve_tuples`' checks or errors (a key in the reserved space, a TTL the format cannot hold): the
-    caller then takes the general path, which raises them.
+    a TTL, a list (None for a delete). `values` is a list of bytes (None for a delete) or, when every
+    surviving value has one length (no delete), a numpy array of them (dtype ``V<length>``). None when
+    the slice is not plain or a record needs one of `resolve_tuples`' checks or errors (a key in the
+    reserved space, a TTL the format cannot hold): the caller then takes the general path, which raises
+    them.
 
     The same rows as the general path: the last record of a key wins, a delete is a tombstone, a value
     gets `default_ttl` from the load's ts. Keys and values are copied out of the slice's bytes once,
@@ -109,9 +111,17 @@ def _plain_columns(task: BulkTask) -> tuple[tuple[list[bytes], Any, list], int, 
     at, keys = _last_per_key(buf, kstarts, kends, klens)
     if keys[-1] >= SYSTEM_PREFIX:
         return None
-    values: list = list(map(buf.__getitem__, map(slice, vstarts[at].tolist(), vends[at].tolist())))
     exps: Any = exp
     gone = dele[at]
+    vs = vstarts[at]
+    vlens = vends[at] - vs
+    width = int(vlens[0])
+    if 0 < width and not gone.any() and bool((vlens == width).all()):
+        # values of one length: gathered into one array of `width`-byte items (SstWriter.extend_columns
+        # takes it), through a view of `buf` as overlapping windows: no bytes object per value
+        windows = np.ndarray((len(buf) - width + 1,), f"V{width}", buf, 0, (1,))
+        return (keys, exps, windows[vs]), n, nbytes
+    values: list = list(map(buf.__getitem__, map(slice, vs.tolist(), vends[at].tolist())))
     if gone.any():
         values = [None if d else v for d, v in zip(gone.tolist(), values, strict=True)]
         if exp is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -81,9 +82,17 @@ def _by_rows(path: str, rows: list[tuple], **kw) -> bytes:
     return _read(path)
 
 
+def _value_array(values: list) -> object:
+    """`values` as `extend_columns` also takes them when they have one length (w > 0, no tombstone): a
+    numpy array of dtype V<w>; else `values` itself."""
+    if None in values or len(set(map(len, values))) != 1 or not values[0]:
+        return values
+    return np.frombuffer(b"".join(values), f"V{len(values[0])}")
+
+
 def _by_columns(path: str, rows: list[tuple], cuts: list[int], scalars: bool, **kw) -> bytes:
     """`rows` through `extend_columns`, in pieces cut at `cuts`; a column of one value passed as that
-    value when `scalars`."""
+    value, and values of one length as a numpy array, when `scalars`."""
     w = SstWriter(path, sync=False, **kw)
     bounds = [0, *sorted(set(cuts)), len(rows)]
     for a, b in zip(bounds, bounds[1:], strict=False):
@@ -93,7 +102,7 @@ def _by_columns(path: str, rows: list[tuple], cuts: list[int], scalars: bool, **
         cols = []
         for c in (seqs, tss, exps):
             cols.append(c[0] if scalars and c.count(c[0]) == len(c) else c)
-        assert w.extend_columns(keys, cols[0], cols[1], cols[2], values)
+        assert w.extend_columns(keys, cols[0], cols[1], cols[2], _value_array(values) if scalars else values)
     w.finish()
     return _read(path)
 
@@ -149,6 +158,7 @@ def test_output_columns_cut_the_files_rows_cut(monkeypatch, data, target, scalar
                 keys, seqs, tss, exps, values = (list(c) for c in zip(*rows, strict=True))
                 if scalars:
                     seqs, tss, exps = (c[0] if c.count(c[0]) == len(c) else c for c in (seqs, tss, exps))
+                    values = _value_array(values)
                 outputs = out.write_columns(keys, seqs, tss, exps, values)
             got[how] = [(name, info, _read(os.path.join(d, how, name))) for name, info in outputs]
         assert got["cols"] == got["rows"]
@@ -166,13 +176,20 @@ def test_extend_columns_with_a_limit_adds_nothing_when_the_rows_would_reach_it(t
     assert w.finish().num_rows == 10
 
 
-def test_rows_and_columns_mixed_keep_their_order(tmp_path):
-    rows = [(b"k%03d" % i, 9 - i % 3, TS0, None if i % 2 else TS0 + i, b"v%d" % i) for i in range(12)]
+@pytest.mark.parametrize("arrays", ["", "aa", "al", "la"])
+def test_rows_and_columns_mixed_keep_their_order(tmp_path, arrays):
+    """`add`, `extend` and `extend_columns` (values as lists or arrays, `arrays` says which of the two
+    column calls gets an array) in one writer: the rows in the order they were added."""
+    rows = [(b"k%03d" % i, 9 - i % 3, TS0, None if i % 2 else TS0 + i, b"v%02d" % i) for i in range(16)]
     w = SstWriter(tmp_path / "mixed.sst", sync=False)
     w.add(rows[0])
-    w.extend_columns(*(list(c) for c in zip(*rows[1:6], strict=True)))
-    w.extend(rows[6:8])
-    w.extend_columns(*(list(c) for c in zip(*rows[8:], strict=True)))
+    w.extend_columns(*(list(c) for c in zip(*rows[1:4], strict=True)))
+    w.extend(rows[4:6])
+    for k, (a, b) in enumerate([(6, 10), (10, 16)]):
+        keys, seqs, tss, exps, values = (list(c) for c in zip(*rows[a:b], strict=True))
+        if arrays[k : k + 1] == "a":
+            values = _value_array(values)
+        w.extend_columns(keys, seqs, tss, exps, values)
     w.finish()
     assert _read(tmp_path / "mixed.sst") == _by_rows(str(tmp_path / "rows.sst"), rows)
 
@@ -216,7 +233,7 @@ def test_numbers_out_of_their_fields_fail_as_on_the_row_path(tmp_path, monkeypat
         assert type(e.value).__name__ == "error"  # struct.error, from _encode_fast on both paths
 
 
-@pytest.mark.parametrize("values", ["fixed", "varied", "tombstones"])
+@pytest.mark.parametrize("values", ["fixed", "array", "varied", "tombstones"])
 def test_a_bulk_shaped_sst_takes_the_numpy_encoder(tmp_path, monkeypatch, values):
     """Keys of one length and 600 rows (over `_NUMPY_MIN_ROWS`): the numpy encoder writes the file, and
     it is the one the row path writes without it."""
@@ -224,6 +241,7 @@ def test_a_bulk_shaped_sst_takes_the_numpy_encoder(tmp_path, monkeypatch, values
     keys = [b"%016d" % (i * 7) for i in range(n)]
     vals: list = {
         "fixed": [b"%0100d" % i for i in range(n)],
+        "array": [b"%0100d" % i for i in range(n)],
         "varied": [b"v" * (i % 37) for i in range(n)],
         "tombstones": [None if i % 5 == 0 else b"%0100d" % i for i in range(n)],
     }[values]
@@ -238,7 +256,7 @@ def test_a_bulk_shaped_sst_takes_the_numpy_encoder(tmp_path, monkeypatch, values
 
     monkeypatch.setattr(SstWriter, "_encode_numpy", spy)
     w = SstWriter(tmp_path / "cols.sst", sync=False)
-    assert w.extend_columns(keys, 42, TS0, exps, vals)
+    assert w.extend_columns(keys, 42, TS0, exps, _value_array(vals) if values == "array" else vals)
     w.finish()
     assert taken == [True]
     monkeypatch.setattr(sst_mod, "_NUMPY_MIN_ROWS", 10**9)

@@ -90,6 +90,8 @@ def test_column_rows_equal_the_record_path_rows(tmp_path_factory, recs) -> None:
     (keys, exps, values), count, nbytes = bulk_task._plain_columns(task)
     if exps is None or isinstance(exps, int):
         exps = [exps] * len(keys)
+    if not isinstance(values, list):  # values of one length: a numpy array of V<length> items
+        values = values.tolist()
     rows = [(k, 7, 1000, e, v) for k, e, v in zip(keys, exps, values, strict=True)]
     resolved, want_bytes = bulk_task.resolve_tuples(sl, (t for r, _ in sl.runs() for t in r), 1000, "commit", None, False)
     assert rows == [(k, 7, 1000, e, v) for k, (_k, e, v) in sorted(resolved.items())]

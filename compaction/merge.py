@@ -603,6 +603,51 @@ class SstOutput:
             raise
         return self.outputs
 
+    def write_columns(
+        self,
+        keys: Sequence[bytes],
+        seqs: Sequence[int | None] | int | None,
+        tss: Sequence[int | None] | int | None,
+        exps: Sequence[int | None] | int | None,
+        values: Sequence[bytes | None] | Any,
+    ) -> list[tuple[str, SsTableInfo]]:
+        """`write` for rows given as columns (sorted; `seqs`, `tss`, `exps` may each be one value for
+        every row, `values` a numpy array of fixed-width values, as `SstWriter.extend_columns` takes
+        them): the cuts between files are found on the running `estimated_size` of the rows, and each
+        file's columns go in with one `SstWriter.extend_columns`, so the files are the ones `write` makes
+        from the same rows, with no tuple per row."""
+        n = len(keys)
+        keys = keys if type(keys) is list else list(keys)
+        cols = [c if c is None or isinstance(c, int) else list(c) for c in (seqs, tss, exps)]
+        target = self.spec.target_bytes
+        # ends[i]: `estimated_size` of a writer holding rows [0, i) (SstWriter counts key + value + 33)
+        if getattr(values, "dtype", None) is not None:  # a numpy array of fixed-width values
+            vlens: Iterable[int] = itertools.repeat(values.dtype.itemsize, n)
+        else:
+            values = values if type(values) is list else list(values)
+            vlens = map(len, values) if None not in values else [0 if v is None else len(v) for v in values]
+        sizes = map(operator.add, map(len, keys), vlens)
+        ends = list(map(operator.add, itertools.accumulate(sizes, initial=0), range(0, 33 * (n + 1), 33)))
+        try:
+            i = 0
+            while i < n:
+                j = n
+                if target is not None:
+                    # `write` starts a new file before the first row that finds the writer at the target
+                    # size, unless that row continues the key before it
+                    j = bisect.bisect_left(ends, ends[i] + target, i + 1, n)
+                    while j < n and keys[j] == keys[j - 1]:
+                        j += 1
+                name, w = self._new_writer()
+                part = [c if c is None or isinstance(c, int) else c[i:j] for c in cols]
+                w.extend_columns(keys[i:j], part[0], part[1], part[2], values[i:j])
+                self._finish(name, w)
+                i = j
+        except BaseException:
+            self.remove_outputs()
+            raise
+        return self.outputs
+
     def remove_outputs(self) -> None:
         """Delete files this output wrote (after a failure): nothing partial is left behind."""
         for name, _ in self.outputs:

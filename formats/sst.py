@@ -83,12 +83,16 @@ from formats.sst_layout import (
     BlockCache,
     BlockHandle,
     SsTableInfo,
+    _compress,
     _seal,
+    _xxh3,
 )
 from formats.sst_reader import ROW_INDEX_BYTES, SstReader
 
 # the row layouts this engine writes (flags, ts, [expire_ts,] seq): `SstWriter._encode_fast` packs them
 _FAST_LAYOUTS = (features_for(False), features_for(True))
+_NUMPY_MIN_ROWS = 512  # from this many rows of one key length, `SstWriter._encode_numpy` encodes them
+I64_MIN, I64_MAX, U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
 
 class SstWriter:
@@ -125,6 +129,11 @@ class SstWriter:
         self.compression = COMPRESSION_CODES[compression]
         self.sync = sync
         self.rows: list[tuple] = []
+        # rows added by `extend_columns` stay columns (keys, seqs, tss, exps, values) until `finish`; rows
+        # added by `add`/`extend` go to `rows`. Only one of the two holds rows at a time (a call of the
+        # other kind converts them), so the order rows were added in is the order they are written in.
+        self._cols: list[list] | None = None
+        self._distinct = True  # no key was added twice (older versions go through `add`)
         self.estimated_size = 0
         self._last_key: bytes | None = None
         self._last_seq: int | None = None
@@ -132,6 +141,8 @@ class SstWriter:
     def add(self, row: Sequence) -> None:
         """Add one row ``(key, seq, ts, expire_ts, value)``; raises ValueError when out of order."""
         key, seq, _ts, expire_ts, value = row
+        if self._cols is not None:
+            self._rows_from_columns()
         last = self._last_key
         # the fast path: every check of the slow path below, in one expression of plain comparisons
         if (
@@ -154,6 +165,7 @@ class SstWriter:
                 raise ValueError(
                     f"rows must be added in key order (and seq descending within a key): {key!r} after {last!r}"
                 )
+            self._distinct = False
         if value is not None:
             check_value(value)
         if self.format_version == FORMAT_V0 and expire_ts is not None:
@@ -172,6 +184,8 @@ class SstWriter:
         not 5-tuples) goes through `add` row by row, with its errors. Returns True when added."""
         if not rows:
             return True
+        if self._cols is not None:
+            self._rows_from_columns()
         n = len(rows)
         try:
             keys, seqs, _tss, exps, values = zip(*rows, strict=True)
@@ -206,19 +220,110 @@ class SstWriter:
         self._last_seq = seqs[-1]
         return True
 
+    def extend_columns(
+        self,
+        keys: Sequence[bytes],
+        seqs: Sequence[int | None] | int | None,
+        tss: Sequence[int | None] | int | None,
+        exps: Sequence[int | None] | int | None,
+        values: Sequence[bytes | None] | Any,
+        limit: int | None = None,
+    ) -> bool:
+        """Add rows given as columns: row i is ``(keys[i], seqs[i], tss[i], exps[i], values[i])``; `seqs`,
+        `tss` and `exps` may each be one value (an int or None) that every row carries. `values` may also
+        be a 1-d numpy array of dtype ``V<w>`` (w > 0): every row's value is its w bytes, no tombstone (a
+        bulk load gathers values of one length that way, without a bytes object per row). The column path
+        of `extend`: no tuple is made per row, and `finish` encodes the columns as they are (the file is
+        the one `add` makes from the same rows, byte for byte). With `limit`, adds nothing and returns
+        False when `estimated_size` would reach `limit`.
+
+        Keys must rise strictly (one version per key) for the columns to pass at once; columns that do not
+        pass the checks (a key repeated or out of order, a bad key or value, columns of unequal length) go
+        through `add` row by row, with its errors. Returns True when added."""
+        n = len(keys)
+        if n == 0:
+            return True
+        keys = keys if type(keys) is list else list(keys)
+        seqs, tss, exps = (_column(c, n) for c in (seqs, tss, exps))
+        if _is_value_array(values):
+            width = values.dtype.itemsize
+            vbytes = width * n
+        else:
+            values = values if type(values) is list else list(values)
+        if not len(values) == len(seqs) == len(tss) == len(exps) == n:
+            raise ValueError("columns of unequal length")
+        last = self._last_key
+        ok = (
+            set(map(type, keys)) == {bytes}
+            and 0 < min(map(len, keys))
+            and max(map(len, keys)) <= MAX_KEY_LEN
+            and (last is None or keys[0] > last)
+            and all(map(bytes.__lt__, keys, keys[1:]))
+        )
+        ok = ok and (self.format_version != FORMAT_V0 or exps.count(None) == n)
+        if ok and type(values) is list:
+            kinds = set(map(type, values))
+            ok = kinds <= {bytes, type(None)}
+            if ok and bytes in kinds:
+                ok = max(map(len, filter(None, values)), default=0) <= MAX_VALUE_LEN
+            vbytes = sum(map(len, filter(None, values)))
+        if not ok:
+            if limit is not None:
+                return False
+            for row in zip(keys, seqs, tss, exps, _value_list(values), strict=True):
+                self.add(row)
+            return True
+        size = sum(map(len, keys)) + vbytes + 33 * n
+        if limit is not None and self.estimated_size + size >= limit:
+            return False
+        if self.rows:  # rows added before stay before: they become columns too
+            self._cols = [list(c) for c in zip(*self.rows, strict=True)]
+            self.rows = []
+        if self._cols is None:
+            self._cols = [keys, seqs, tss, exps, values]  # the caller's lists, never changed here
+        else:
+            old = self._cols
+            if _is_value_array(values) and _is_value_array(old[4]) and values.dtype == old[4].dtype:
+                import numpy as np
+
+                values = np.concatenate((old[4], values))
+            elif _is_value_array(values) or _is_value_array(old[4]):
+                values = _value_list(old[4]) + _value_list(values)
+            else:
+                values = old[4] + values
+            self._cols = [c + more for c, more in zip(old[:4], (keys, seqs, tss, exps), strict=True)] + [values]
+        self.estimated_size += size
+        self._last_key = keys[-1]
+        self._last_seq = seqs[-1]
+        return True
+
+    def _rows_from_columns(self) -> None:
+        """Turn the rows held as columns into row tuples (before `add` or `extend` adds more)."""
+        cols, self._cols = self._cols, None
+        if cols is not None:
+            self.rows += zip(*cols[:4], _value_list(cols[4]), strict=True)
+
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._cols[0]) if self._cols is not None else len(self.rows)
 
     def finish(self) -> SsTableInfo:
         """Encode, write and fsync the file; return its metadata. Raises ValueError when empty."""
-        rows = self.rows
-        if not rows:
+        rows: list[tuple] | None = self.rows
+        if self._cols is not None:  # added as columns: encoded as columns, no row tuples
+            keys, seqs, tss, exps, values = self._cols
+            rows = None
+        elif rows:
+            keys, seqs, tss, exps, values = zip(*rows, strict=True)  # columns: the statistics run at C speed
+        else:
             raise ValueError("an SST needs at least one row")
-        n = len(rows)
-        keys, seqs, tss, exps, values = zip(*rows, strict=True)  # columns: the statistics below run at C speed
+        n = len(keys)
         key_bytes = sum(map(len, keys))
-        tombstones = values.count(None)
-        value_bytes = sum(map(len, filter(None, values)))
+        if _is_value_array(values):  # values of one length, no tombstone
+            tombstones = 0
+            value_bytes = values.dtype.itemsize * n
+        else:
+            tombstones = values.count(None)
+            value_bytes = sum(map(len, filter(None, values)))
         expiring = n - exps.count(None)
         has_ttl = expiring > 0
         min_exp = max_exp = None
@@ -247,12 +352,21 @@ class SstWriter:
         codec = codec_for(self.format_version, features)
         if codec.features in _FAST_LAYOUTS:
             columns = (keys, seqs, tss, exps, values)
-            chunks, index_parts, offset = self._encode_fast(columns, codec, tombstones, expiring)
+            encoded = None
+            if n >= _NUMPY_MIN_ROWS and len(keys[0]) * n == key_bytes:  # keys of one length, perhaps
+                ranges = (min_ts, max_ts, min_exp, max_exp, min_seq, max_seq)
+                encoded = self._encode_numpy(columns, codec, tombstones, expiring, ranges)
+            if encoded is None:
+                columns = (keys, seqs, tss, exps, _value_list(values))
+                encoded = self._encode_fast(columns, codec, tombstones, expiring)
+            chunks, index_parts, offset = encoded
         else:
+            if rows is None:
+                rows = list(zip(keys, seqs, tss, exps, _value_list(values), strict=True))
             chunks, index_parts, offset = self._encode(rows, codec)
         data_size = offset
         index = _seal(U32.pack(len(chunks)) + b"".join(index_parts))
-        filt = _seal(bloom.build(_distinct_keys(keys), self.bloom_bits_per_key))
+        filt = _seal(bloom.build(keys if self._distinct else _distinct_keys(keys), self.bloom_bits_per_key))
         info = SsTableInfo(
             format_version=self.format_version,
             row_features=tuple(int(f) for f in features),
@@ -302,6 +416,7 @@ class SstWriter:
                 pass
             raise
         self.rows = []
+        self._cols = None
         return dataclasses.replace(info, file_size=file_size)
 
     def _encode(self, rows: list[tuple], codec: RowCodec) -> tuple[list[bytes], list[bytes], int]:
@@ -375,6 +490,121 @@ class SstWriter:
             i = j
         return chunks, index_parts, offset
 
+    def _encode_numpy(
+        self,
+        columns: tuple[Sequence, ...],
+        codec: RowCodec,
+        tombstones: int,
+        expiring: int,
+        ranges: tuple[int | None, ...],
+    ) -> tuple[list[bytes], list[bytes], int] | None:
+        """`_encode_fast` for keys of one length, with numpy: every row's ``key_len | key | attrs |
+        value_len`` is one record of a packed structured array (filled a column at a time; a column of one
+        value is filled by broadcasting), and when every value has one length too the value is a field of
+        it, so the whole row stream is one buffer and a block is a slice of it. Otherwise the fixed parts
+        come out as one bytes object per row (one C call), interleaved with the values. None when the
+        columns do not fit (keys of several lengths, a number out of its field's range): the caller then
+        takes `_encode_fast`, which writes the same bytes or raises its error."""
+        keys, seqs, tss, exps, values = columns
+        n = len(keys)
+        width = len(keys[0])
+        klens = list(map(len, keys))
+        min_ts, max_ts, min_exp, max_exp, min_seq, max_seq = ranges
+        if (
+            klens.count(width) != n
+            or not (I64_MIN <= min_ts and max_ts <= I64_MAX)  # type: ignore[operator]
+            or not (0 <= min_seq and max_seq <= U64_MAX)  # type: ignore[operator]
+            or (expiring and not (I64_MIN <= min_exp and max_exp <= I64_MAX))  # type: ignore[operator]
+        ):
+            return None
+        import numpy as np
+
+        if _is_value_array(values):
+            vals: Any = values
+            vwidth = values.dtype.itemsize
+            vlens: Any = None
+            fixed_values = True
+        else:
+            vals = [b"" if v is None else v for v in values] if tombstones else values
+            vlens = list(map(len, vals))
+            vwidth = vlens[0]
+            fixed_values = vwidth > 0 and vlens.count(vwidth) == n
+        ttl = RowFeature.TimeToLive in codec.features
+        fields = [("kl", ">u2"), ("k", f"V{width}"), ("f", "u1"), ("ts", ">i8")]
+        fields += [("e", ">i8")] if ttl else []
+        fields += [("s", ">u8"), ("vl", ">u4")]
+        fields += [("v", f"V{vwidth}")] if fixed_values else []
+        rec = np.empty(n, np.dtype(fields))  # packed: no alignment padding
+        rec["kl"] = width
+        rec["k"] = np.frombuffer(b"".join(keys), f"V{width}")
+        flags = np.zeros(n, np.uint8)
+        if tombstones:
+            flags |= np.fromiter(map(operator.is_, values, itertools.repeat(None)), np.bool_, n)
+        if ttl:
+            has_exp = np.fromiter(map(operator.is_not, exps, itertools.repeat(None)), np.bool_, n)
+            flags |= has_exp.view(np.uint8) << 1
+            rec["e"] = _dense(exps, 0) if expiring < n else _dense(exps)
+        rec["f"] = flags
+        rec["ts"] = _dense(tss)
+        rec["s"] = _dense(seqs)
+        rec["vl"] = vwidth if fixed_values else vlens
+        head = 2 + width + codec.attrs.size  # a row's bytes before its value
+        if fixed_values:
+            starts_np = np.arange(0, (n + 1) * (head + vwidth), head + vwidth, dtype=np.int64)
+            rec["v"] = vals if vlens is None else np.frombuffer(b"".join(vals), f"V{vwidth}")
+            stream = rec.tobytes()
+        else:
+            starts_np = np.zeros(n + 1, np.int64)
+            np.cumsum(np.array(vlens, np.int64) + head, out=starts_np[1:])
+            row_parts: list = [None] * (2 * n)
+            row_parts[0::2] = rec.view(f"V{rec.dtype.itemsize}").tolist()  # bytes, one per row
+            row_parts[1::2] = vals
+            stream = b"".join(row_parts)
+            del row_parts
+        return self._blocks_of_stream(memoryview(stream), starts_np, keys)
+
+    def _blocks_of_stream(self, stream: memoryview, starts_np: Any, keys: Sequence[bytes]) -> tuple[list, list, int]:
+        """The data blocks of a row stream (`stream`: every row encoded, in order; row i at `starts_np[i]`,
+        its end at `starts_np[n]`), cut as `_encode` cuts them: (sealed blocks, index entries, data size).
+        The row offset arrays of all blocks are computed at once, so a block costs a few calls, not a
+        call per row."""
+        import numpy as np
+
+        n = len(keys)
+        starts = starts_np.tolist()
+        block_bytes = self.block_bytes
+        cuts = [0]
+        i = 0
+        while i < n:
+            # rows are added while the block is under block_bytes, then until the key changes
+            j = bisect.bisect_left(starts, starts[i] + block_bytes, i + 1, n)
+            while j < n and keys[j] == keys[j - 1]:
+                j += 1
+            cuts.append(j)
+            i = j
+        at = np.array(cuts, np.int64)
+        counts = np.diff(at)
+        rel = starts_np[:n] - np.repeat(starts_np[at[:-1]], counts)  # each row's offset in its block
+        # each block's tail: its rows' offsets, then its row count
+        tails = memoryview(np.insert(rel, at[1:], counts).astype(">u4").tobytes())
+        code = self.compression
+        code_byte = bytes((code,))
+        pack_q = struct.Struct(">Q").pack
+        entry, klen = INDEX_ENTRY.pack, KLEN.pack
+        chunks: list[bytes] = []
+        index_parts: list[bytes] = []
+        offset = 0
+        for b in range(len(cuts) - 1):
+            i, j = cuts[b], cuts[b + 1]
+            payload = b"".join((stream[starts[i] : starts[j]], tails[4 * (i + b) : 4 * (j + b + 1)]))
+            stored = b"".join((_compress(payload, code), code_byte))
+            chunks.append(stored + pack_q(_xxh3(stored)))  # as `_seal` seals it
+            size = len(stored) + 8
+            first, last = keys[i], keys[j - 1]
+            index_parts += (entry(offset, size, j - i), klen(len(first)), first, klen(len(last)), last)
+            offset += size
+        return chunks, index_parts, offset
+
     def _add_block(
         self,
         parts: list,
@@ -387,12 +617,66 @@ class SstWriter:
     ) -> int:
         """Seal one data block (rows, then the offset array and count), append it and its index entry;
         return the offset after it."""
-        parts.append(struct.pack(f">{len(offsets) + 1}I", *offsets, len(offsets)))
+        tail = struct.pack(f">{len(offsets) + 1}I", *offsets, len(offsets))
+        return self._seal_block(parts, tail, len(offsets), first, last, chunks, index_parts, offset)
+
+    def _seal_block(
+        self,
+        parts: list,
+        tail: bytes,
+        num_rows: int,
+        first: bytes,
+        last: bytes,
+        chunks: list[bytes],
+        index_parts: list[bytes],
+        offset: int,
+    ) -> int:
+        """Seal one data block from its rows' bytes (`parts`, bytes-like) and `tail` (the packed offset
+        array and count); append it and its index entry; return the offset after it."""
+        parts.append(tail)
         block = _seal(b"".join(parts), self.compression)
         chunks.append(block)
-        index_parts.append(INDEX_ENTRY.pack(offset, len(block), len(offsets)))
+        index_parts.append(INDEX_ENTRY.pack(offset, len(block), num_rows))
         index_parts += (KLEN.pack(len(first)), first, KLEN.pack(len(last)), last)
         return offset + len(block)
+
+
+def _is_value_array(values: Any) -> bool:
+    """True for a numpy array of fixed-width values (dtype ``V<w>``, w > 0), as `extend_columns` takes
+    them (checked without importing numpy)."""
+    dtype = getattr(values, "dtype", None)
+    return (
+        dtype is not None
+        and getattr(values, "ndim", 0) == 1
+        and dtype.kind == "V"
+        and dtype.names is None
+        and 0 < dtype.itemsize <= MAX_VALUE_LEN
+    )
+
+
+def _value_list(values: Any) -> list:
+    """A value column as a list of bytes/None (a fixed-width array's rows become bytes)."""
+    if _is_value_array(values):
+        return values.tolist()
+    return values if type(values) is list else list(values)
+
+
+def _column(col: Sequence | int | None, n: int) -> list:
+    """A column as a list: `col` itself when it is a list, one value repeated when it is an int or None."""
+    if col is None or isinstance(col, int):
+        return [col] * n
+    return col if type(col) is list else list(col)
+
+
+def _dense(col: list, none: int | None = None) -> Any:
+    """A numeric column for numpy: its one value when every row has the same (list.count is a C loop of
+    identity checks for a column of one object), else the list, None replaced by `none` when given."""
+    first = col[0]
+    if col.count(first) == len(col) and (first is not None or none is not None):
+        return none if first is None else first
+    if none is not None:
+        return [none if x is None else x for x in col]
+    return col
 
 
 def _distinct_keys(keys: Sequence[bytes]) -> list[bytes]:

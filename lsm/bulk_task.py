@@ -79,21 +79,25 @@ class _Watch:
                     del open_[tx]
 
 
-def _plain_rows(task: BulkTask) -> tuple[list[tuple], int, int] | None:
-    """The output rows of a slice whose records are all plain (`LogSlice.plain`), column by column: (rows
-    sorted by key, records read, user bytes). None when the slice is not plain or a record needs one of
-    `resolve_tuples`' checks or errors (a key in the reserved space, a TTL the format cannot hold): the
-    caller then takes the general path, which raises them.
+def _plain_columns(task: BulkTask) -> tuple[tuple[list[bytes], Any, Any], int, int] | None:
+    """The output rows of a slice whose records are all plain (`LogSlice.plain`), as columns: ((keys,
+    expire_ts, values) sorted by key, records read, user bytes); every row has the task's seq and the
+    load's ts, and `expire_ts` is one value for every row or, when some rows are deletes and the load has
+    a TTL, a list (None for a delete). `values` is a list of bytes (None for a delete) or, when every
+    surviving value has one length (no delete), a numpy array of them (dtype ``V<length>``). None when
+    the slice is not plain or a record needs one of `resolve_tuples`' checks or errors (a key in the
+    reserved space, a TTL the format cannot hold): the caller then takes the general path, which raises
+    them.
 
     The same rows as the general path: the last record of a key wins, a delete is a tombstone, a value
     gets `default_ttl` from the load's ts. Keys and values are copied out of the slice's bytes once,
-    the survivors only, in key order (so the rows the SST writer walks lie in memory in that order)."""
+    the survivors only, in key order; no tuple is made per row (`SstOutput.write_columns` takes them)."""
     sl = task.slice
     cols = sl.plain() if isinstance(sl, LogSlice) else None
     if cols is None:
         return None
     buf, kstarts, kends, vstarts, vends = cols
-    ts, seq = task.ts, task.seq
+    ts = task.ts
     exp = None
     ttl = task.default_ttl
     if ttl is not None and ttl is not NO_TTL:
@@ -107,15 +111,22 @@ def _plain_rows(task: BulkTask) -> tuple[list[tuple], int, int] | None:
     at, keys = _last_per_key(buf, kstarts, kends, klens)
     if keys[-1] >= SYSTEM_PREFIX:
         return None
-    values: list = list(map(buf.__getitem__, map(slice, vstarts[at].tolist(), vends[at].tolist())))
-    exps: Any = itertools.repeat(exp)
+    exps: Any = exp
     gone = dele[at]
+    vs = vstarts[at]
+    vlens = vends[at] - vs
+    width = int(vlens[0])
+    if 0 < width and not gone.any() and bool((vlens == width).all()):
+        # values of one length: gathered into one array of `width`-byte items (SstWriter.extend_columns
+        # takes it), through a view of `buf` as overlapping windows: no bytes object per value
+        windows = np.ndarray((len(buf) - width + 1,), f"V{width}", buf, 0, (1,))
+        return (keys, exps, windows[vs]), n, nbytes
+    values: list = list(map(buf.__getitem__, map(slice, vs.tolist(), vends[at].tolist())))
     if gone.any():
         values = [None if d else v for d, v in zip(gone.tolist(), values, strict=True)]
         if exp is not None:
             exps = [None if d else exp for d in gone.tolist()]
-    rows = list(zip(keys, itertools.repeat(seq), itertools.repeat(ts), exps, values))
-    return rows, n, nbytes
+    return (keys, exps, values), n, nbytes
 
 
 def _last_per_key(buf: bytes, kstarts: Any, kends: Any, klens: Any) -> tuple[Any, list[bytes]]:
@@ -144,9 +155,11 @@ def run_task(task: BulkTask) -> dict[str, Any]:
         task.output, prefix=f"{task.output.prefix}-t{task.index:04d}-{uuid.uuid4().hex[:8]}"
     )
     seq, ts = task.seq, task.ts
-    plain = _plain_rows(task)
+    plain = _plain_columns(task)
     if plain is not None:
-        out, count, nbytes = plain
+        (keys, exps, values), count, nbytes = plain
+        outputs = SstOutput(spec, ts).write_columns(keys, seq, ts, exps, values)
+        del keys, values
         episodes: list[list] = []
     else:
         watch = _Watch(task.slice)
@@ -157,7 +170,7 @@ def run_task(task: BulkTask) -> dict[str, Any]:
         out = [(key, seq, ts, exp, value) for key, (_k, exp, value) in sorted(rows.items())]
         del rows
         count, episodes = watch.count, watch.episodes
-    outputs = SstOutput(spec, ts).write(out)
+        outputs = SstOutput(spec, ts).write(out)
     return {
         "index": task.index,
         "outputs": [(name, info.to_dict()) for name, info in outputs],

@@ -1,4 +1,4 @@
-"""The bulk load's column path (`LogSlice.plain`, `lsm.bulk_task._plain_rows`): slices of plain records (a key
+"""The bulk load's column path (`LogSlice.plain`, `lsm.bulk_task._plain_columns`): slices of plain records (a key
 and a value or a delete, no TTL, event time or transaction) resolved with numpy and `dict`, against the
 general record path and streaming ingest; and the driver's plan from the record headers alone
 (`PartitionedLog.plan_end`), with damaged payloads still caught by the task that reads them."""
@@ -41,20 +41,20 @@ def test_plain_slices_load_like_streaming_and_like_the_record_path(tmp_path, mon
     write_plain(log, seed=len(keys), n=2500, keys=keys)
     want = load(str(tmp_path / "stream"), log, "stream")
     calls: list[object] = []
-    real = bulk_task._plain_rows
+    real = bulk_task._plain_columns
 
     def spy(task):
         out = real(task)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(bulk_task, "_plain_rows", spy)
+    monkeypatch.setattr(bulk_task, "_plain_columns", spy)
     kw = {"default_ttl": default_ttl}
     if default_ttl is not None:
         want = load_with(str(tmp_path / "stream-ttl"), log, "stream", **kw)
     got = load_with(str(tmp_path / "plain"), log, "local", tasks=4, **kw)
     assert calls and all(calls)  # every slice went the column way
-    monkeypatch.setattr(bulk_task, "_plain_rows", lambda task: None)
+    monkeypatch.setattr(bulk_task, "_plain_columns", lambda task: None)
     general = load_with(str(tmp_path / "general"), log, "local", tasks=4, **kw)
     assert got == general == want
     assert len(want["rows"]) > 20
@@ -87,7 +87,12 @@ def test_column_rows_equal_the_record_path_rows(tmp_path_factory, recs) -> None:
     source = PartitionedLog(log)
     (sl,) = cut_slices(source, 0, 0, len(recs), len(recs))
     task = bulk_task.BulkTask(0, sl, 7, 1000, "commit", None, False, None)
-    rows, count, nbytes = bulk_task._plain_rows(task)
+    (keys, exps, values), count, nbytes = bulk_task._plain_columns(task)
+    if exps is None or isinstance(exps, int):
+        exps = [exps] * len(keys)
+    if not isinstance(values, list):  # values of one length: a numpy array of V<length> items
+        values = values.tolist()
+    rows = [(k, 7, 1000, e, v) for k, e, v in zip(keys, exps, values, strict=True)]
     resolved, want_bytes = bulk_task.resolve_tuples(sl, (t for r, _ in sl.runs() for t in r), 1000, "commit", None, False)
     assert rows == [(k, 7, 1000, e, v) for k, (_k, e, v) in sorted(resolved.items())]
     assert (count, nbytes) == (len(recs), want_bytes)
@@ -100,7 +105,7 @@ def test_a_slice_with_any_other_record_takes_the_record_path(tmp_path) -> None:
         w.append(0, b"b", b"2", ttl=5)
     (sl,) = cut_slices(PartitionedLog(log), 0, 0, 2, 2)
     assert sl.plain() is None
-    assert bulk_task._plain_rows(bulk_task.BulkTask(0, sl, 1, 1, "commit", None, False, None)) is None
+    assert bulk_task._plain_columns(bulk_task.BulkTask(0, sl, 1, 1, "commit", None, False, None)) is None
 
 
 def test_a_reserved_key_is_refused_as_by_streaming(tmp_path) -> None:

@@ -138,15 +138,30 @@ def _last_per_key(buf: bytes, kstarts: Any, kends: Any, klens: Any) -> tuple[Any
     width = int(klens[0])
     if bool((klens == width).all()):
         k = np.frombuffer(buf, np.uint8)[kstarts[:, None] + np.arange(width)]
-        fixed = k.view(f"S{width}").ravel()
-        # np.unique keeps the first of equal keys: reversed, that is each key's last record
-        _, first = np.unique(fixed[::-1], return_index=True)
-        at = (n - 1) - first
-        return at, fixed[at].view(f"V{width}").tolist()  # V: the exact bytes (S would drop trailing NULs)
+        at = _last_of_equal(k)
+        return at, k[at].view(f"V{width}").ravel().tolist()  # V: the exact bytes
     keys = list(map(buf.__getitem__, map(slice, kstarts.tolist(), kends.tolist())))
     last = dict(zip(keys, range(n), strict=True))  # the last record of a key wins
     order = sorted(last)
     return np.array(list(map(last.__getitem__, order)), np.int64), order
+
+
+def _last_of_equal(k: Any) -> Any:
+    """For keys of one length given as the rows of a 2-d uint8 array (in record order): the index of the
+    last row of each distinct key, in key order. The keys are sorted as big-endian 64-bit words (zero
+    padded: equal lengths keep bytewise order), a stable integer sort per word (`np.lexsort`), about
+    twice as fast as sorting them as byte strings."""
+    n, width = k.shape
+    pad = -width % 8
+    if pad:
+        k = np.concatenate((k, np.zeros((n, pad), np.uint8)), axis=1)
+    words = np.ascontiguousarray(k).view(">u8")
+    order = np.lexsort(words.T[::-1])  # the last word given is the primary one; stable: record order kept
+    s = words[order]
+    last = np.empty(n, bool)  # the last of a run of equal keys
+    last[-1] = True
+    np.any(s[1:] != s[:-1], axis=1, out=last[:-1])
+    return order[last]
 
 
 def run_task(task: BulkTask) -> dict[str, Any]:

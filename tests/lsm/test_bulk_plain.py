@@ -20,6 +20,8 @@ from tests.lsm._bulk_util import contents, load, open_db
 
 key_sets = {
     "fixed": lambda r: b"%08d" % r.randrange(300),
+    # one length over two 64-bit words of the sort, the second padded, differing in the first word too
+    "wide": lambda r: b"%011d" % (r.randrange(30) * 10**9 + r.randrange(10)),
     # one length, with NULs at the end and everywhere (numpy's fixed-width strings must not drop them)
     "nul": lambda r: bytes(r.choice(b"\x00\x00\x01\xfe") for _ in range(3)),
     "mixed": lambda r: bytes(r.choice(b"\x00\x01k") for _ in range(r.randrange(1, 6))),

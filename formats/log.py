@@ -240,8 +240,8 @@ def scan_records(
     them). Call `append(file offset)` for each; return the index after the last complete one (where a
     torn tail, or the end, starts). Raises CorruptionError at the first damaged record. O(len(buf))."""
     if not payloads:
-        positions, pos = _scan_heads(buf, base, path)
-        for _ in map(append, map(base.__add__, positions)):
+        positions, pos = scan_heads(buf, base, path)
+        for _ in map(append, positions.tolist()):
             pass
         return pos
     unpack = _unpack_header
@@ -262,17 +262,20 @@ def scan_records(
     return pos
 
 
-def _walk(buf: bytes) -> tuple[list[int], int, bytes, Any]:
+def _walk(buf: bytes) -> tuple[Any, int, bytes, Any]:
     """Follow the record lengths of `buf` (back to back from index 0): (the positions of the records
-    whose 16-byte header lies in `buf`, the index after the last (past ``len(buf)`` when it is torn),
-    their headers back to back, where each header's checksum fails). One Python step per record; the
-    header checksums are compared on whole columns (`_head_checks`). A bad length sends the walk astray
-    only after its own bad header, so the first failure is where a record-by-record reader fails."""
+    whose 16-byte header lies in `buf`, as a numpy int64 array, the index after the last (past
+    ``len(buf)`` when it is torn), their headers back to back, where each header's checksum fails). One
+    Python step per record, except along runs of records of one length, which are guessed and checked a
+    column at a time; the header checksums are compared on whole columns (`_head_checks`). A bad length
+    sends the walk astray only after its own bad header, so the first failure is where a
+    record-by-record reader fails."""
     import numpy as np
 
     n = len(buf)
-    positions: list[int] = []
-    add = positions.append
+    runs: list[Any] = []  # the positions found so far, as numpy arrays in order
+    steps: list[int] = []  # positions found one step at a time since the last guessed run
+    add = steps.append
     u32 = _U32.unpack_from
     b = np.frombuffer(buf, np.uint8)
     pos = 0
@@ -288,7 +291,10 @@ def _walk(buf: bytes) -> tuple[list[int], int, bytes, Any]:
                 guess = np.arange(pos, pos + k * stride, stride, dtype=np.int64)
                 same = np.frombuffer(b[guess[:, None] + _SPAN4].tobytes(), ">u4") == stride - 16
                 j = k if same.all() else int(same.argmin())
-                positions += range(pos, pos + j * stride, stride)
+                if steps:
+                    runs.append(np.array(steps, np.int64))
+                    steps.clear()
+                runs.append(guess[:j])
                 pos += j * stride
                 if j == k:
                     window = min(2 * window, _GUESS_MAX)
@@ -299,31 +305,36 @@ def _walk(buf: bytes) -> tuple[list[int], int, bytes, Any]:
         add(pos)
         pos += stride
         plain_steps -= 1
-    if not positions:
-        return positions, 0, b"", np.zeros(0, bool)
+    if steps:
+        runs.append(np.array(steps, np.int64))
+    if not runs:
+        return np.zeros(0, np.int64), 0, b"", np.zeros(0, bool)
+    positions = runs[0] if len(runs) == 1 else np.concatenate(runs)
     heads = _heads(buf, positions)
     return positions, pos, heads, _head_checks(heads) != np.frombuffer(heads, _HEADER_DTYPE)["check"]
 
 
-def _scan_heads(buf: bytes, base: int, path: str) -> tuple[list[int], int]:
-    """The positions of the complete records of `buf` and the index after the last, with their header
-    checksums checked (CorruptionError at the first bad one), not their payloads'."""
+def scan_heads(buf: bytes, base: int, path: str) -> tuple[Any, int]:
+    """`scan_records` with `payloads` False, for callers that keep positions in bulk: the file offsets of
+    the complete records of `buf` (back to back from index 0; file offset `base`) as a numpy int64
+    array, and the index after the last, with their header checksums checked (CorruptionError at the
+    first bad one), not their payloads'. No Python object per record. O(len(buf))."""
     positions, pos, _heads_, bad = _walk(buf)
     if bad.any():
         raise CorruptionError(
-            path, base + positions[int(bad.argmax())], "partition log record header checksum mismatch"
+            path, base + int(positions[int(bad.argmax())]), "partition log record header checksum mismatch"
         )
     if pos > len(buf):  # the last record is torn
-        pos = positions.pop()
-    return positions, pos
+        pos = int(positions[-1])
+        positions = positions[:-1]
+    return positions + base, pos
 
 
-def _heads(buf: bytes, positions: list[int]) -> bytes:
-    """The 16-byte headers of the records at `positions` of `buf`, back to back."""
+def _heads(buf: bytes, positions: Any) -> bytes:
+    """The 16-byte headers of the records at `positions` (a numpy int64 array) of `buf`, back to back."""
     import numpy as np
 
-    p = np.array(positions, np.int64)
-    return np.frombuffer(buf, np.uint8)[p[:, None] + _SPAN16].tobytes()
+    return np.frombuffer(buf, np.uint8)[positions[:, None] + _SPAN16].tobytes()
 
 
 def _head_checks(heads: bytes) -> Any:
@@ -373,7 +384,7 @@ def decode_plain(buf: bytes, base: int, path: str) -> tuple[Any, Any, Any, Any] 
         empty = np.zeros(0, np.int64)
         return empty, empty, empty, empty
     b = np.frombuffer(buf, np.uint8)
-    p = np.array(positions, np.int64)
+    p = positions
     h = np.frombuffer(heads, _HEADER_DTYPE)
     q = p + 16
     ends = q + h["len"].astype(np.int64)
@@ -382,7 +393,7 @@ def decode_plain(buf: bytes, base: int, path: str) -> tuple[Any, Any, Any, Any] 
     if bad.any():  # every record before it is sound, so a record-by-record reader stops there too
         i = int(bad.argmax())
         what = "header checksum" if bad_head[i] else "checksum"
-        raise CorruptionError(path, base + positions[i], f"partition log record {what} mismatch")
+        raise CorruptionError(path, base + int(positions[i]), f"partition log record {what} mismatch")
     if pos != n:  # a torn record at the end (or bytes too short for a header): not for this reader
         return None
     last = n - 1  # indexes are clipped to the buffer: a record too short for the layout fails `ok`
@@ -501,5 +512,6 @@ __all__ = [
     "encode_file_header",
     "encode_record",
     "record_extent",
+    "scan_heads",
     "scan_records",
 ]

@@ -36,6 +36,7 @@ from formats.log import (
     decode_run,
     encode_file_header,
     encode_record,
+    scan_heads,
     scan_records,
 )
 from lsm.errors import LsmError, SourceError
@@ -62,17 +63,25 @@ def _scan(fd: int, pos: int, path: str, payloads: bool = True) -> tuple[array, i
     Stops at a torn tail; raises CorruptionError at a damaged record."""
     positions = array("q")
     append = positions.append
+
+    def scan(buf: bytes, base: int) -> int:
+        if payloads:
+            return scan_records(buf, base, path, append)
+        found, end = scan_heads(buf, base, path)  # in bulk: no int object per record (int64, native order)
+        positions.frombytes(found.tobytes())
+        return end
+
     while True:
         buf = os.pread(fd, CHUNK, pos)
         if not buf:
             return positions, pos
-        i = scan_records(buf, pos, path, append, payloads)
+        i = scan(buf, pos)
         if i == 0:  # one record larger than the chunk, or a torn tail: read exactly what it needs
             if len(buf) < CHUNK or len(buf) < RECORD_HEADER.size:  # the file ends in this record: torn
                 return positions, pos
             length = int.from_bytes(buf[0:4], "big")  # trusted: the header checksum was checked
             buf = os.pread(fd, RECORD_HEADER.size + length, pos)
-            i = scan_records(buf, pos, path, append, payloads)
+            i = scan(buf, pos)
             if i == 0:
                 return positions, pos
         pos += i

@@ -124,4 +124,4 @@ def test_the_walk_takes_the_steps_of_the_record_reader(runs, cut) -> None:
         want.append(pos)
         pos += len(r)
     positions, end, _heads, bad = _walk(buf)
-    assert positions == want and end == pos and not bad.any()
+    assert positions.tolist() == want and end == pos and not bad.any()

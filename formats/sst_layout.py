@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import zlib
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import xxhash
 
@@ -113,9 +113,8 @@ def _seal(payload: bytes, code: int = COMPRESSION_NONE) -> bytes:
     return b"".join((stored, tail, struct.pack(">Q", _xxh3(stored + tail))))
 
 
-@dataclasses.dataclass(frozen=True)
-class BlockHandle:
-    """One entry of the block index."""
+class BlockHandle(NamedTuple):
+    """One entry of the block index (a named tuple: an SST's index holds thousands, built at every open)."""
 
     offset: int
     size: int

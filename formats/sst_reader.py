@@ -45,6 +45,14 @@ from formats.sst_layout import (
     _xxh3,
 )
 
+# index entries unpacked by `SstReader._parse_index_fixed`: (offset, size, rows, first_len, first, last_len, last)
+_KEY_LENS = operator.itemgetter(3, 5)
+_OFFSET = operator.itemgetter(0)
+_SIZE = operator.itemgetter(1)
+_HANDLE_FIELDS = operator.itemgetter(0, 1, 2, 4, 6)
+_FIRST_KEY = operator.itemgetter(3)  # of a BlockHandle
+_LAST_KEY = operator.itemgetter(4)
+
 
 class SstReader:
     """Reads one SST. Thread-safe for concurrent reads (blocks are immutable bytes).
@@ -120,8 +128,8 @@ class SstReader:
         self.blocks = self._parse_index(idx, info.index_offset)
         if len(self.blocks) != info.num_blocks:
             raise CorruptionError(path, info.index_offset, "index and metadata disagree on block count")
-        self.first_keys = [b.first_key for b in self.blocks]
-        self.last_keys = [b.last_key for b in self.blocks]
+        self.first_keys = list(map(_FIRST_KEY, self.blocks))
+        self.last_keys = list(map(_LAST_KEY, self.blocks))
         # point reads: the key range as two attributes, and per block a weak reference to its cached
         # _Block (or `_absent`), so a read of a cached block skips the cache's lookup; the cache alone
         # keeps blocks alive, so its memory bound holds and an evicted block's reference dies with it
@@ -136,6 +144,9 @@ class SstReader:
     def _parse_index(self, idx: bytes, at: int) -> list[BlockHandle]:
         try:
             (count,) = U32.unpack_from(idx, 0)
+            fast = self._parse_index_fixed(idx, count)
+            if fast is not None:
+                return fast
             pos = 4
             out = []
             end = self.info.data_size
@@ -158,6 +169,30 @@ class SstReader:
             return out
         except (struct.error, ValueError) as e:
             raise CorruptionError(self.path, at, f"bad index block: {e}") from None
+
+    def _parse_index_fixed(self, idx: bytes, count: int) -> list[BlockHandle] | None:
+        """`_parse_index` for an index whose entries all have first keys of one length and last keys of
+        one length (fixed-size keys: the common case), unpacked by one `struct.iter_unpack`, checked on
+        whole columns. None when the entries are not of that shape (the general loop then parses them,
+        or names the fault)."""
+        if count == 0 or len(idx) < 4 + INDEX_ENTRY.size + 2:
+            return None
+        pos = 4 + INDEX_ENTRY.size
+        (fl,) = KLEN.unpack_from(idx, pos)
+        if len(idx) < pos + 2 + fl + 2:
+            return None
+        (ll,) = KLEN.unpack_from(idx, pos + 2 + fl)
+        entry = struct.Struct(f"{INDEX_ENTRY.format}H{fl}sH{ll}s")
+        if 4 + count * entry.size != len(idx):
+            return None
+        rows = list(entry.iter_unpack(memoryview(idx)[4:]))
+        if set(map(_KEY_LENS, rows)) != {(fl, ll)}:
+            return None
+        offsets = list(map(_OFFSET, rows))
+        ends = list(map(operator.add, offsets, map(_SIZE, rows)))
+        if offsets[0] != 0 or offsets[1:] != ends[:-1] or ends[-1] != self.info.data_size:
+            return None
+        return list(map(BlockHandle._make, map(_HANDLE_FIELDS, rows)))
 
     def _block_payload(self, offset: int, size: int) -> bytes:
         """Read one stored block, verify its checksum, return the (decompressed) payload."""

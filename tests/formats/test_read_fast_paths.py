@@ -178,3 +178,31 @@ def test_a_dropped_block_is_read_again_not_served_from_a_dead_reference(tmp_path
         cache.d.clear()  # every block leaves the cache: the reader holds no copy of its own
         assert [r.get(row[0]) for row in rows] == rows
         assert cache.puts == 2 * puts
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), width=st.one_of(st.none(), st.integers(1, 12)))
+def test_the_index_of_fixed_size_keys_parses_as_the_general_loop_does(data, width):
+    """`SstReader._parse_index_fixed` (one struct.iter_unpack over entries of one shape) gives the block
+    handles the entry-by-entry loop gives, and declines (None) any index of another shape."""
+    if width is None:
+        rows = data.draw(sst_rows(FORMAT_V1))  # keys of 1 to 10 bytes: mostly several lengths
+    else:
+        keys = data.draw(st.lists(st.binary(min_size=width, max_size=width), min_size=1, max_size=60, unique=True))
+        rows = [(k, i + 1, 1000, None, b"v" * (i % 7)) for i, k in enumerate(sorted(keys))]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.sst")
+        write(path, rows, block_bytes=data.draw(st.sampled_from([64, 128, 4096])))
+        with SstReader(path) as r:
+            idx = r._block_payload(r.info.index_offset, r.info.index_size)
+            count = int.from_bytes(idx[:4], "big")
+            fast = r._parse_index_fixed(idx, count)
+            r._parse_index_fixed = lambda *_: None  # the entry-by-entry loop alone
+            general = r._parse_index(idx, r.info.index_offset)
+            assert r.blocks == general  # what the open parsed, by whichever path
+            firsts = {len(h.first_key) for h in general}
+            lasts = {len(h.last_key) for h in general}
+            if len(firsts) == 1 and len(lasts) == 1:
+                assert fast == general
+            else:
+                assert fast is None

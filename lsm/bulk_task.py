@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from compaction.merge import OutputSpec, SstOutput
+from formats.log import byte_windows
 from lsm.clock import I64_MAX, I64_MIN
 from lsm.ingest import resolve_tuples
 from lsm.options import NO_TTL
@@ -119,8 +120,7 @@ def _plain_columns(task: BulkTask) -> tuple[tuple[list[bytes], Any, Any], int, i
     if 0 < width and not gone.any() and bool((vlens == width).all()):
         # values of one length: gathered into one array of `width`-byte items (SstWriter.extend_columns
         # takes it), through a view of `buf` as overlapping windows: no bytes object per value
-        windows = np.ndarray((len(buf) - width + 1,), f"V{width}", buf, 0, (1,))
-        return (keys, exps, windows[vs]), n, nbytes
+        return (keys, exps, byte_windows(buf, width)[vs]), n, nbytes
     values: list = list(map(buf.__getitem__, map(slice, vs.tolist(), vends[at].tolist())))
     if gone.any():
         values = [None if d else v for d, v in zip(gone.tolist(), values, strict=True)]
@@ -137,7 +137,7 @@ def _last_per_key(buf: bytes, kstarts: Any, kends: Any, klens: Any) -> tuple[Any
     n = len(kstarts)
     width = int(klens[0])
     if bool((klens == width).all()):
-        k = np.frombuffer(buf, np.uint8)[kstarts[:, None] + np.arange(width)]
+        k = byte_windows(buf, width)[kstarts].view(np.uint8).reshape(n, width)
         at = _last_of_equal(k)
         return at, k[at].view(f"V{width}").ravel().tolist()  # V: the exact bytes
     keys = list(map(buf.__getitem__, map(slice, kstarts.tolist(), kends.tolist())))

@@ -22,6 +22,8 @@ What it does:
      then ``Rdict.ingest_external_file``. The figure is split into read+resolve+sort and write+ingest.
    The figure is the wall time of that call, the driver's planning and the commit included; the data is
    durable when it returns (SSTs fsynced for the bulk paths, the WAL fsynced for streaming).
+   Before each run, ``os.sync()``: the log (written just before, as a producer would have) and the
+   previous run's files reach the disk first, so no run's figure includes another's writeback.
 4. Checks that every lsm-sim engine produced the same visible state (the number of keys and a digest of
    every key and value) and that RocksDB holds the same number of keys.
 """
@@ -207,6 +209,8 @@ def main(argv: list[str] | None = None, session: Any = None) -> int:
             order = a.engines[r % len(a.engines) :] + a.engines[: r % len(a.engines)]
             for engine in order:
                 path = os.path.join(root, f"{engine}-{r}")
+                # the log and the previous run's files on disk first: no run pays for another's writeback
+                os.sync()
                 if engine == "rocksdb":
                     res = run_rocksdb(path, log_dir)
                 else:

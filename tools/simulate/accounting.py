@@ -12,10 +12,11 @@ seq (-1: nothing stored), its key + value bytes, the rest of its row's bytes whe
 record's fixed part, or its SST's row layout), whether it is a tombstone, its expire_ts and its ts. No
 Python object per write or per key:
 
-* the simulator issued every write, so it notes each one as it commits (five integers appended to an
-  ``array('q')``: key index, seq, ts, expire_ts or -1, value length or -1 for a delete) and the account
-  applies them in one vectorised step at the next flush, compaction or sample, in commit order: the last
-  write of each key in the batch becomes its newest row (the previous one is now shadowed);
+* the simulator issued every write: it hands the account its puts and deletes as columns up front
+  (`bind_writes`: key index, ts, expire_ts, value length) and notes each write's seq as it commits (one
+  ``array('q').append``); the account applies the committed writes in one vectorised step at the next
+  flush, compaction or sample, in commit order: the last write of each key in the batch becomes its
+  newest row (the previous one is now shadowed);
 * a flush (``on_flush_end``) moves the WAL rows up to the manifest's last_seq into its L0 SSTs: the
   newest among them take their SST's row layout. No SST is read;
 * a compaction (``on_compaction_end``) copies every row unchanged except those the engine lists in
@@ -56,11 +57,9 @@ from lsm import wal as wal_files
 from lsm.events import CompactionInfo, EventListener, FlushInfo
 from tools.simulate.workload import key_bytes, key_index
 
-LIVE, EXPIRED, TOMBSTONE = 0, 1, 2
 CLASSES = ("live", "expired", "tombstone")
 WAL_FIXED = 2 + WAL_ROW_CODEC.attrs.size  # a WAL record's bytes besides its key and value
 NEVER = np.iinfo(np.int64).max  # the expire_ts column of a row without one
-_FIELDS = 5  # a noted write: key index, seq, ts, expire_ts or -1, value length or -1 (a delete)
 
 FixedOf = Callable[[np.ndarray], np.ndarray]  # key indexes -> the row_fixed of the SST holding each
 
@@ -95,7 +94,9 @@ class DiskAccount(EventListener):
         self.total_bytes = 0  # every stored row, shadowed ones included (as of the last sync)
         self.total_rows = 0
         self.ssts_read = 0  # SSTs read row by row (see the module docstring: rare)
-        self.writes = array("q")  # noted writes not applied yet, _FIELDS integers each (`on_write`)
+        self.seqs = array("q")  # the seq of each write committed so far, in commit order (`bind_writes`)
+        self._applied = 0  # writes applied so far
+        self._w: tuple[np.ndarray, ...] = (np.zeros(0, np.int64),) * 4  # `bind_writes`' columns
         # the WAL's rows not flushed yet (shadowed ones too), one array each per applied batch
         self._wal: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (key index, seq, row bytes)
         self._wal_bytes = 0
@@ -104,7 +105,7 @@ class DiskAccount(EventListener):
         self._input_fixed: set[int] = set()  # row_fixed of the running compaction's inputs
         self.disk_bytes = 0
         self._now = 0  # the time of the last sync: what expiry is judged against
-        self._code: np.ndarray | None = None  # `_codes` as of _code_now (None: the account changed)
+        self._code: tuple | None = None  # `_tally` as of _code_now (None: the account changed)
         self._code_now = 0
         self._flushed_seq = -1  # the last flush's last_seq: a noted write at or below it is in its SSTs
         self._flushed_fixed: FixedOf = lambda ids: np.full(len(ids), WAL_FIXED, np.int64)
@@ -116,22 +117,24 @@ class DiskAccount(EventListener):
         self._manifest = manifest
 
     # -- the simulator's writes ----------------------------------------------------------------------
-    def on_write(self, key: int, seq: int, ts: int, exp: int | None, value_len: int | None) -> None:
-        """A committed put (value_len = its value's length) or delete (value_len None) of key index `key`.
-        O(1): noted in `writes` (the simulator extends it with the same integers itself, -1 for None)
-        and applied at the next flush, compaction or `sync`."""
-        self.writes.extend((key, seq, ts, -1 if exp is None else exp, -1 if value_len is None else value_len))
+    def bind_writes(self, key: np.ndarray, ts: np.ndarray, expire: np.ndarray, value_len: np.ndarray) -> None:
+        """The writes the simulator will commit, in commit order, as int64 columns: key index, ts,
+        expire_ts (-1: none) and value length (-1: a delete). As each commits, the simulator appends its
+        seq to `seqs` (one C call, nothing else per write); the account applies the writes whose seqs
+        arrived at the next flush, compaction or `sync`."""
+        self._w = (key, ts, expire, value_len)
 
     def _apply_writes(self, last: int | None = None, fixed_of: FixedOf | None = None) -> None:
-        """Apply the noted writes in commit order. A write with seq <= the previous flush's last_seq is in
-        that flush's SSTs (the write that filled the memtable flushed it before it was noted); with seq
-        <= `last`, in the SSTs of the flush being handled (`fixed_of` its outputs); any later one is in
-        the WAL."""
-        if not self.writes:
+        """Apply the writes committed since the last call, in commit order. A write with seq <= the
+        previous flush's last_seq is in that flush's SSTs (the write that filled the memtable flushed it
+        before its seq was noted); with seq <= `last`, in the SSTs of the flush being handled (`fixed_of`
+        its outputs); any later one is in the WAL."""
+        lo, hi = self._applied, len(self.seqs)
+        if lo == hi:
             return
-        w = np.frombuffer(self.writes, np.int64).reshape(-1, _FIELDS).copy()
-        del self.writes[:]
-        k, seq, ts, exp, vlen = w.T
+        seq = np.frombuffer(self.seqs, np.int64)[lo:hi].copy()  # (no view may outlive: seqs grows)
+        k, ts, exp, vlen = (c[lo:hi] for c in self._w)
+        self._applied = hi
         flushed = self._flushed_seq
         if last is None or fixed_of is None:
             last = flushed
@@ -228,7 +231,7 @@ class DiskAccount(EventListener):
             newest = self.seq[k] == seq  # else not the key's newest write: already shadowed
             self._code = None
             purged = np.fromiter((c[2] is None for c in changed), bool, len(changed))
-            self.seq[k[newest & purged]] = -1
+            self._forget(k[newest & purged])
             kept = np.flatnonzero(newest & ~purged)
             if len(kept):
                 rows = [changed[i][2] for i in kept]
@@ -256,6 +259,7 @@ class DiskAccount(EventListener):
         `AccountingMismatch` if the incremental classes differ: the end-of-run check that what the engine
         reported (flushes, ``changed_rows``) was complete. Reads every SST once (counted in `ssts_read`)."""
         self.sync(m, now)
+        self._code = None  # counted from the columns as they are, not from a tally kept since
         before = self.classes(), self.unpurged(now)
         self._recount(m)
         after = self.classes(), self.unpurged(now)
@@ -343,7 +347,7 @@ class DiskAccount(EventListener):
                     found[i] = (seq, size, f, value is None, NEVER if exp is None else exp, ts)
         self._code = None
         in_wal = self.seq > m.last_seq  # the newest rows still in the WAL stay as they are
-        self.seq[~in_wal] = -1
+        self._forget(np.flatnonzero(~in_wal))
         items = [(i, *v) for i, v in found.items() if not in_wal[i]]
         if items:
             cols = np.array(items, np.int64).T
@@ -354,30 +358,67 @@ class DiskAccount(EventListener):
     # -- what a sample reports -----------------------------------------------------------------------
     def _refix(self, ids: np.ndarray, fixed: np.ndarray) -> None:
         """The newest rows of key indexes `ids` (no repeats) now lie where a row has `fixed` extra bytes."""
+        self._code = None
         self.size[ids] += fixed - self.fixed[ids]
         self.fixed[ids] = fixed
 
-    def _codes(self) -> np.ndarray:
-        """Each key's class at the last sync: LIVE, EXPIRED, TOMBSTONE, or 3 when nothing is stored
-        (kept until the account changes)."""
+    def _forget(self, ids: np.ndarray) -> None:
+        """Key indexes `ids` no longer have a stored row. Their columns go back to the empty state (no
+        seq, size 0, no expire_ts, no tombstone), which `_tally` relies on."""
+        self._code = None
+        self.seq[ids] = -1
+        self.size[ids] = 0
+        self.fixed[ids] = 0
+        self.expire[ids] = NEVER
+        self.tomb[ids] = False
+
+    def _tally(self) -> tuple[tuple[int, ...], tuple[int, ...], int | None, int | None]:
+        """The newest rows at the last sync, by kind (live, expired, a delete's tombstone, the TTL filter's
+        tombstone, which keeps the expire_ts): (rows per kind, bytes per kind, the oldest expire_ts of
+        the expired rows and TTL tombstones, the oldest ts of the deletes' tombstones). A few passes over
+        the key space's columns (a key with nothing stored has size 0 and no expire_ts: `_forget`), the
+        tombstones taken apart by index; kept until the account or the time changes."""
         if self._code is None or self._code_now != self._now:
-            code = (self.expire < self._now).view(np.int8)
-            code = np.where(self.tomb, np.int8(TOMBSTONE), code)
-            code[self.seq < 0] = 3
-            self._code, self._code_now = code, self._now
+            now, expire, size = self._now, self.expire, self.size
+            past = expire < now  # expired rows, and TTL tombstones (almost always)
+            tombs = np.flatnonzero(self.tomb)
+            t_exp, t_size = expire[tombs], size[tombs]
+            t_ttl = t_exp != NEVER
+            t_past = t_ttl & (t_exp < now)
+            n_past = int(np.count_nonzero(past)) - int(np.count_nonzero(t_past))
+            b_past = int(size @ past) - int(t_size[t_past].sum())
+            n_ttl = int(np.count_nonzero(t_ttl))
+            b_ttl = int(t_size[t_ttl].sum())
+            n_del, b_del = len(tombs) - n_ttl, int(t_size.sum()) - b_ttl
+            n_live = int(np.count_nonzero(self.seq >= 0)) - n_past - n_ttl - n_del
+            b_live = int(size.sum()) - b_past - b_ttl - b_del
+            first = int(expire.min()) if len(expire) else NEVER
+            oldest = [first] if first < now else []
+            if n_ttl:
+                oldest.append(int(t_exp[t_ttl].min()))
+            oldest_del = int(self.ts[tombs[~t_ttl]].min()) if n_del else None
+            self._code = (
+                (n_live, n_past, n_del, n_ttl),
+                (b_live, b_past, b_del, b_ttl),
+                min(oldest) if oldest else None,
+                oldest_del,
+            )
+            self._code_now = now
         return self._code
 
     def classes(self) -> dict[str, int]:
         """Bytes and rows by du class: {live,expired,tombstone,shadowed}_{bytes,rows}."""
-        code = self._codes()
-        rows = np.bincount(code, minlength=4)
-        byts = np.bincount(code, weights=self.size, minlength=4)
+        rows, byts, _e, _d = self._tally()
         out: dict[str, int] = {}
-        for i, c in enumerate(CLASSES):
-            out[f"{c}_bytes"] = int(byts[i])
-            out[f"{c}_rows"] = int(rows[i])
-        out["shadowed_bytes"] = self.total_bytes - int(byts[:3].sum())
-        out["shadowed_rows"] = self.total_rows - int(rows[:3].sum())
+        for c, n, b in (
+            ("live", rows[0], byts[0]),
+            ("expired", rows[1], byts[1]),
+            ("tombstone", rows[2] + rows[3], byts[2] + byts[3]),
+        ):
+            out[f"{c}_bytes"] = int(b)
+            out[f"{c}_rows"] = int(n)
+        out["shadowed_bytes"] = self.total_bytes - sum(byts)
+        out["shadowed_rows"] = self.total_rows - sum(rows)
         return out
 
     def unpurged(self, now: int) -> dict[str, Any]:
@@ -386,17 +427,12 @@ class DiskAccount(EventListener):
         sync (`now` is what the ages are counted from).
 
         ``oldest_*_ms``: how long ago the oldest of them expired (was deleted); None when there is none."""
-        code = self._codes()
-        tombs = code == TOMBSTONE
-        ttl_tombs = tombs & (self.expire != NEVER)  # the TTL filter's: they keep the expire_ts
-        expired = (code == EXPIRED) | ttl_tombs
-        deleted = tombs ^ ttl_tombs
-        n_expired, n_deleted = int(np.count_nonzero(expired)), int(np.count_nonzero(deleted))
+        rows, _b, oldest_exp, oldest_del = self._tally()
         return {
-            "unpurged_expired_rows": n_expired,
-            "oldest_unpurged_expired_ms": now - int(self.expire[expired].min()) if n_expired else None,
-            "unpurged_deleted_rows": n_deleted,
-            "oldest_unpurged_delete_ms": now - int(self.ts[deleted].min()) if n_deleted else None,
+            "unpurged_expired_rows": int(rows[1] + rows[3]),
+            "oldest_unpurged_expired_ms": None if oldest_exp is None else now - oldest_exp,
+            "unpurged_deleted_rows": int(rows[2]),
+            "oldest_unpurged_delete_ms": None if oldest_del is None else now - oldest_del,
         }
 
 

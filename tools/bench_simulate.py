@@ -294,8 +294,8 @@ def _strip(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 15's benchmark targets against what this run measured (those of the parts that ran): the
-    study's wall time, each policy's overhead (the same-run split, and from the separate runs' CPU
-    times) and the sweep's Spark speedup."""
+    study's wall time, each policy's overhead (from the separate runs' wall and CPU times, and the same
+    run's own split) and the sweep's Spark speedup."""
     out: list[dict[str, Any]] = []
     study_r = report.get("study")
     if study_r is not None:
@@ -307,7 +307,11 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
         for p in study_r["policies"]:
-            for key, how in (("overhead_same_run", "same-run CPU split"), ("overhead_cpu", "CPU of separate runs")):
+            for key, how in (
+                ("overhead", "wall time of separate runs"),
+                ("overhead_cpu", "CPU of separate runs"),
+                ("overhead_same_run", "same-run CPU split"),
+            ):
                 out.append(
                     {
                         "target": f"{p['name']} simulation overhead < 25% ({how})",

@@ -50,8 +50,9 @@ Worked examples (seq:value, T = tombstone, E = expired at the tick; snapshots in
     9:E            [10]       no           9:E             snapshot 10 sees 9:E: filters skip it
 
 Output
-    `SstOutput` writes the stream into SSTs of about ``target_bytes`` each, never splitting one key's
-    versions across files (so a sorted run's SSTs never overlap), each with creation_timestamp = tick.
+    `compaction.output.SstOutput` writes the stream into SSTs of about ``target_bytes`` each, never
+    splitting one key's versions across files (so a sorted run's SSTs never overlap), each with
+    creation_timestamp = tick. (`SstOutput` and `OutputSpec` are importable from here too.)
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ import dataclasses
 import heapq
 import itertools
 import operator
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -74,6 +74,7 @@ from compaction.filter import (
     Reason,
     TtlFilter,
 )
+from compaction.output import OutputSpec, SstOutput
 from compaction.purge_lag import PurgeLag
 from compaction.stream import (
     SourceBlocks,
@@ -84,8 +85,7 @@ from compaction.stream import (
     versions_of,
     whole_key_batches,
 )
-from formats import fileio
-from formats.sst import SsTableInfo, SstWriter
+from formats.sst import SsTableInfo
 
 
 @dataclasses.dataclass
@@ -162,20 +162,6 @@ class CompactionStats:
         if "purge_lag" in d:
             d["purge_lag"] = PurgeLag.from_dict(d["purge_lag"])
         return cls(**d)
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputSpec:
-    """Where and how output SSTs are written. Names: ``<prefix>-<n:04d>.sst`` in `directory`."""
-
-    directory: str
-    prefix: str
-    format_version: int = 1
-    block_bytes: int = 4096
-    bloom_bits_per_key: int = 10
-    compression: str | None = None
-    target_bytes: int | None = 8 << 20  # None: one output file
-    sync: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -522,140 +508,6 @@ class ChangeReporter(Resolver):
         if not kept or (kept[0] is not v0 and kept[0] != v0):
             self.stats.changed_rows.append((v0[0], v0[1], kept[0] if kept and kept[0][1] == v0[1] else None))
         return kept
-
-
-class SstOutput:
-    """Writes a row stream into SSTs of about `spec.target_bytes`, splitting only between keys."""
-
-    def __init__(self, spec: OutputSpec, creation_timestamp: int) -> None:
-        self.spec = spec
-        self.tick = creation_timestamp
-        self.outputs: list[tuple[str, SsTableInfo]] = []
-        self.write_seconds = 0.0
-        self._counter = itertools.count()
-
-    def _finish(self, name: str, w: SstWriter) -> None:
-        t0 = time.perf_counter()
-        self.outputs.append((name, w.finish()))
-        self.write_seconds += time.perf_counter() - t0
-
-    def _new_writer(self) -> tuple[str, SstWriter]:
-        s = self.spec
-        name = f"{s.prefix}-{next(self._counter):04d}.sst"
-        w = SstWriter(
-            os.path.join(s.directory, name),
-            format_version=s.format_version,
-            creation_timestamp=self.tick,
-            block_bytes=s.block_bytes,
-            bloom_bits_per_key=s.bloom_bits_per_key,
-            compression=s.compression,
-            sync=s.sync,
-        )
-        return name, w
-
-    def write(self, rows: Iterable[tuple]) -> list[tuple[str, SsTableInfo]]:
-        """Write `rows` into new SSTs of about the target size, never splitting one key's versions;
-        return [(name, SsTableInfo)]. On error, every file this call wrote is removed."""
-        target = self.spec.target_bytes
-        name, w = None, None
-        last_key = None
-        try:
-            for row in rows:
-                if w is None:
-                    name, w = self._new_writer()
-                elif target is not None and w.estimated_size >= target and row[0] != last_key:
-                    self._finish(name, w)
-                    name, w = self._new_writer()
-                w.add(row)
-                last_key = row[0]
-            if w is not None and len(w):
-                self._finish(name, w)
-        except BaseException:
-            self.remove_outputs()
-            raise
-        return self.outputs
-
-    def write_batches(self, batches: Iterable[list[tuple]]) -> list[tuple[str, SsTableInfo]]:
-        """`write` for a stream of row lists (each sorted, holding whole keys): a list that fits in the
-        current output goes in with one `SstWriter.extend`; the list that crosses the target size goes
-        row by row, so the files are the ones `write` makes from the same rows."""
-        target = self.spec.target_bytes
-        name, w = None, None
-        last_key = None
-        try:
-            for rows in batches:
-                if not rows:
-                    continue
-                if w is None:
-                    name, w = self._new_writer()
-                if not w.extend(rows, target):
-                    for row in rows:
-                        if target is not None and w.estimated_size >= target and row[0] != last_key:
-                            self._finish(name, w)
-                            name, w = self._new_writer()
-                        w.add(row)
-                        last_key = row[0]
-                last_key = rows[-1][0]
-            if w is not None and len(w):
-                self._finish(name, w)
-        except BaseException:
-            self.remove_outputs()
-            raise
-        return self.outputs
-
-    def write_columns(
-        self,
-        keys: Sequence[bytes],
-        seqs: Sequence[int | None] | int | None,
-        tss: Sequence[int | None] | int | None,
-        exps: Sequence[int | None] | int | None,
-        values: Sequence[bytes | None] | Any,
-    ) -> list[tuple[str, SsTableInfo]]:
-        """`write` for rows given as columns (sorted; `seqs`, `tss`, `exps` may each be one value for
-        every row, `values` a numpy array of fixed-width values, as `SstWriter.extend_columns` takes
-        them): the cuts between files are found on the running `estimated_size` of the rows, and each
-        file's columns go in with one `SstWriter.extend_columns`, so the files are the ones `write` makes
-        from the same rows, with no tuple per row."""
-        n = len(keys)
-        keys = keys if type(keys) is list else list(keys)
-        cols = [c if c is None or isinstance(c, int) else list(c) for c in (seqs, tss, exps)]
-        target = self.spec.target_bytes
-        # ends[i]: `estimated_size` of a writer holding rows [0, i) (SstWriter counts key + value + 33)
-        if getattr(values, "dtype", None) is not None:  # a numpy array of fixed-width values
-            vlens: Iterable[int] = itertools.repeat(values.dtype.itemsize, n)
-        else:
-            values = values if type(values) is list else list(values)
-            vlens = map(len, values) if None not in values else [0 if v is None else len(v) for v in values]
-        sizes = map(operator.add, map(len, keys), vlens)
-        ends = list(map(operator.add, itertools.accumulate(sizes, initial=0), range(0, 33 * (n + 1), 33)))
-        try:
-            i = 0
-            while i < n:
-                j = n
-                if target is not None:
-                    # `write` starts a new file before the first row that finds the writer at the target
-                    # size, unless that row continues the key before it
-                    j = bisect.bisect_left(ends, ends[i] + target, i + 1, n)
-                    while j < n and keys[j] == keys[j - 1]:
-                        j += 1
-                name, w = self._new_writer()
-                part = [c if c is None or isinstance(c, int) else c[i:j] for c in cols]
-                w.extend_columns(keys[i:j], part[0], part[1], part[2], values[i:j])
-                self._finish(name, w)
-                i = j
-        except BaseException:
-            self.remove_outputs()
-            raise
-        return self.outputs
-
-    def remove_outputs(self) -> None:
-        """Delete files this output wrote (after a failure): nothing partial is left behind."""
-        for name, _ in self.outputs:
-            try:
-                fileio.unlink(os.path.join(self.spec.directory, name))
-            except OSError:
-                pass  # unreferenced: garbage collection removes it later
-        self.outputs = []
 
 
 def make_filters(job: CompactionJob) -> list[CompactionFilter]:

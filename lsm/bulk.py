@@ -59,7 +59,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from compaction.merge import SstOutput
+from compaction.output import SstOutput
 from formats.manifest import Manifest, SstEntry
 from formats.sst import SsTableInfo
 from lsm.bulk_task import BulkTask, run_task

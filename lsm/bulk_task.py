@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from compaction.merge import OutputSpec, SstOutput
+from compaction.output import OutputSpec, SstOutput
 from formats.log import byte_windows
 from lsm.clock import I64_MAX, I64_MIN
 from lsm.ingest import resolve_tuples

@@ -6,11 +6,12 @@ expire_ts) or *tombstone*, and every older version *shadowed*. Doing that at eve
 full read of the database per sample. `DiskAccount` gets the same numbers from what the simulator knows
 anyway and from what the engine reports as it works (it is an `lsm.events` listener).
 
-The simulator's keys are key indexes in ``[0, keys)`` (`tools.simulate.workload.key_bytes`), so the
-account is a handful of numpy columns indexed by key, describing each key's **newest stored row**: its
-seq (-1: nothing stored), its key + value bytes, the rest of its row's bytes where it lies now (a WAL
-record's fixed part, or its SST's row layout), whether it is a tombstone, its expire_ts and its ts. No
-Python object per write or per key:
+The simulator's keys are key indexes in ``[0, keys)`` (`tools.simulate.workload.key_bytes`), and it
+knows before it starts which of them it will write. So the account is a handful of numpy columns with
+one slot per key written (slots in key index order: the columns grow with the keys written, not with
+the key space), describing each key's **newest stored row**: its seq (-1: nothing stored), its size, the part of
+it besides the key and value where it lies now (a WAL record's fixed part, or its SST's row layout),
+whether it is a tombstone, its expire_ts and its ts. No Python object per write or per key:
 
 * the simulator issued every write: it hands the account its puts and deletes as columns up front
   (`bind_writes`: key index, ts, expire_ts, value length) and notes each write's seq as it commits (one
@@ -41,6 +42,7 @@ SSTs read, for any of these reasons).
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from array import array
@@ -61,7 +63,7 @@ CLASSES = ("live", "expired", "tombstone")
 WAL_FIXED = 2 + WAL_ROW_CODEC.attrs.size  # a WAL record's bytes besides its key and value
 NEVER = np.iinfo(np.int64).max  # the expire_ts column of a row without one
 
-FixedOf = Callable[[np.ndarray], np.ndarray]  # key indexes -> the row_fixed of the SST holding each
+FixedOf = Callable[[np.ndarray], np.ndarray]  # slots -> the row_fixed of the SST holding each
 
 
 class AccountingMismatch(RuntimeError):
@@ -84,13 +86,17 @@ class DiskAccount(EventListener):
     def __init__(self, db_path: str, keys: int) -> None:
         self.sst_dir = os.path.join(db_path, "sst")
         self.wal_dir = os.path.join(db_path, "wal")
-        # the newest stored row of each key index
-        self.seq = np.full(keys, -1, np.int64)  # -1: nothing stored
-        self.size = np.zeros(keys, np.int64)  # the row's bytes where it lies (du's size)
-        self.fixed = np.zeros(keys, np.int64)  # of which those besides its key and value
-        self.tomb = np.zeros(keys, bool)
-        self.expire = np.full(keys, NEVER, np.int64)
-        self.ts = np.zeros(keys, np.int64)
+        self.keys = keys  # the size of the simulator's key space
+        # the newest stored row of each key the simulator writes, by slot: the rank of its key index
+        # among those written (`bind_writes`), so the columns grow with the keys written, not the space
+        self.slot_keys = np.zeros(0, np.int64)  # slot -> key index, ascending
+        self._klen = np.zeros(0, np.int64)  # slot -> its key's length
+        self.seq = np.zeros(0, np.int64)  # -1: nothing stored
+        self.size = np.zeros(0, np.int64)  # the row's bytes where it lies (du's size)
+        self.fixed = np.zeros(0, np.int64)  # of which those besides its key and value
+        self.tomb = np.zeros(0, bool)
+        self.expire = np.zeros(0, np.int64)  # NEVER: no expire_ts
+        self.ts = np.zeros(0, np.int64)
         self.total_bytes = 0  # every stored row, shadowed ones included (as of the last sync)
         self.total_rows = 0
         self.ssts_read = 0  # SSTs read row by row (see the module docstring: rare)
@@ -121,8 +127,28 @@ class DiskAccount(EventListener):
         """The writes the simulator will commit, in commit order, as int64 columns: key index, ts,
         expire_ts (-1: none) and value length (-1: a delete). As each commits, the simulator appends its
         seq to `seqs` (one C call, nothing else per write); the account applies the writes whose seqs
-        arrived at the next flush, compaction or `sync`."""
-        self._w = (key, ts, expire, value_len)
+        arrived at the next flush, compaction or `sync`. Call it once, before the first write."""
+        self.slot_keys = np.unique(key)
+        n = len(self.slot_keys)
+        if n and int(self.slot_keys[-1]) >= 10**12:  # key_bytes grows past 12 digits
+            self._klen = np.fromiter((len(key_bytes(int(i))) for i in self.slot_keys), np.int64, n)
+        else:
+            self._klen = np.full(n, len(key_bytes(0)), np.int64)
+        self.seq = np.full(n, -1, np.int64)
+        self.size = np.zeros(n, np.int64)
+        self.fixed = np.zeros(n, np.int64)
+        self.tomb = np.zeros(n, bool)
+        self.expire = np.full(n, NEVER, np.int64)
+        self.ts = np.zeros(n, np.int64)
+        self._w = (np.searchsorted(self.slot_keys, key), ts, expire, value_len)
+
+    def _slots(self, ids: np.ndarray) -> np.ndarray:
+        """The slots of key indexes `ids`, each one the simulator wrote (AccountingMismatch otherwise:
+        the database holds a key it never got)."""
+        slots = np.searchsorted(self.slot_keys, ids)
+        if len(ids) and not (slots < len(self.slot_keys)).all() or not (self.slot_keys[slots] == ids).all():
+            raise AccountingMismatch(f"the database holds keys the simulation never wrote: {ids[:5]}")
+        return slots
 
     def _apply_writes(self, last: int | None = None, fixed_of: FixedOf | None = None) -> None:
         """Apply the writes committed since the last call, in commit order. A write with seq <= the
@@ -139,7 +165,7 @@ class DiskAccount(EventListener):
         if last is None or fixed_of is None:
             last = flushed
         deleted = vlen < 0
-        payload = _key_len(k) + np.where(deleted, 0, vlen)
+        payload = self._klen[k] + np.where(deleted, 0, vlen)
         fixed = np.full(len(k), WAL_FIXED, np.int64)
         if seq[0] <= last:  # seqs ascend: some of the batch is in SSTs already
             now_flushed = (seq <= last) & (seq > flushed)
@@ -226,7 +252,7 @@ class DiskAccount(EventListener):
             return  # else nothing was rewritten (files moved as they are)
         outs = sorted((e for e in m.all_ssts() if e.name in names), key=lambda e: e.info.first_key)
         if changed:
-            k = np.fromiter((key_index(c[0]) for c in changed), np.int64, len(changed))
+            k = self._slots(np.fromiter((key_index(c[0]) for c in changed), np.int64, len(changed)))
             seq = np.fromiter((c[1] for c in changed), np.int64, len(changed))
             newest = self.seq[k] == seq  # else not the key's newest write: already shadowed
             self._code = None
@@ -238,7 +264,7 @@ class DiskAccount(EventListener):
                 ids = k[kept]
                 fixed = self._fixed_of(outs)(ids)
                 self.size[ids] = (
-                    _key_len(ids)
+                    self._klen[ids]
                     + np.fromiter((0 if r[4] is None else len(r[4]) for r in rows), np.int64, len(rows))
                     + fixed
                 )
@@ -308,16 +334,22 @@ class DiskAccount(EventListener):
             raise RuntimeError("DiskAccount.bind(...) the DB before it flushes or compacts")
         return self._manifest()
 
-    @staticmethod
-    def _fixed_of(outs: list[SstEntry]) -> FixedOf:
-        """key indexes -> the row_fixed of the output SST (of `outs`, in key order) that holds each."""
+    def _fixed_of(self, outs: list[SstEntry]) -> FixedOf:
+        """slots -> the row_fixed of the output SST (of `outs`, in key order) that holds each."""
         fixed = np.array([row_fixed(e.info) for e in outs], np.int64)
         if len(set(fixed.tolist())) <= 1:
             f = int(fixed[0]) if len(fixed) else 0
             return lambda ids: np.full(len(ids), f, np.int64)
-        # key_bytes keeps the order of the indexes, so an SST's key range is a range of indexes
-        last_ids = np.array([key_index(e.info.last_key) for e in outs], np.int64)
-        return lambda ids: fixed[np.minimum(np.searchsorted(last_ids, ids, "left"), len(fixed) - 1)]
+        # outputs of several row layouts (rare: a TimeToLive column gained or lost): find each key's
+        # output by its bytes (key indexes past 12 digits do not sort as their keys do)
+        last_keys = [e.info.last_key for e in outs]
+        top = len(fixed) - 1
+
+        def of(slots: np.ndarray) -> np.ndarray:
+            keys = map(key_bytes, self.slot_keys[slots].tolist())
+            return fixed[[min(bisect.bisect_left(last_keys, k), top) for k in keys]]
+
+        return of
 
     def _rows_of(self, name: str) -> Iterable[tuple[bytes, int, int | None, int | None, bytes | None]]:
         with SstReader(os.path.join(self.sst_dir, name)) as r:
@@ -330,6 +362,7 @@ class DiskAccount(EventListener):
         pairs = [(key_index(key), seq) for key, seq, _ts, _exp, _value in self._rows_of(name)]
         if pairs:
             k, seq = np.array(pairs, np.int64).T
+            k = self._slots(k)
             ids = k[self.seq[k] == seq]
             self._refix(ids, np.full(len(ids), fixed, np.int64))
 
@@ -348,22 +381,22 @@ class DiskAccount(EventListener):
         self._code = None
         in_wal = self.seq > m.last_seq  # the newest rows still in the WAL stay as they are
         self._forget(np.flatnonzero(~in_wal))
-        items = [(i, *v) for i, v in found.items() if not in_wal[i]]
-        if items:
-            cols = np.array(items, np.int64).T
-            ids = cols[0]
+        if found:
+            cols = np.array([(i, *v) for i, v in found.items()], np.int64).T
+            cols = cols[:, ~in_wal[self._slots(cols[0])]]
+            ids = self._slots(cols[0])
             self.seq[ids], self.size[ids], self.fixed[ids] = cols[1], cols[2], cols[3]
             self.tomb[ids], self.expire[ids], self.ts[ids] = cols[4].astype(bool), cols[5], cols[6]
 
     # -- what a sample reports -----------------------------------------------------------------------
     def _refix(self, ids: np.ndarray, fixed: np.ndarray) -> None:
-        """The newest rows of key indexes `ids` (no repeats) now lie where a row has `fixed` extra bytes."""
+        """The newest rows of slots `ids` (no repeats) now lie where a row has `fixed` extra bytes."""
         self._code = None
         self.size[ids] += fixed - self.fixed[ids]
         self.fixed[ids] = fixed
 
     def _forget(self, ids: np.ndarray) -> None:
-        """Key indexes `ids` no longer have a stored row. Their columns go back to the empty state (no
+        """Slots `ids` no longer have a stored row. Their columns go back to the empty state (no
         seq, size 0, no expire_ts, no tombstone), which `_tally` relies on."""
         self._code = None
         self.seq[ids] = -1
@@ -434,13 +467,6 @@ class DiskAccount(EventListener):
             "unpurged_deleted_rows": int(rows[2]),
             "oldest_unpurged_delete_ms": None if oldest_del is None else now - oldest_del,
         }
-
-
-def _key_len(ids: np.ndarray) -> np.ndarray:
-    """The length of each key index's key (`key_bytes`): 15 bytes below 10**12."""
-    if len(ids) and int(ids.max()) >= 10**12:
-        return np.fromiter((len(key_bytes(int(i))) for i in ids), np.int64, len(ids))
-    return np.full(len(ids), len(key_bytes(0)), np.int64)
 
 
 __all__ = ["CLASSES", "AccountingMismatch", "DiskAccount", "row_fixed"]

@@ -1,5 +1,6 @@
 """SST (sorted string table) format and writer (`SstWriter`, `write_sst`); the reader is `formats.sst_reader`
-and the shared constants `formats.sst_layout`, both re-exported here.
+and the shared constants `formats.sst_layout`, both re-exported here; the writer's data-block encoders
+are `formats.sst_blocks`.
 
 File layout::
 
@@ -39,12 +40,8 @@ filter) or at the first read of a data block. The reader never returns a row tha
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import itertools
-import operator
 import os
-import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -59,13 +56,13 @@ from formats.row import (
     MAX_KEY_LEN,
     MAX_VALUE_LEN,
     SUPPORTED_FORMAT_VERSIONS,
-    RowCodec,
     RowFeature,
     check_key,
     check_value,
     codec_for,
     features_for,
 )
+from formats.sst_blocks import BlockEncoder, is_value_array, value_list
 
 # the reader and the layout live in their own modules; formats.sst stays the one import for callers
 from formats.sst_layout import (
@@ -83,16 +80,13 @@ from formats.sst_layout import (
     BlockCache,
     BlockHandle,
     SsTableInfo,
-    _compress,
     _seal,
-    _xxh3,
 )
 from formats.sst_reader import ROW_INDEX_BYTES, SstReader
 
-# the row layouts this engine writes (flags, ts, [expire_ts,] seq): `SstWriter._encode_fast` packs them
+# the row layouts this engine writes (flags, ts, [expire_ts,] seq): `BlockEncoder.encode_fast` packs them
 _FAST_LAYOUTS = (features_for(False), features_for(True))
-_NUMPY_MIN_ROWS = 512  # from this many rows of one key length, `SstWriter._encode_numpy` encodes them
-I64_MIN, I64_MAX, U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+_NUMPY_MIN_ROWS = 512  # from this many rows of one key length, `BlockEncoder.encode_numpy` encodes them
 
 
 class SstWriter:
@@ -245,7 +239,7 @@ class SstWriter:
             return True
         keys = keys if type(keys) is list else list(keys)
         seqs, tss, exps = (_column(c, n) for c in (seqs, tss, exps))
-        if _is_value_array(values):
+        if is_value_array(values):
             width = values.dtype.itemsize
             vbytes = width * n
         else:
@@ -270,7 +264,7 @@ class SstWriter:
         if not ok:
             if limit is not None:
                 return False
-            for row in zip(keys, seqs, tss, exps, _value_list(values), strict=True):
+            for row in zip(keys, seqs, tss, exps, value_list(values), strict=True):
                 self.add(row)
             return True
         size = sum(map(len, keys)) + vbytes + 33 * n
@@ -283,12 +277,12 @@ class SstWriter:
             self._cols = [keys, seqs, tss, exps, values]  # the caller's lists, never changed here
         else:
             old = self._cols
-            if _is_value_array(values) and _is_value_array(old[4]) and values.dtype == old[4].dtype:
+            if is_value_array(values) and is_value_array(old[4]) and values.dtype == old[4].dtype:
                 import numpy as np
 
                 values = np.concatenate((old[4], values))
-            elif _is_value_array(values) or _is_value_array(old[4]):
-                values = _value_list(old[4]) + _value_list(values)
+            elif is_value_array(values) or is_value_array(old[4]):
+                values = value_list(old[4]) + value_list(values)
             else:
                 values = old[4] + values
             self._cols = [c + more for c, more in zip(old[:4], (keys, seqs, tss, exps), strict=True)] + [values]
@@ -301,7 +295,7 @@ class SstWriter:
         """Turn the rows held as columns into row tuples (before `add` or `extend` adds more)."""
         cols, self._cols = self._cols, None
         if cols is not None:
-            self.rows += zip(*cols[:4], _value_list(cols[4]), strict=True)
+            self.rows += zip(*cols[:4], value_list(cols[4]), strict=True)
 
     def __len__(self) -> int:
         return len(self._cols[0]) if self._cols is not None else len(self.rows)
@@ -318,7 +312,7 @@ class SstWriter:
             raise ValueError("an SST needs at least one row")
         n = len(keys)
         key_bytes = sum(map(len, keys))
-        if _is_value_array(values):  # values of one length, no tombstone
+        if is_value_array(values):  # values of one length, no tombstone
             tombstones = 0
             value_bytes = values.dtype.itemsize * n
         else:
@@ -350,20 +344,21 @@ class SstWriter:
         else:
             features = ()
         codec = codec_for(self.format_version, features)
+        enc = BlockEncoder(self.block_bytes, self.compression)
         if codec.features in _FAST_LAYOUTS:
             columns = (keys, seqs, tss, exps, values)
             encoded = None
             if n >= _NUMPY_MIN_ROWS and len(keys[0]) * n == key_bytes:  # keys of one length, perhaps
                 ranges = (min_ts, max_ts, min_exp, max_exp, min_seq, max_seq)
-                encoded = self._encode_numpy(columns, codec, tombstones, expiring, ranges)
+                encoded = enc.encode_numpy(columns, codec, tombstones, expiring, ranges)
             if encoded is None:
-                columns = (keys, seqs, tss, exps, _value_list(values))
-                encoded = self._encode_fast(columns, codec, tombstones, expiring)
+                columns = (keys, seqs, tss, exps, value_list(values))
+                encoded = enc.encode_fast(columns, codec, tombstones, expiring)
             chunks, index_parts, offset = encoded
         else:
             if rows is None:
-                rows = list(zip(keys, seqs, tss, exps, _value_list(values), strict=True))
-            chunks, index_parts, offset = self._encode(rows, codec)
+                rows = list(zip(keys, seqs, tss, exps, value_list(values), strict=True))
+            chunks, index_parts, offset = enc.encode(rows, codec)
         data_size = offset
         index = _seal(U32.pack(len(chunks)) + b"".join(index_parts))
         filt = _seal(bloom.build(keys if self._distinct else _distinct_keys(keys), self.bloom_bits_per_key))
@@ -419,264 +414,12 @@ class SstWriter:
         self._cols = None
         return dataclasses.replace(info, file_size=file_size)
 
-    def _encode(self, rows: list[tuple], codec: RowCodec) -> tuple[list[bytes], list[bytes], int]:
-        """The data blocks through the generic `RowCodec.encode_parts`: (sealed blocks, index entries,
-        data size)."""
-        encode_parts = codec.encode_parts
-        chunks: list[bytes] = []
-        index_parts: list[bytes] = []
-        offset = 0
-        block_bytes = self.block_bytes
-        n = len(rows)
-        i = 0
-        while i < n:
-            parts: list = []
-            offsets: list[int] = []
-            size = 0
-            first = rows[i][0]
-            while i < n:
-                row = rows[i]
-                if size >= block_bytes and row[0] != rows[i - 1][0]:
-                    break
-                offsets.append(size)
-                size += encode_parts(row, parts)
-                i += 1
-            offset = self._add_block(parts, offsets, first, rows[i - 1][0], chunks, index_parts, offset)
-        return chunks, index_parts, offset
-
-    def _encode_fast(
-        self, columns: tuple[tuple, ...], codec: RowCodec, tombstones: int, expiring: int
-    ) -> tuple[list[bytes], list[bytes], int]:
-        """`_encode` for the two layouts this engine writes (flags, ts, [expire_ts,] seq), column by
-        column: the key lengths, attributes and value lengths are packed by `map` over the columns (C
-        loops, no Python bytecode per row), the pieces interleaved by slice assignment, the block cuts
-        found by bisecting the running row offsets. The same bytes as `_encode` (a hypothesis test holds
-        them to it)."""
-        keys, seqs, tss, exps, values = columns
-        n = len(keys)
-        vals = [b"" if v is None else v for v in values] if tombstones else values
-        klens = list(map(len, keys))
-        vlens = list(map(len, vals))
-        pack = codec.attrs.pack
-        if RowFeature.TimeToLive in codec.features:
-            flags = [(v is None) | ((e is not None) << 1) for v, e in zip(values, exps, strict=True)]
-            slots = [0 if e is None else e for e in exps] if expiring < n else exps
-            attrs = list(map(pack, flags, tss, slots, seqs, vlens))
-        else:
-            flags = [v is None for v in values] if tombstones else itertools.repeat(0, n)
-            attrs = list(map(pack, flags, tss, seqs, vlens))
-        parts: list = [None] * (4 * n)
-        parts[0::4] = map(KLEN.pack, klens)
-        parts[1::4] = keys
-        parts[2::4] = attrs
-        parts[3::4] = vals
-        # offset of row i in the file's row stream; a row is 2 + key + attrs (value_len included) + value
-        c = 2 + codec.attrs.size
-        payload = itertools.accumulate(map(operator.add, klens, vlens), initial=0)
-        starts = list(map(operator.add, payload, range(0, (n + 1) * c, c)))
-        chunks: list[bytes] = []
-        index_parts: list[bytes] = []
-        offset = 0
-        block_bytes = self.block_bytes
-        i = 0
-        while i < n:
-            base = starts[i]
-            # rows are added while the block is under block_bytes, then until the key changes
-            j = bisect.bisect_left(starts, base + block_bytes, i + 1, n)
-            while j < n and keys[j] == keys[j - 1]:
-                j += 1
-            offsets = [x - base for x in starts[i:j]]
-            offset = self._add_block(parts[4 * i : 4 * j], offsets, keys[i], keys[j - 1], chunks, index_parts, offset)
-            i = j
-        return chunks, index_parts, offset
-
-    def _encode_numpy(
-        self,
-        columns: tuple[Sequence, ...],
-        codec: RowCodec,
-        tombstones: int,
-        expiring: int,
-        ranges: tuple[int | None, ...],
-    ) -> tuple[list[bytes], list[bytes], int] | None:
-        """`_encode_fast` for keys of one length, with numpy: every row's ``key_len | key | attrs |
-        value_len`` is one record of a packed structured array (filled a column at a time; a column of one
-        value is filled by broadcasting), and when every value has one length too the value is a field of
-        it, so the whole row stream is one buffer and a block is a slice of it. Otherwise the fixed parts
-        come out as one bytes object per row (one C call), interleaved with the values. None when the
-        columns do not fit (keys of several lengths, a number out of its field's range): the caller then
-        takes `_encode_fast`, which writes the same bytes or raises its error."""
-        keys, seqs, tss, exps, values = columns
-        n = len(keys)
-        width = len(keys[0])
-        klens = list(map(len, keys))
-        min_ts, max_ts, min_exp, max_exp, min_seq, max_seq = ranges
-        if (
-            klens.count(width) != n
-            or not (I64_MIN <= min_ts and max_ts <= I64_MAX)  # type: ignore[operator]
-            or not (0 <= min_seq and max_seq <= U64_MAX)  # type: ignore[operator]
-            or (expiring and not (I64_MIN <= min_exp and max_exp <= I64_MAX))  # type: ignore[operator]
-        ):
-            return None
-        import numpy as np
-
-        if _is_value_array(values):
-            vals: Any = values
-            vwidth = values.dtype.itemsize
-            vlens: Any = None
-            fixed_values = True
-        else:
-            vals = [b"" if v is None else v for v in values] if tombstones else values
-            vlens = list(map(len, vals))
-            vwidth = vlens[0]
-            fixed_values = vwidth > 0 and vlens.count(vwidth) == n
-        ttl = RowFeature.TimeToLive in codec.features
-        fields = [("kl", ">u2"), ("k", f"V{width}"), ("f", "u1"), ("ts", ">i8")]
-        fields += [("e", ">i8")] if ttl else []
-        fields += [("s", ">u8"), ("vl", ">u4")]
-        fields += [("v", f"V{vwidth}")] if fixed_values else []
-        rec = np.empty(n, np.dtype(fields))  # packed: no alignment padding
-        rec["kl"] = width
-        rec["k"] = np.frombuffer(b"".join(keys), f"V{width}")
-        flags = np.zeros(n, np.uint8)
-        if tombstones:
-            flags |= np.fromiter(map(operator.is_, values, itertools.repeat(None)), np.bool_, n)
-        if ttl:
-            has_exp = np.fromiter(map(operator.is_not, exps, itertools.repeat(None)), np.bool_, n)
-            flags |= has_exp.view(np.uint8) << 1
-            rec["e"] = _dense(exps, 0) if expiring < n else _dense(exps)
-        rec["f"] = flags
-        rec["ts"] = _dense(tss)
-        rec["s"] = _dense(seqs)
-        rec["vl"] = vwidth if fixed_values else vlens
-        head = 2 + width + codec.attrs.size  # a row's bytes before its value
-        if fixed_values:
-            starts_np = np.arange(0, (n + 1) * (head + vwidth), head + vwidth, dtype=np.int64)
-            rec["v"] = vals if vlens is None else np.frombuffer(b"".join(vals), f"V{vwidth}")
-            stream = rec.tobytes()
-        else:
-            starts_np = np.zeros(n + 1, np.int64)
-            np.cumsum(np.array(vlens, np.int64) + head, out=starts_np[1:])
-            row_parts: list = [None] * (2 * n)
-            row_parts[0::2] = rec.view(f"V{rec.dtype.itemsize}").tolist()  # bytes, one per row
-            row_parts[1::2] = vals
-            stream = b"".join(row_parts)
-            del row_parts
-        return self._blocks_of_stream(memoryview(stream), starts_np, keys)
-
-    def _blocks_of_stream(self, stream: memoryview, starts_np: Any, keys: Sequence[bytes]) -> tuple[list, list, int]:
-        """The data blocks of a row stream (`stream`: every row encoded, in order; row i at `starts_np[i]`,
-        its end at `starts_np[n]`), cut as `_encode` cuts them: (sealed blocks, index entries, data size).
-        The row offset arrays of all blocks are computed at once, so a block costs a few calls, not a
-        call per row."""
-        import numpy as np
-
-        n = len(keys)
-        starts = starts_np.tolist()
-        block_bytes = self.block_bytes
-        cuts = [0]
-        i = 0
-        while i < n:
-            # rows are added while the block is under block_bytes, then until the key changes
-            j = bisect.bisect_left(starts, starts[i] + block_bytes, i + 1, n)
-            while j < n and keys[j] == keys[j - 1]:
-                j += 1
-            cuts.append(j)
-            i = j
-        at = np.array(cuts, np.int64)
-        counts = np.diff(at)
-        rel = starts_np[:n] - np.repeat(starts_np[at[:-1]], counts)  # each row's offset in its block
-        # each block's tail: its rows' offsets, then its row count
-        tails = memoryview(np.insert(rel, at[1:], counts).astype(">u4").tobytes())
-        code = self.compression
-        code_byte = bytes((code,))
-        pack_q = struct.Struct(">Q").pack
-        entry, klen = INDEX_ENTRY.pack, KLEN.pack
-        chunks: list[bytes] = []
-        index_parts: list[bytes] = []
-        offset = 0
-        for b in range(len(cuts) - 1):
-            i, j = cuts[b], cuts[b + 1]
-            payload = b"".join((stream[starts[i] : starts[j]], tails[4 * (i + b) : 4 * (j + b + 1)]))
-            stored = b"".join((_compress(payload, code), code_byte))
-            chunks.append(stored + pack_q(_xxh3(stored)))  # as `_seal` seals it
-            size = len(stored) + 8
-            first, last = keys[i], keys[j - 1]
-            index_parts += (entry(offset, size, j - i), klen(len(first)), first, klen(len(last)), last)
-            offset += size
-        return chunks, index_parts, offset
-
-    def _add_block(
-        self,
-        parts: list,
-        offsets: list[int],
-        first: bytes,
-        last: bytes,
-        chunks: list[bytes],
-        index_parts: list[bytes],
-        offset: int,
-    ) -> int:
-        """Seal one data block (rows, then the offset array and count), append it and its index entry;
-        return the offset after it."""
-        tail = struct.pack(f">{len(offsets) + 1}I", *offsets, len(offsets))
-        return self._seal_block(parts, tail, len(offsets), first, last, chunks, index_parts, offset)
-
-    def _seal_block(
-        self,
-        parts: list,
-        tail: bytes,
-        num_rows: int,
-        first: bytes,
-        last: bytes,
-        chunks: list[bytes],
-        index_parts: list[bytes],
-        offset: int,
-    ) -> int:
-        """Seal one data block from its rows' bytes (`parts`, bytes-like) and `tail` (the packed offset
-        array and count); append it and its index entry; return the offset after it."""
-        parts.append(tail)
-        block = _seal(b"".join(parts), self.compression)
-        chunks.append(block)
-        index_parts.append(INDEX_ENTRY.pack(offset, len(block), num_rows))
-        index_parts += (KLEN.pack(len(first)), first, KLEN.pack(len(last)), last)
-        return offset + len(block)
-
-
-def _is_value_array(values: Any) -> bool:
-    """True for a numpy array of fixed-width values (dtype ``V<w>``, w > 0), as `extend_columns` takes
-    them (checked without importing numpy)."""
-    dtype = getattr(values, "dtype", None)
-    return (
-        dtype is not None
-        and getattr(values, "ndim", 0) == 1
-        and dtype.kind == "V"
-        and dtype.names is None
-        and 0 < dtype.itemsize <= MAX_VALUE_LEN
-    )
-
-
-def _value_list(values: Any) -> list:
-    """A value column as a list of bytes/None (a fixed-width array's rows become bytes)."""
-    if _is_value_array(values):
-        return values.tolist()
-    return values if type(values) is list else list(values)
-
 
 def _column(col: Sequence | int | None, n: int) -> list:
     """A column as a list: `col` itself when it is a list, one value repeated when it is an int or None."""
     if col is None or isinstance(col, int):
         return [col] * n
     return col if type(col) is list else list(col)
-
-
-def _dense(col: list, none: int | None = None) -> Any:
-    """A numeric column for numpy: its one value when every row has the same (list.count is a C loop of
-    identity checks for a column of one object), else the list, None replaced by `none` when given."""
-    first = col[0]
-    if col.count(first) == len(col) and (first is not None or none is not None):
-        return none if first is None else first
-    if none is not None:
-        return [none if x is None else x for x in col]
-    return col
 
 
 def _distinct_keys(keys: Sequence[bytes]) -> list[bytes]:

@@ -1,11 +1,11 @@
-"""The SST writer's column path (`SstWriter.extend_columns`, `SstWriter._encode_numpy`,
+"""The SST writer's column path (`SstWriter.extend_columns`, `BlockEncoder.encode_numpy`,
 `compaction.merge.SstOutput.write_columns`) writes, byte for byte, the files the row path writes
 (`SstWriter.add`, `SstOutput.write`) from the same rows.
 
 The column path is what the bulk load's tasks use for plain slices: keys, values and expire_ts as
 columns, seq and ts one value for every row. Rows whose keys all have one length are encoded with numpy
 from `_NUMPY_MIN_ROWS` rows on; the tests lower that bound so small examples take that encoder too, and
-compare it with the row path at every bound (numpy, the column-wise `_encode_fast`, the generic
+compare it with the row path at every bound (numpy, the column-wise `encode_fast`, the generic
 `RowCodec.encode_parts`).
 """
 
@@ -23,6 +23,7 @@ import formats.sst as sst_mod
 from compaction.merge import OutputSpec, SstOutput
 from formats.row import FORMAT_V0, FORMAT_V1, MAX_KEY_LEN
 from formats.sst import SstReader, SstWriter
+from formats.sst_blocks import BlockEncoder
 
 TS0 = 1_700_000_000_000
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -230,7 +231,7 @@ def test_numbers_out_of_their_fields_fail_as_on_the_row_path(tmp_path, monkeypat
             w.extend_columns(*(list(c) for c in zip(*rows, strict=True)))
         with pytest.raises(Exception) as e:
             w.finish()
-        assert type(e.value).__name__ == "error"  # struct.error, from _encode_fast on both paths
+        assert type(e.value).__name__ == "error"  # struct.error, from encode_fast on both paths
 
 
 @pytest.mark.parametrize("values", ["fixed", "array", "varied", "tombstones"])
@@ -247,14 +248,14 @@ def test_a_bulk_shaped_sst_takes_the_numpy_encoder(tmp_path, monkeypatch, values
     }[values]
     exps = [None if v is None else TS0 + 60_000 for v in vals]
     taken = []
-    real = SstWriter._encode_numpy
+    real = BlockEncoder.encode_numpy
 
     def spy(self, *a):
         out = real(self, *a)
         taken.append(out is not None)
         return out
 
-    monkeypatch.setattr(SstWriter, "_encode_numpy", spy)
+    monkeypatch.setattr(BlockEncoder, "encode_numpy", spy)
     w = SstWriter(tmp_path / "cols.sst", sync=False)
     assert w.extend_columns(keys, 42, TS0, exps, _value_array(vals) if values == "array" else vals)
     w.finish()

@@ -1,6 +1,6 @@
 """The SST writer's fast paths (formats/sst.py, formats/bloom.py) write the same bytes as the generic ones.
 
-`SstWriter._encode_fast` packs the two row layouts the engine writes with one struct per key length; the
+`BlockEncoder.encode_fast` (formats/sst_blocks.py) packs the two row layouts the engine writes with one struct per key length; the
 generic path encodes every row through `RowCodec.encode_parts`. `bloom.build` sets the probes of a large
 filter with numpy, of a small one with a Python loop. `SstWriter.extend` adds a list of rows checked
 column by column instead of row by row through `add`. Each pair must give byte-identical files, and the

@@ -17,6 +17,7 @@ from typing import Any
 
 from formats import fileio
 from formats.sst import SsTableInfo, SstWriter
+from formats.sst_blocks import is_value_array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +132,7 @@ class SstOutput:
         cols = [c if c is None or isinstance(c, int) else list(c) for c in (seqs, tss, exps)]
         target = self.spec.target_bytes
         # ends[i]: `estimated_size` of a writer holding rows [0, i) (SstWriter counts key + value + 33)
-        if getattr(values, "dtype", None) is not None:  # a numpy array of fixed-width values
+        if is_value_array(values):
             vlens: Iterable[int] = itertools.repeat(values.dtype.itemsize, n)
         else:
             values = values if type(values) is list else list(values)

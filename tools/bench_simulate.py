@@ -122,34 +122,44 @@ def bare_run(spec: Any, policy: Any, ops: Any, directory: str) -> tuple[float, f
     return wall, cpu, wa
 
 
-def _bare_one(item: tuple[str, int]) -> tuple[float, float]:
-    """`bare_run` of policy number `i` of the spec file `path`, in a directory of its own."""
-    from tools.simulate import load_spec, parse_spec
-    from tools.simulate.workload import generate
-
-    path, i = item
-    spec = parse_spec(load_spec(path))
-    ops = generate(spec)
+def _bare_timed(spec: Any, policy: Any, ops: Any) -> tuple[float, float]:
+    """`bare_run` of `policy` over `ops` in a directory of its own: (wall, CPU seconds)."""
     d = tempfile.mkdtemp(prefix="lsm-bench-sim-")
     try:
-        wall, cpu, _wa = bare_run(spec, spec.policies[i], ops, d)
+        wall, cpu, _wa = bare_run(spec, policy, ops, d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return wall, cpu
 
 
+def _spec_and_ops(path: str) -> tuple[Any, Any]:
+    from tools.simulate import load_spec, parse_spec
+    from tools.simulate.workload import generate
+
+    spec = parse_spec(load_spec(path))
+    return spec, generate(spec)
+
+
+def _bare_one(item: tuple[str, int]) -> tuple[float, float]:
+    """`_bare_timed` of policy number `i` of the spec file `path` (in a worker process of its own)."""
+    path, i = item
+    spec, ops = _spec_and_ops(path)
+    return _bare_timed(spec, spec.policies[i], ops)
+
+
 def _bare_all(path: str, n: int, jobs: int) -> list[tuple[float, float]]:
-    """`_bare_one` for each of the spec's `n` policies, `jobs` at a time in worker processes (as
-    `lsm simulate --jobs` runs the simulations), or in this process with jobs 1."""
-    items = [(path, i) for i in range(n)]
+    """The bare run of each of the spec's `n` policies, `jobs` at a time in worker processes (as
+    `lsm simulate --jobs` runs the simulations), or in this process with jobs 1 (the operations
+    generated once for all of them)."""
     if jobs <= 1 or n <= 1:
-        return [_bare_one(x) for x in items]
+        spec, ops = _spec_and_ops(path)
+        return [_bare_timed(spec, p, ops) for p in spec.policies]
     import concurrent.futures
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=ctx) as pool:
-        return list(pool.map(_bare_one, items))
+        return list(pool.map(_bare_one, [(path, i) for i in range(n)]))
 
 
 def _median(xs: list[float]) -> float:

@@ -76,17 +76,17 @@ def row_fixed(info: SsTableInfo) -> int:
 
 
 class DiskAccount(EventListener):
-    """Live / expired / tombstone / shadowed bytes and rows of one database of the simulator's `keys`
-    key indexes, updated incrementally.
+    """Live / expired / tombstone / shadowed bytes and rows of one database the simulator writes,
+    updated incrementally.
 
-    Give it to the DB as an event listener and `bind` the open DB before the first write."""
+    Give it to the DB as an event listener, `bind` the open DB and `bind_writes` the workload before the
+    first write."""
 
     wants_changed_rows = True
 
-    def __init__(self, db_path: str, keys: int) -> None:
+    def __init__(self, db_path: str) -> None:
         self.sst_dir = os.path.join(db_path, "sst")
         self.wal_dir = os.path.join(db_path, "wal")
-        self.keys = keys  # the size of the simulator's key space
         # the newest stored row of each key the simulator writes, by slot: the rank of its key index
         # among those written (`bind_writes`), so the columns grow with the keys written, not the space
         self.slot_keys = np.zeros(0, np.int64)  # slot -> key index, ascending
@@ -146,8 +146,10 @@ class DiskAccount(EventListener):
         """The slots of key indexes `ids`, each one the simulator wrote (AccountingMismatch otherwise:
         the database holds a key it never got)."""
         slots = np.searchsorted(self.slot_keys, ids)
-        if len(ids) and not (slots < len(self.slot_keys)).all() or not (self.slot_keys[slots] == ids).all():
-            raise AccountingMismatch(f"the database holds keys the simulation never wrote: {ids[:5]}")
+        if len(ids):
+            inside = (slots < len(self.slot_keys)).all()
+            if not inside or not (self.slot_keys[slots] == ids).all():
+                raise AccountingMismatch(f"the database holds keys the simulation never wrote: {ids[:5]}")
         return slots
 
     def _apply_writes(self, last: int | None = None, fixed_of: FixedOf | None = None) -> None:

@@ -113,7 +113,7 @@ class Simulation:
         self.clock = lsm.ManualClock(spec.start_ms)
         self.observer = Observer()
         # an event listener too: flushes and compactions move rows
-        self.account = DiskAccount(directory, spec.keys)
+        self.account = DiskAccount(directory)
         overrides = dict(policy.options)
         self.default_ttl = overrides.get("default_ttl")
         self.options = lsm.DbOptions(

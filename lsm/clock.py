@@ -94,6 +94,12 @@ class MonotonicClock:
     def tick(self) -> int:
         """The time for a write: the user clock, which must not be below any time already used
         (ClockError otherwise, before anything is written); it becomes the last used time."""
+        if self._system and (now := _time_ns() // 1_000_000) == self.last:
+            # the system clock has not moved since the last write or read (most writes of a busy writer):
+            # nothing to store, so no lock. A read that moves `last` on concurrently is ordered after
+            # this tick, as if it had waited for the lock: the tick read the clock first. (A user clock
+            # is read once per tick, under the lock: its now() may have effects.)
+            return now
         # Read the user clock under the lock: reads advance `last` too, and a read that slipped in
         # between our clock reading and the comparison would make time look as if it went back.
         lock = self._lock

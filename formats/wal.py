@@ -132,7 +132,10 @@ def segment_rows(buf: bytes, path: str = "<bytes>") -> list[tuple]:
 
     One-row records (puts) are decoded inline, checksum included; anything else (a batch, a delete, a
     torn tail, a bad checksum) goes through the generic decoder, with its checks and errors."""
-    rows: list[tuple] = []
+    rows = _uniform_put_rows(buf)
+    if rows is not None:
+        return rows
+    rows = []
     append = rows.append
     head = RECORD_PUT_HEAD.unpack_from
     put_attrs = PUT_ATTRS.unpack_from
@@ -168,6 +171,49 @@ def segment_rows(buf: bytes, path: str = "<bytes>") -> list[tuple]:
     # something the fast loop does not take: the generic decoder reports it (or drops a torn tail)
     records, _torn = decode_segment(buf, path)
     return [row for r in records for row in r.rows]
+
+
+_UNIFORM_MIN_RECORDS = 64  # below this the loop is as fast, and no caller pays for importing numpy
+
+
+def _uniform_put_rows(buf: bytes) -> list[tuple] | None:
+    """`segment_rows` of a segment made only of intact puts of one key length and one value length
+    (one record size: a writer of fixed-size rows), decoded as one numpy record array, checksums
+    included; None for anything else (the loop in `segment_rows` takes it, with its checks)."""
+    end = len(buf)
+    if end < RECORD_PUT_HEAD.size * _UNIFORM_MIN_RECORDS:
+        return None
+    length, _check, _seq, _ts, count, klen = RECORD_PUT_HEAD.unpack_from(buf, 0)
+    size = HEADER.size + length
+    vlen = length - PUT_HEAD.size - klen - PUT_ATTRS.size
+    if count != 1 or end % size or vlen < 0:
+        return None
+    import numpy as np
+
+    fields = [("len", ">u4"), ("check", ">u8"), ("seq", ">u8"), ("ts", ">i8"), ("count", ">u4")]
+    fields += [("klen", ">u2"), ("key", f"V{klen}"), ("flags", "u1"), ("exp", ">i8"), ("vlen", ">u4")]
+    if vlen:
+        fields.append(("value", f"V{vlen}"))
+    recs = np.frombuffer(buf, np.dtype(fields))
+    flags = recs["flags"]
+    if not (
+        (recs["len"] == length).all()
+        and (recs["count"] == 1).all()
+        and (recs["klen"] == klen).all()
+        and (recs["vlen"] == vlen).all()
+        and not (flags & ~np.uint8(2)).any()
+    ):
+        return None
+    payloads = np.frombuffer(buf, np.dtype([("head", f"V{HEADER.size}"), ("payload", f"V{length}")]))
+    if list(map(_xxh3, payloads["payload"].tolist())) != recs["check"].tolist():
+        return None  # a damaged record: the loop finds it and says how
+    n = len(recs)
+    if flags.any():
+        exps = [e if f else None for e, f in zip(recs["exp"].tolist(), flags.tolist(), strict=True)]
+    else:
+        exps = [None] * n
+    values = recs["value"].tolist() if vlen else [b""] * n
+    return list(zip(recs["key"].tolist(), recs["seq"].tolist(), recs["ts"].tolist(), exps, values, strict=True))
 
 
 def _raise_if_records_follow(buf: bytes, pos: int, path: str) -> None:

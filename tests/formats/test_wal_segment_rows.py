@@ -56,3 +56,40 @@ def test_damage_is_reported_as_the_generic_decoder_does():
     buf[20] ^= 0xFF  # inside the first record's payload: its checksum fails with a record after it
     with pytest.raises(CorruptionError):
         segment_rows(bytes(buf), "seg")
+
+
+uniform_put = st.tuples(st.binary(min_size=6, max_size=6), expiry)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(uniform_put, min_size=64, max_size=120),
+    st.integers(0, 12),
+    st.sampled_from([0, 1, 37]),
+    st.one_of(st.none(), st.integers(0, 10_000)),
+)
+def test_a_segment_of_same_size_puts_decodes_as_one_array(puts, value_len, cut, flip):
+    """A segment of puts of one key length and one value length (one record size) is decoded as one
+    numpy record array (`_uniform_put_rows`), with the same rows as the generic decoder; a torn tail or a
+    damaged byte sends it back to the loop, which drops or reports them as before."""
+    from formats.wal import _uniform_put_rows
+
+    buf = b"".join(
+        encode_put(seq, 1_700_000_000_000 + seq, key, exp, bytes([seq % 251]) * value_len)
+        for seq, (key, exp) in enumerate(puts, 1)
+    )
+    fast = _uniform_put_rows(buf)
+    assert fast is not None and fast == generic(buf) == segment_rows(buf, "seg")
+    torn = buf[: len(buf) - cut]
+    assert segment_rows(torn, "seg") == generic(torn)
+    if flip is not None:
+        bad = bytearray(buf)
+        bad[flip % len(bad)] ^= 0x01
+        assert _uniform_put_rows(bytes(bad)) is None  # any damaged bit: a length, a flag or a checksum fails
+        try:
+            expected = generic(bytes(bad))
+        except CorruptionError:
+            with pytest.raises(CorruptionError):
+                segment_rows(bytes(bad), "seg")
+        else:
+            assert segment_rows(bytes(bad), "seg") == expected

@@ -13,9 +13,12 @@ import operator
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 
+import numpy as np
+
 from compaction.filter import Entry
 from compaction.merge import merge_sources
-from compaction.stream import merge_batches, whole_key_batches
+from compaction.stream import merge_rounds, round_rows, whole_key_batches
+from formats.row import RowArray
 from lsm.iterators import run_blocks, run_iter
 from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, is_system
 from lsm.versions import State
@@ -156,27 +159,36 @@ def scan_state(
 
 def _forward_pairs(
     st: State, start: bytes | None, end: bytes | None, max_seq: int, check_expiry: bool, now: int
-) -> Iterator[list[tuple[bytes, bytes]]]:
-    """The visible (key, value) pairs of `st` in [start, end), ascending, in lists: `scan_state`'s
-    forward scan.
+) -> Iterator[Iterable[tuple[bytes, bytes]]]:
+    """The visible (key, value) pairs of `st` in [start, end), ascending, a batch at a time:
+    `scan_state`'s forward scan.
 
-    Every source is read as lists of rows (an SST's decoded blocks, a memtable in whole-key lists),
-    merged by `compaction.stream.merge_batches` (one C sort per round, a key's versions in source order,
-    i.e. newest first) and resolved a batch at a time. A batch whose rows are all visible at `max_seq`,
-    none expired, is resolved without a Python step per row: the newest version of each key is the first
-    in the batch, which a dict built over the reversed batch keeps; tombstones are then dropped. Any
-    other batch (a snapshot older than some row, an expired row) takes the row-by-row loop of
-    `lsm.iterators.visible_rows`. Same rows as the heap merge: sources are searched newest first, as
-    `find_row` does."""
-    sources: list[Iterable[list[tuple]]] = []
+    Every source is read in batches: an SST's groups of blocks (`SstReader.iter_batches`: a group whose
+    rows are all alike as one `RowArray`, numpy columns over its bytes, any other as decoded rows), a
+    memtable in whole-key row lists. `compaction.stream.merge_rounds` cuts them into rounds of whole keys
+    (a key's versions in source order, i.e. newest first, as `find_row` searches).
+
+    A round made only of `RowArray`s of one layout, all of its rows visible at `max_seq` and unexpired
+    (no tombstone is ever in one), is resolved in numpy (`_array_pairs`). A round of rows, sorted by one
+    C sort, is resolved without a Python step per row when all its rows are visible and unexpired: the
+    newest version of each key is the first in the batch, which a dict built over the reversed batch
+    keeps; tombstones are then dropped. Any other round (a snapshot older than some row, an expired row)
+    takes the row-by-row loop of `lsm.iterators.visible_rows`."""
+    sources: list[Iterable[list[tuple] | RowArray]] = []
     if st.mem.rows:
         sources.append(whole_key_batches(st.mem.iter(start, end)))
     sources += [whole_key_batches(m.iter(start, end)) for m in st.imm]
-    sources += [r.iter_blocks(start, end) for _e, r in st.l0]
-    sources += [run_blocks(run.readers, run.last_keys, start, end) for run in st.runs]
+    sources += [r.iter_batches(start, end) for _e, r in st.l0]
+    sources += [run_blocks(run.readers, run.last_keys, start, end, batches=True) for run in st.runs]
     if not sources:
         return
-    for batch in merge_batches(sources):
+    for pieces in merge_rounds(sources):
+        if type(pieces[0]) is RowArray:
+            arr_pairs = _array_pairs(pieces, max_seq, now if check_expiry else None)
+            if arr_pairs is not None:
+                yield arr_pairs
+                continue
+        batch = round_rows(pieces)
         if max(map(_seq, batch)) <= max_seq and (not check_expiry or not _expires_by(batch, now)):
             keys = list(map(_key, batch))
             keys.reverse()
@@ -201,6 +213,44 @@ def _forward_pairs(
                 continue
             out.append((key, value))
         yield out
+
+
+def _array_pairs(pieces: list, max_seq: int, now: int | None) -> Iterable[tuple[bytes, bytes]] | None:
+    """The newest version of each key of a round of `RowArray` pieces (newest source first), as (key,
+    value) pairs in key order; None unless every piece is a `RowArray` of one layout and every row is
+    visible at `max_seq` and, when `now` is given, unexpired at `now` (the caller then goes row by row).
+    A stable sort of the keys keeps each key's versions in source order, newest first, so the first of
+    each run of equal keys is the one shown; only those become Python objects."""
+    dtype = pieces[0].arr.dtype
+    for p in pieces:
+        if type(p) is not RowArray or p.arr.dtype != dtype:
+            return None
+    if len(pieces) == 1:
+        a = pieces[0].arr
+    else:
+        void = np.dtype((np.void, dtype.itemsize))
+        a = np.concatenate([p.arr.view(void) for p in pieces]).view(dtype)
+    if int(a["seq"].max()) > max_seq:
+        return None
+    if now is not None and "exp" in dtype.names:
+        has_exp = a["flags"] != 0  # a RowArray's only flag is "has expire_ts"
+        if has_exp.any() and int(a["exp"][has_exp].min()) < now:
+            return None
+    skeys = a["skey"]  # one width: numpy's order and equality are the bytes'
+    order = None
+    if len(pieces) > 1:
+        order = np.argsort(skeys, kind="stable")
+        skeys = skeys[order]
+    newest = np.empty(len(skeys), np.bool_)
+    newest[0] = True
+    np.not_equal(skeys[1:], skeys[:-1], out=newest[1:])
+    if order is not None:
+        sel = order[newest]
+    elif newest.all():
+        return zip(a["key"].tolist(), a["val"].tolist(), strict=True)
+    else:
+        sel = newest
+    return zip(a["key"][sel].tolist(), a["val"][sel].tolist(), strict=True)
 
 
 def _expires_by(batch: list[tuple], now: int) -> bool:

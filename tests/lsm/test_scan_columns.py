@@ -1,0 +1,130 @@
+"""The forward scan's column path (SST blocks as numpy `RowArray`s, a round resolved in numpy) returns
+exactly what the row path returns.
+
+Keys and values have one width (as db_bench's do), so SSTs decode into arrays; keys hold NUL and 0xFF
+bytes. The databases spread rows over the memtable, L0 SSTs and sorted runs, with overwrites, deletes,
+TTLs and a snapshot, and the batch sizes are cut so a scan takes many rounds. The reference is the same
+scan with the column decode switched off (every block decoded into rows), and the model.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lsm
+from compaction import stream
+from formats import sst_reader
+from formats.row import RowCodec
+from lsm import readpath
+
+T0 = 1_700_000_000_000
+KEYS = [bytes([a, b, c]) for a, b, c in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (7, 0, 0), (7, 0, 255), (255, 0, 0), (255, 255, 0), (255, 255, 255))]
+KEYS += [b"k%02d" % i for i in range(16)]
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.sampled_from(KEYS), st.one_of(st.none(), st.sampled_from([5, 40]))),
+        st.tuples(st.just("delete"), st.sampled_from(KEYS), st.none()),
+        st.tuples(st.just("flush"), st.none(), st.none()),
+        st.tuples(st.just("compact"), st.none(), st.none()),
+        st.tuples(st.just("tick"), st.none(), st.none()),
+    ),
+    min_size=1,
+    max_size=80,
+)
+
+
+def row_path_scans(db, scans) -> list:
+    """`scans` (callables on db) with the column decode off: every SST block becomes row tuples."""
+    real = RowCodec.rows_array
+    RowCodec.rows_array = lambda self, buf: None  # type: ignore[method-assign]
+    try:
+        return [list(s()) for s in scans]
+    finally:
+        RowCodec.rows_array = real  # type: ignore[method-assign]
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=ops,
+    batch_rows=st.sampled_from([1, 3, 1024]),
+    group_rows=st.sampled_from([1, 4, 2048]),
+    snap_at=st.integers(0, 80),
+    odd_value_at=st.integers(0, 120),
+)
+def test_the_column_scan_returns_what_the_row_scan_returns(
+    tmp_path_factory, monkeypatch, ops, batch_rows, group_rows, snap_at, odd_value_at
+):
+    monkeypatch.setattr(stream, "_BATCH_ROWS", batch_rows)
+    monkeypatch.setattr(sst_reader, "GROUP_ROWS", group_rows)
+    clock = lsm.ManualClock(T0)
+    path = tmp_path_factory.mktemp("db")
+    opts = lsm.DbOptions(clock=clock, memtable_bytes=1024, block_bytes=64, background_compaction=False)
+    model: dict[bytes, tuple[bytes | None, int | None]] = {}
+    snap = snap_model = None
+    with lsm.DB.open(path, opts) as db:
+        for i, (op, key, ttl) in enumerate(ops):
+            if i == snap_at:
+                snap, snap_model = db.snapshot(), dict(model)
+            if op == "put":
+                value = b"v%03d" % i if i != odd_value_at else b"odd"  # one value of another width
+                db.put(key, value, ttl=ttl if ttl is not None else lsm.NO_TTL)
+                model[key] = (value, None if ttl is None else clock.now() + ttl)
+            elif op == "delete":
+                db.delete(key)
+                model[key] = (None, None)
+            elif op == "flush":
+                db.flush()
+            elif op == "compact":
+                db.compact()
+            else:
+                clock.advance(20)
+        now = clock.now()
+        scans = [
+            lambda: db.scan(),
+            lambda: db.scan(KEYS[3], b"k07"),
+            lambda: db.scan(options=lsm.ReadOptions(now=T0)),  # nothing expired yet
+        ]
+        if snap is not None:
+            scans.append(lambda: snap.scan())
+        got = [list(s()) for s in scans]
+        assert got == row_path_scans(db, scans)
+        want = [(k, v) for k, (v, exp) in sorted(model.items()) if v is not None and (exp is None or now <= exp)]
+        assert got[0] == want
+        if snap is not None:
+            snap_want = [
+                (k, v) for k, (v, exp) in sorted(snap_model.items()) if v is not None and (exp is None or now <= exp)
+            ]
+            assert got[-1] == snap_want
+            snap.release()
+
+
+def test_the_bench_shape_is_resolved_in_numpy(tmp_path, monkeypatch):
+    """db_bench's rows over 3 L0 SSTs and a run (fixed-width keys and values, overwrites): the scan's
+    rounds go through `_array_pairs` and give what the row path gives."""
+    resolved = []
+    real = readpath._array_pairs
+
+    def spy(pieces, max_seq, now):
+        out = real(pieces, max_seq, now)
+        resolved.append(out is not None)
+        return out
+
+    monkeypatch.setattr(readpath, "_array_pairs", spy)
+    opts = lsm.DbOptions(memtable_bytes=64 << 10, background_compaction=False, background_flush=False)
+    with lsm.DB.open(tmp_path / "db", opts) as db:
+        for seed in (1, 2):
+            r = random.Random(seed)
+            for _ in range(3000):
+                db.put(b"%016d" % r.randrange(3000), b"%0100d" % r.randrange(10**6))
+        db.flush()
+        db.compact()
+        db.put(b"%016d" % 5, b"x" * 100)
+        db.flush()  # one more L0 SST (the compaction took the others)
+        got = list(db.scan())
+        assert resolved and all(resolved)
+        assert got == row_path_scans(db, [db.scan])[0]
+        assert len(got) == len(dict(got)) and got == sorted(got)

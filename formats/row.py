@@ -490,6 +490,17 @@ class RowArray:
         """Every row's key."""
         return self.arr["key"].tolist()
 
+    def max_seq(self) -> int:
+        """The largest seq of the rows."""
+        return int(self.arr["seq"].max())
+
+    def min_expire_ts(self) -> int | None:
+        """The smallest expire_ts of the rows that have one (None if none has)."""
+        if "exp" not in self.arr.dtype.names:
+            return None
+        has = self.arr["flags"] != 0  # a RowArray's only flag is "has expire_ts"
+        return int(self.arr["exp"][has].min()) if has.any() else None
+
     def bisect_right(self, key: bytes, lo: int = 0) -> int:
         """The index after the last row with a key <= `key`, from `lo` (keys ascending). O(log rows)."""
         return bisect.bisect_right(self.arr["key"], key, lo, key=_void_bytes)

@@ -168,12 +168,11 @@ def _forward_pairs(
     memtable in whole-key row lists. `compaction.stream.merge_rounds` cuts them into rounds of whole keys
     (a key's versions in source order, i.e. newest first, as `find_row` searches).
 
-    A round made only of `RowArray`s of one layout, all of its rows visible at `max_seq` and unexpired
-    (no tombstone is ever in one), is resolved in numpy (`_array_pairs`). A round of rows, sorted by one
-    C sort, is resolved without a Python step per row when all its rows are visible and unexpired: the
-    newest version of each key is the first in the batch, which a dict built over the reversed batch
-    keeps; tombstones are then dropped. Any other round (a snapshot older than some row, an expired row)
-    takes the row-by-row loop of `lsm.iterators.visible_rows`."""
+    A round whose rows are all visible at `max_seq` and unexpired is resolved without a Python step per
+    row: in numpy when it is made only of `RowArray`s of one layout (`_array_pairs`), else by a dict
+    filled oldest source first (`_dict_pairs`). Any other round (a snapshot older than some row, an
+    expired row) is sorted as rows (`compaction.stream.round_rows`) and takes the row-by-row loop of
+    `lsm.iterators.visible_rows`."""
     sources: list[Iterable[list[tuple] | RowArray]] = []
     if st.mem.rows:
         sources.append(whole_key_batches(st.mem.iter(start, end)))
@@ -183,27 +182,12 @@ def _forward_pairs(
     if not sources:
         return
     for pieces in merge_rounds(sources):
-        if type(pieces[0]) is RowArray:
-            arr_pairs = _array_pairs(pieces, max_seq, now if check_expiry else None)
-            if arr_pairs is not None:
-                yield arr_pairs
-                continue
-        batch = round_rows(pieces)
-        if max(map(_seq, batch)) <= max_seq and (not check_expiry or not _expires_by(batch, now)):
-            keys = list(map(_key, batch))
-            keys.reverse()
-            values = list(map(_value, batch))
-            values.reverse()
-            # over the reversed batch, a key's last assignment is its first (newest) version
-            pairs = list(dict(zip(keys, values, strict=True)).items())
-            pairs.reverse()
-            if None in values:
-                pairs = [kv for kv in pairs if kv[1] is not None]
-            yield pairs
+        if _visible(pieces, max_seq, now if check_expiry else None):
+            yield _array_pairs(pieces) if _one_layout(pieces) else _dict_pairs(pieces)
             continue
         out = []
         last_key = None
-        for row in batch:
+        for row in round_rows(pieces):
             key = row[0]
             if key == last_key or row[1] > max_seq:
                 continue
@@ -215,27 +199,43 @@ def _forward_pairs(
         yield out
 
 
-def _array_pairs(pieces: list, max_seq: int, now: int | None) -> Iterable[tuple[bytes, bytes]] | None:
-    """The newest version of each key of a round of `RowArray` pieces (newest source first), as (key,
-    value) pairs in key order; None unless every piece is a `RowArray` of one layout and every row is
-    visible at `max_seq` and, when `now` is given, unexpired at `now` (the caller then goes row by row).
-    A stable sort of the keys keeps each key's versions in source order, newest first, so the first of
-    each run of equal keys is the one shown; only those become Python objects."""
-    dtype = pieces[0].arr.dtype
+def _visible(pieces: list[list[tuple] | RowArray], max_seq: int, now: int | None) -> bool:
+    """Whether every row of a round is visible at `max_seq` and, when `now` is given, unexpired at `now`
+    (then a key's newest version is the one shown, or hides it if a tombstone)."""
     for p in pieces:
-        if type(p) is not RowArray or p.arr.dtype != dtype:
-            return None
+        if type(p) is list:
+            if max(map(_seq, p)) > max_seq or (now is not None and _expires_by(p, now)):
+                return False
+        else:
+            if p.max_seq() > max_seq:
+                return False
+            if now is not None:
+                exp = p.min_expire_ts()
+                if exp is not None and exp < now:
+                    return False
+    return True
+
+
+def _one_layout(pieces: list[list[tuple] | RowArray]) -> bool:
+    """Whether a round is made only of `RowArray`s of one layout (one numpy dtype)."""
+    first = pieces[0]
+    if type(first) is list:
+        return False
+    dtype = first.arr.dtype
+    return all(type(p) is not list and p.arr.dtype == dtype for p in pieces)
+
+
+def _array_pairs(pieces: list[RowArray]) -> Iterable[tuple[bytes, bytes]]:
+    """The newest version of each key of a visible round of `RowArray`s of one layout (newest source
+    first), as (key, value) pairs in key order (a `RowArray` holds no tombstone). A stable sort of the
+    keys keeps each key's versions in source order, newest first, so the first of each run of equal keys
+    is the one shown; only those become Python objects."""
     if len(pieces) == 1:
         a = pieces[0].arr
     else:
+        dtype = pieces[0].arr.dtype
         void = np.dtype((np.void, dtype.itemsize))
         a = np.concatenate([p.arr.view(void) for p in pieces]).view(dtype)
-    if int(a["seq"].max()) > max_seq:
-        return None
-    if now is not None and "exp" in dtype.names:
-        has_exp = a["flags"] != 0  # a RowArray's only flag is "has expire_ts"
-        if has_exp.any() and int(a["exp"][has_exp].min()) < now:
-            return None
     skeys = a["skey"]  # one width: numpy's order and equality are the bytes'
     order = None
     if len(pieces) > 1:
@@ -251,6 +251,29 @@ def _array_pairs(pieces: list, max_seq: int, now: int | None) -> Iterable[tuple[
     else:
         sel = newest
     return zip(a["key"][sel].tolist(), a["val"][sel].tolist(), strict=True)
+
+
+def _dict_pairs(pieces: list[list[tuple] | RowArray]) -> Iterable[tuple[bytes, bytes]]:
+    """The same for a visible round of any pieces (rows, arrays of several layouts): a dict filled from
+    the oldest source to the newest, each piece's versions oldest first, keeps every key's newest version
+    (no Python step per row); its keys are then sorted (one C sort over a few sorted runs) and tombstones
+    dropped."""
+    d: dict[bytes, bytes | None] = {}
+    tombstones = False
+    for p in reversed(pieces):
+        if type(p) is list:
+            values = list(map(_value, p))
+            tombstones = tombstones or None in values
+            values.reverse()
+            d.update(zip(map(_key, reversed(p)), values, strict=True))
+        else:
+            r = p.arr[::-1]
+            d.update(zip(r["key"].tolist(), r["val"].tolist(), strict=True))
+    keys = sorted(d)
+    pairs = zip(keys, map(d.__getitem__, keys), strict=True)
+    if tombstones:
+        return [kv for kv in pairs if kv[1] is not None]
+    return pairs
 
 
 def _expires_by(batch: list[tuple], now: int) -> bool:

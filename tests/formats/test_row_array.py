@@ -61,6 +61,8 @@ def test_the_column_decode_of_alike_rows_equals_decode_block(data, ttl):
     assert got.arr["val"].tolist() == [r[4] for r in rows]
     assert got.arr["seq"].tolist() == [r[1] for r in rows]
     assert got.first_key() == keys[0] and got.last_key() == keys[-1]
+    assert got.max_seq() == max(r[1] for r in rows)
+    assert got.min_expire_ts() == min((r[3] for r in rows if r[3] is not None), default=None)
     # the numpy key column sorts and compares as the bytes do (NULs and 0xFF included)
     assert np.argsort(got.arr["skey"], kind="stable").tolist() == sorted(range(len(keys)), key=keys.__getitem__)
     assert (got.arr["skey"][1:] == got.arr["skey"][:-1]).tolist() == [a == b for a, b in zip(keys[1:], keys, strict=False)]

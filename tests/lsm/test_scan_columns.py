@@ -102,29 +102,65 @@ def test_the_column_scan_returns_what_the_row_scan_returns(
             snap.release()
 
 
+def _bench_shape(db, n: int) -> dict[bytes, bytes]:
+    """db_bench's rows (16-byte keys, 100-byte values, overwrites) over 3 L0 SSTs and a run; returns the
+    model."""
+    model = {}
+    for seed in (1, 2):
+        r = random.Random(seed)
+        for _ in range(n):
+            k, v = b"%016d" % r.randrange(n), b"%0100d" % r.randrange(10**6)
+            db.put(k, v)
+            model[k] = v
+    db.flush()
+    db.compact()
+    db.put(b"%016d" % 5, b"x" * 100)
+    model[b"%016d" % 5] = b"x" * 100
+    db.flush()  # one more L0 SST (the compaction took the others)
+    return model
+
+
+def _spy(monkeypatch, name: str) -> list:
+    calls: list = []
+    real = getattr(readpath, name)
+
+    def spy(pieces):
+        calls.append(len(pieces))
+        return real(pieces)
+
+    monkeypatch.setattr(readpath, name, spy)
+    return calls
+
+
 def test_the_bench_shape_is_resolved_in_numpy(tmp_path, monkeypatch):
-    """db_bench's rows over 3 L0 SSTs and a run (fixed-width keys and values, overwrites): the scan's
-    rounds go through `_array_pairs` and give what the row path gives."""
-    resolved = []
-    real = readpath._array_pairs
-
-    def spy(pieces, max_seq, now):
-        out = real(pieces, max_seq, now)
-        resolved.append(out is not None)
-        return out
-
-    monkeypatch.setattr(readpath, "_array_pairs", spy)
+    """Fixed-width keys and values over L0 SSTs and a run: every round of the scan goes through
+    `_array_pairs` and the scan gives what the row path gives."""
+    in_numpy = _spy(monkeypatch, "_array_pairs")
+    by_dict = _spy(monkeypatch, "_dict_pairs")
     opts = lsm.DbOptions(memtable_bytes=64 << 10, background_compaction=False, background_flush=False)
     with lsm.DB.open(tmp_path / "db", opts) as db:
-        for seed in (1, 2):
-            r = random.Random(seed)
-            for _ in range(3000):
-                db.put(b"%016d" % r.randrange(3000), b"%0100d" % r.randrange(10**6))
-        db.flush()
-        db.compact()
-        db.put(b"%016d" % 5, b"x" * 100)
-        db.flush()  # one more L0 SST (the compaction took the others)
+        model = _bench_shape(db, 3000)
         got = list(db.scan())
-        assert resolved and all(resolved)
-        assert got == row_path_scans(db, [db.scan])[0]
-        assert len(got) == len(dict(got)) and got == sorted(got)
+        assert in_numpy and max(in_numpy) > 1 and not by_dict
+        assert got == row_path_scans(db, [db.scan])[0] == sorted(model.items())
+
+
+def test_memtable_rows_and_tombstones_join_the_arrays_by_dict(tmp_path, monkeypatch):
+    """The same SSTs with puts and deletes left in the memtable: rounds that mix row lists and arrays are
+    resolved by `_dict_pairs`, newest version first, deletes hiding the SSTs' rows."""
+    by_dict = _spy(monkeypatch, "_dict_pairs")
+    opts = lsm.DbOptions(memtable_bytes=8 << 20, background_compaction=False, background_flush=False)
+    with lsm.DB.open(tmp_path / "db", opts) as db:
+        model = _bench_shape(db, 3000)
+        r = random.Random(3)
+        for i in range(300):
+            k = b"%016d" % r.randrange(3000)
+            if i % 3:
+                db.put(k, b"m%d" % i)
+                model[k] = b"m%d" % i
+            else:
+                db.delete(k)
+                model.pop(k, None)
+        got = list(db.scan())
+        assert by_dict
+        assert got == row_path_scans(db, [db.scan])[0] == sorted(model.items())

@@ -168,11 +168,11 @@ def _forward_pairs(
     memtable in whole-key row lists. `compaction.stream.merge_rounds` cuts them into rounds of whole keys
     (a key's versions in source order, i.e. newest first, as `find_row` searches).
 
-    A round whose rows are all visible at `max_seq` and unexpired is resolved without a Python step per
-    row: in numpy when it is made only of `RowArray`s of one layout (`_array_pairs`), else by a dict
-    filled oldest source first (`_dict_pairs`). Any other round (a snapshot older than some row, an
-    expired row) is sorted as rows (`compaction.stream.round_rows`) and takes the row-by-row loop of
-    `lsm.iterators.visible_rows`."""
+    A round made only of `RowArray`s of one layout is resolved in numpy (`_array_pairs`, snapshots and
+    expiry included). Any other round whose rows are all visible at `max_seq` and unexpired is resolved
+    by a dict filled oldest source first (`_dict_pairs`), without a Python step per row. The rest (a
+    snapshot older than some row, an expired row, among row lists) is sorted as rows
+    (`compaction.stream.round_rows`) and takes the row-by-row loop of `lsm.iterators.visible_rows`."""
     sources: list[Iterable[list[tuple] | RowArray]] = []
     if st.mem.rows:
         sources.append(whole_key_batches(st.mem.iter(start, end)))
@@ -181,9 +181,13 @@ def _forward_pairs(
     sources += [run_blocks(run.readers, run.last_keys, start, end, batches=True) for run in st.runs]
     if not sources:
         return
+    expiry_at = now if check_expiry else None
     for pieces in merge_rounds(sources):
-        if _visible(pieces, max_seq, now if check_expiry else None):
-            yield _array_pairs(pieces) if _one_layout(pieces) else _dict_pairs(pieces)
+        if _one_layout(pieces):
+            yield _array_pairs(pieces, max_seq, expiry_at)
+            continue
+        if _visible(pieces, max_seq, expiry_at):
+            yield _dict_pairs(pieces)
             continue
         out = []
         last_key = None
@@ -225,17 +229,24 @@ def _one_layout(pieces: list[list[tuple] | RowArray]) -> bool:
     return all(type(p) is not list and p.arr.dtype == dtype for p in pieces)
 
 
-def _array_pairs(pieces: list[RowArray]) -> Iterable[tuple[bytes, bytes]]:
-    """The newest version of each key of a visible round of `RowArray`s of one layout (newest source
-    first), as (key, value) pairs in key order (a `RowArray` holds no tombstone). A stable sort of the
+def _array_pairs(pieces: list[RowArray], max_seq: int, now: int | None) -> Iterable[tuple[bytes, bytes]]:
+    """The (key, value) pairs a reader at `max_seq` (and, when `now` is given, time `now`) sees in a
+    round of `RowArray`s of one layout (newest source first), in key order: the loop of
+    `lsm.iterators.visible_rows` in numpy. Rows newer than `max_seq` are dropped; a stable sort of the
     keys keeps each key's versions in source order, newest first, so the first of each run of equal keys
-    is the one shown; only those become Python objects."""
+    is the version shown, unless it is expired (a `RowArray` holds no tombstone). Only the rows shown
+    become Python objects."""
+    dtype = pieces[0].arr.dtype
+    void = np.dtype((np.void, dtype.itemsize))  # whole records: gathers are one copy each, not per field
     if len(pieces) == 1:
         a = pieces[0].arr
     else:
-        dtype = pieces[0].arr.dtype
-        void = np.dtype((np.void, dtype.itemsize))
         a = np.concatenate([p.arr.view(void) for p in pieces]).view(dtype)
+    seqs = a["seq"]
+    if int(seqs.max()) > max_seq:  # a snapshot older than some rows: they do not exist for it
+        a = a.view(void)[seqs <= max_seq].view(dtype)
+        if not len(a):
+            return ()
     skeys = a["skey"]  # one width: numpy's order and equality are the bytes'
     order = None
     if len(pieces) > 1:
@@ -244,12 +255,16 @@ def _array_pairs(pieces: list[RowArray]) -> Iterable[tuple[bytes, bytes]]:
     newest = np.empty(len(skeys), np.bool_)
     newest[0] = True
     np.not_equal(skeys[1:], skeys[:-1], out=newest[1:])
-    if order is not None:
-        sel = order[newest]
-    elif newest.all():
+    sel = order[newest] if order is not None else None if newest.all() else newest
+    if now is not None and "exp" in dtype.names:
+        if sel is not None:
+            a = a.view(void)[sel].view(dtype)
+        sel = a["flags"] == 0  # a RowArray's only flag is "has expire_ts"
+        sel |= a["exp"] >= now  # expired once now > expire_ts
+        if sel.all():
+            sel = None
+    if sel is None:
         return zip(a["key"].tolist(), a["val"].tolist(), strict=True)
-    else:
-        sel = newest
     return zip(a["key"][sel].tolist(), a["val"][sel].tolist(), strict=True)
 
 

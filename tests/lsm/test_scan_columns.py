@@ -54,9 +54,10 @@ def row_path_scans(db, scans) -> list:
     group_rows=st.sampled_from([1, 4, 2048]),
     snap_at=st.integers(0, 80),
     odd_value_at=st.integers(0, 120),
+    flush_at_end=st.booleans(),
 )
 def test_the_column_scan_returns_what_the_row_scan_returns(
-    tmp_path_factory, monkeypatch, ops, batch_rows, group_rows, snap_at, odd_value_at
+    tmp_path_factory, monkeypatch, ops, batch_rows, group_rows, snap_at, odd_value_at, flush_at_end
 ):
     monkeypatch.setattr(stream, "_BATCH_ROWS", batch_rows)
     monkeypatch.setattr(sst_reader, "GROUP_ROWS", group_rows)
@@ -82,12 +83,16 @@ def test_the_column_scan_returns_what_the_row_scan_returns(
                 db.compact()
             else:
                 clock.advance(20)
+        if flush_at_end:  # no memtable rows: rounds made only of SST arrays
+            db.flush()
         now = clock.now()
         scans = [
             lambda: db.scan(),
             lambda: db.scan(KEYS[3], b"k07"),
             lambda: db.scan(options=lsm.ReadOptions(now=T0)),  # nothing expired yet
         ]
+        # expiry judged at other times, on and next to rows' expire_ts (puts at ticks of 20, TTLs 5 and 40)
+        scans += [lambda d=d: db.scan(options=lsm.ReadOptions(now=now - d)) for d in (1, 5, 6, 15, 20, 35)]
         if snap is not None:
             scans.append(lambda: snap.scan())
         got = [list(s()) for s in scans]
@@ -124,9 +129,9 @@ def _spy(monkeypatch, name: str) -> list:
     calls: list = []
     real = getattr(readpath, name)
 
-    def spy(pieces):
+    def spy(pieces, *args):
         calls.append(len(pieces))
-        return real(pieces)
+        return real(pieces, *args)
 
     monkeypatch.setattr(readpath, name, spy)
     return calls
@@ -164,3 +169,32 @@ def test_memtable_rows_and_tombstones_join_the_arrays_by_dict(tmp_path, monkeypa
         got = list(db.scan())
         assert by_dict
         assert got == row_path_scans(db, [db.scan])[0] == sorted(model.items())
+
+
+def test_expiry_and_snapshots_in_numpy_match_the_row_path(tmp_path, monkeypatch):
+    """Rounds made only of SST arrays judge seq and expire_ts in numpy: a row is shown through its
+    expire_ts and hidden one ms later, an expired newest version hides the older one, and rows newer
+    than a snapshot do not exist for it."""
+    in_numpy = _spy(monkeypatch, "_array_pairs")
+    clock = lsm.ManualClock(T0)
+    opts = lsm.DbOptions(clock=clock, background_compaction=False, background_flush=False)
+    with lsm.DB.open(tmp_path / "db", opts) as db:
+        for i in range(40):
+            db.put(b"k%03d" % i, b"old%03d" % i)
+        db.flush()
+        snap = db.snapshot()
+        for i in range(0, 40, 2):
+            db.put(b"k%03d" % i, b"new%03d" % i, ttl=10 if i % 4 else lsm.NO_TTL)
+        db.flush()
+        exp = T0 + 10
+        scans = [lambda t=t: db.scan(options=lsm.ReadOptions(now=t)) for t in (exp - 1, exp, exp + 1)]
+        scans.append(snap.scan)
+        got = [list(s()) for s in scans]
+        assert in_numpy
+        assert got == row_path_scans(db, scans)
+        at_exp = dict(got[1])
+        assert at_exp[b"k002"] == b"new002" and at_exp[b"k004"] == b"new004"
+        after = dict(got[2])
+        assert b"k002" not in after and after[b"k004"] == b"new004" and after[b"k001"] == b"old001"
+        assert got[3] == [(b"k%03d" % i, b"old%03d" % i) for i in range(40)]
+        snap.release()

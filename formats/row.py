@@ -512,6 +512,8 @@ class RowArray:
 
 def _void_bytes(v: Any) -> bytes:
     return v.tobytes()
+
+
 _CODECS: dict[tuple, RowCodec] = {}
 
 

@@ -269,10 +269,10 @@ def _array_pairs(pieces: list[RowArray], max_seq: int, now: int | None) -> Itera
 
 
 def _dict_pairs(pieces: list[list[tuple] | RowArray]) -> Iterable[tuple[bytes, bytes]]:
-    """The same for a visible round of any pieces (rows, arrays of several layouts): a dict filled from
-    the oldest source to the newest, each piece's versions oldest first, keeps every key's newest version
-    (no Python step per row); its keys are then sorted (one C sort over a few sorted runs) and tombstones
-    dropped."""
+    """The (key, value) pairs of a round whose rows are all visible and unexpired (`_visible`), made of
+    any pieces (row lists, arrays of several layouts), in key order: a dict filled from the oldest source
+    to the newest, each piece's versions oldest first, keeps every key's newest version (no Python step
+    per row); its keys are then sorted (one C sort over a few sorted runs) and tombstones dropped."""
     d: dict[bytes, bytes | None] = {}
     tombstones = False
     for p in reversed(pieces):

@@ -373,7 +373,7 @@ class RowCodec:
             return None
         klen = KEY_LEN.unpack_from(buf, 0)[0]
         at = 2 + klen + self.attrs_size
-        if end < at + 4:
+        if end < at + 4 or not klen:  # (an empty key is no valid key: left to decode_block)
             return None
         vlen = VALUE_LEN.unpack_from(buf, at)[0]
         dtype = _array_dtype(klen, vlen, feats == _FTTS)

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+from formats.row import RowArray
 from formats.sst import SstReader
 
 key0 = operator.itemgetter(0)
@@ -75,35 +76,76 @@ def _split_last_key(rows: list[tuple], carry: list[tuple]) -> Iterator[list[tupl
         yield rows[:j] if j < len(rows) else rows
 
 
-def _whole_key_blocks(blocks: Iterable[list[tuple]]) -> Iterator[list[tuple]]:
+def _whole_key_blocks(blocks: Iterable[list[tuple] | RowArray]) -> Iterator[list[tuple] | RowArray]:
     """The same for a source's decoded blocks, joined into lists of at least `_BATCH_ROWS` rows (fewer,
     larger rounds for the merge); the last key of a list is carried into the next, since it may continue
-    in the next block (this engine's writers never do that, but a batch must hold whole keys)."""
+    in the next block (this engine's writers never do that, but a batch must hold whole keys). A
+    `RowArray` (a group of blocks a reader decoded into columns) passes as it is, unless a key continues
+    across its edge: then it joins the lists as rows."""
     acc: list[tuple] = []
-    for rows in blocks:
-        acc += rows
+    held: RowArray | None = None  # passed on once the next batch is known not to continue its last key
+    for b in blocks:
+        if not len(b):  # a block trimmed to the range may be empty
+            continue
+        if held is not None:
+            if _first_key(b) == held.last_key():
+                acc = held.rows()  # acc is empty while an array is held
+            else:
+                yield held
+            held = None
+        if type(b) is not list:
+            if not acc:
+                held = b
+                continue
+            if acc[-1][0] != b.first_key():
+                yield acc
+                acc = []
+                held = b
+                continue
+            b = b.rows()
+        acc += b
         if len(acc) >= _BATCH_ROWS:
             carry: list[tuple] = []
             yield from _split_last_key(acc, carry)
             acc = carry
+    if held is not None:
+        yield held
     if acc:
         yield acc
 
 
-def merge_batches(sources: Sequence[Iterable[list[tuple]]]) -> Iterator[list[tuple]]:
-    """Merge sorted sources given as batches of whole keys (newest source first) into batches of whole
-    keys sorted by key; a key's versions from several sources follow in source order (see `_versions`).
+def _first_key(b: list[tuple] | RowArray) -> bytes:
+    return b[0][0] if type(b) is list else b.first_key()
+
+
+def _last_key(b: list[tuple] | RowArray) -> bytes:
+    return b[-1][0] if type(b) is list else b.last_key()
+
+
+def _cut(b: list[tuple] | RowArray, bound: bytes, lo: int) -> int:
+    """The index after the rows of `b` from `lo` with key <= bound."""
+    if type(b) is list:
+        return bisect.bisect_right(b, bound, lo=lo, key=key0)
+    return b.bisect_right(bound, lo)
+
+
+def merge_rounds(
+    sources: Sequence[Iterable[list[tuple] | RowArray]],
+) -> Iterator[list[list[tuple] | RowArray]]:
+    """Merge sorted sources given as batches of whole keys (newest source first), a round at a time:
+    each round is the list of the sources' pieces (row lists or `RowArray`s, newest source first, none
+    empty) that hold every version of the round's keys, and the rounds' keys ascend.
 
     Each round takes, from every source, the rows up to the smallest last key among the sources' current
-    batches, and sorts them with one stable C sort on the key: the same order as `merge_sources`
-    (key, then source), without a Python comparison per row. A single source passes straight through."""
+    batches. A single source passes straight through, one batch a round."""
     srcs = [_whole_key_blocks(s) for s in sources]
     if len(srcs) == 1:
-        yield from srcs[0]
+        for b in srcs[0]:
+            yield [b]
         return
-    bufs: list[list[tuple]] = []
+    bufs: list = []
     pos: list[int] = []
-    live: list[Iterator[list[tuple]]] = []
+    live: list[Iterator] = []
     for s in srcs:
         b = next(s, None)
         if b is not None:
@@ -111,21 +153,21 @@ def merge_batches(sources: Sequence[Iterable[list[tuple]]]) -> Iterator[list[tup
             pos.append(0)
             live.append(s)
     while len(live) > 1:
-        bound = min(b[-1][0] for b in bufs)
-        out: list[tuple] = []
+        lasts = list(map(_last_key, bufs))
+        bound = min(lasts)
+        pieces: list = []
         for i in range(len(live)):
             b = bufs[i]
             p = pos[i]
-            if b[-1][0] == bound:
-                out += b[p:] if p else b
+            if lasts[i] == bound:
+                pieces.append(b[p:] if p else b)
                 pos[i] = len(b)
             else:
-                q = bisect.bisect_right(b, bound, lo=p, key=key0)
+                q = _cut(b, bound, p)
                 if q > p:
-                    out += b[p:q]
+                    pieces.append(b[p:q])
                     pos[i] = q
-        out.sort(key=key0)
-        yield out
+        yield pieces
         i = 0
         while i < len(live):
             if pos[i] == len(bufs[i]):
@@ -139,10 +181,31 @@ def merge_batches(sources: Sequence[Iterable[list[tuple]]]) -> Iterator[list[tup
     if live:
         p = pos[0]
         if p < len(bufs[0]):
-            yield bufs[0][p:]
-        yield from live[0]
+            yield [bufs[0][p:]]
+        for b in live[0]:
+            yield [b]
 
 
+def merge_batches(sources: Sequence[Iterable[list[tuple] | RowArray]]) -> Iterator[list[tuple]]:
+    """Merge sorted sources given as batches of whole keys (newest source first) into batches of whole
+    keys sorted by key; a key's versions from several sources follow in source order (see `_versions`).
+
+    The rounds of `merge_rounds`, each sorted with one stable C sort on the key: the same order as
+    `merge_sources` (key, then source), without a Python comparison per row."""
+    return map(round_rows, merge_rounds(sources))
+
+
+def round_rows(pieces: list[list[tuple] | RowArray]) -> list[tuple]:
+    """One round of `merge_rounds` as rows sorted by key (one stable C sort: a key's versions stay in
+    source order)."""
+    if len(pieces) == 1:
+        b = pieces[0]
+        return b if type(b) is list else b.rows()
+    out: list[tuple] = []
+    for b in pieces:
+        out += b if type(b) is list else b.rows()
+    out.sort(key=key0)
+    return out
 
 
 class SourceBlocks:

@@ -32,10 +32,11 @@ substitutes the file's max_seq, see `formats.sst`), so v0 cannot hold TTL rows.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import struct
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from formats.errors import CorruptionError, FormatVersionError
 
@@ -358,6 +359,34 @@ class RowCodec:
             raise CorruptionError(path, end, "last row runs past the end of the block")
         return rows
 
+    def rows_array(self, buf: bytes) -> RowArray | None:
+        """The rows of a row area (as `decode_block` takes it) as one numpy structured array, when they
+        are all alike: one key length, one value length, no tombstone, in one of the two layouts this
+        engine writes (db_bench's rows, and most fixed-size data). One view over the bytes, checked a
+        column at a time: every row's key_len and value_len equal the first row's (so row i starts at i
+        times the row size, as the row-by-row decoder finds it) and no flag bit is set but "has
+        expire_ts". None for any other area: `decode_block` then decodes it (or names its fault). O(rows),
+        in C."""
+        feats = self.features
+        end = len(buf)
+        if (feats != _FTS and feats != _FTTS) or end < 2:
+            return None
+        klen = KEY_LEN.unpack_from(buf, 0)[0]
+        at = 2 + klen + self.attrs_size
+        if end < at + 4 or not klen:  # (an empty key is no valid key: left to decode_block)
+            return None
+        vlen = VALUE_LEN.unpack_from(buf, at)[0]
+        dtype = _array_dtype(klen, vlen, feats == _FTTS)
+        if end % dtype.itemsize:
+            return None
+        import numpy as np
+
+        a = np.frombuffer(buf, dtype)
+        bad_flags = 0xFD if feats == _FTTS else 0xFF  # only "has expire_ts", and only with TimeToLive
+        if (a["kl"] != klen).any() or (a["vl"] != vlen).any() or (a["flags"] & bad_flags).any():
+            return None
+        return RowArray(a, self)
+
     # -- point reads: one row whose key the caller already holds -------------------------------------
     def decode_version(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
         """The row whose key, equal to `key`, ends at `pos` (the row starts at ``pos - 2 - len(key)``).
@@ -405,6 +434,86 @@ class RowCodec:
 
 _FTS = (RowFeature.RowFlags, RowFeature.Timestamp, RowFeature.Seq)
 _FTTS = (RowFeature.RowFlags, RowFeature.Timestamp, RowFeature.TimeToLive, RowFeature.Seq)
+_DTYPES: dict[tuple[int, int, bool], Any] = {}
+
+
+def _array_dtype(klen: int, vlen: int, ttl: bool) -> Any:
+    """The numpy record of one row of `RowCodec.rows_array` (packed, big-endian, as on disk). The key is
+    there twice, over the same bytes: ``key`` (void: `.tolist()` gives the exact bytes) and ``skey``
+    (a byte string of the key's width, for sorting and comparing in numpy: for strings of one width
+    numpy's order and equality are the bytes' own; only its conversion to Python strips trailing NULs)."""
+    k = (klen, vlen, ttl)
+    dt = _DTYPES.get(k)
+    if dt is None:
+        import numpy as np
+
+        names = ["kl", "key", "skey", "flags", "ts"] + (["exp"] if ttl else []) + ["seq", "vl", "val"]
+        formats = [">u2", f"V{klen}", f"S{klen}", "u1", ">i8"] + ([">i8"] if ttl else []) + [">u8", ">u4", f"V{vlen}"]
+        offsets = [0, 2, 2]
+        at = 2 + klen
+        for f in formats[3:]:
+            offsets.append(at)
+            at += np.dtype(f).itemsize
+        dt = np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": at})
+        if len(_DTYPES) < 256:
+            _DTYPES[k] = dt
+    return dt
+
+
+class RowArray:
+    """Rows of one sorted source as a numpy structured array (`RowCodec.rows_array`): what a forward
+    scan resolves a batch at a time in numpy (`lsm.readpath`), and what the streaming merge
+    (`compaction.stream.merge_rounds`) cuts into rounds. `rows()` gives the row tuples `decode_block`
+    gives for the same bytes, for any step that needs them."""
+
+    __slots__ = ("arr", "codec")
+
+    def __init__(self, arr: Any, codec: RowCodec) -> None:
+        self.arr = arr
+        self.codec = codec
+
+    def __len__(self) -> int:
+        return len(self.arr)
+
+    def __getitem__(self, s: slice) -> RowArray:
+        return RowArray(self.arr[s], self.codec)
+
+    def first_key(self) -> bytes:
+        """The key of the first row."""
+        return self.arr["key"][0].tobytes()
+
+    def last_key(self) -> bytes:
+        """The key of the last row."""
+        return self.arr["key"][-1].tobytes()
+
+    def keys(self) -> list[bytes]:
+        """Every row's key."""
+        return self.arr["key"].tolist()
+
+    def max_seq(self) -> int:
+        """The largest seq of the rows."""
+        return int(self.arr["seq"].max())
+
+    def min_expire_ts(self) -> int | None:
+        """The smallest expire_ts of the rows that have one (None if none has)."""
+        if "exp" not in self.arr.dtype.names:
+            return None
+        has = self.arr["flags"] != 0  # a RowArray's only flag is "has expire_ts"
+        return int(self.arr["exp"][has].min()) if has.any() else None
+
+    def bisect_right(self, key: bytes, lo: int = 0) -> int:
+        """The index after the last row with a key <= `key`, from `lo` (keys ascending). O(log rows)."""
+        return bisect.bisect_right(self.arr["key"], key, lo, key=_void_bytes)
+
+    def rows(self) -> list[tuple]:
+        """The rows as tuples, exactly as `RowCodec.decode_block` decodes the same bytes."""
+        return self.codec.decode_block(self.arr.tobytes())
+
+
+def _void_bytes(v: Any) -> bytes:
+    return v.tobytes()
+
+
 _CODECS: dict[tuple, RowCodec] = {}
 
 

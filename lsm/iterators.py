@@ -13,6 +13,7 @@ import bisect
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 
+from formats.row import RowArray
 from formats.sst import SstReader
 
 
@@ -22,9 +23,11 @@ def run_blocks(
     start: bytes | None,
     end: bytes | None,
     reverse: bool = False,
-) -> Iterator[list[tuple]]:
+    batches: bool = False,
+) -> Iterator[list[tuple] | RowArray]:
     """A sorted run's decoded blocks over [start, end): its SSTs (non-overlapping, in key order, or
-    reversed) one after the other, each through `SstReader.iter_blocks`."""
+    reversed) one after the other, each through `SstReader.iter_blocks` (`SstReader.iter_batches` with
+    `batches`, forward only)."""
     lo = 0 if start is None else bisect.bisect_left(last_keys, start)
     hi = len(readers)
     if end is not None:
@@ -35,7 +38,7 @@ def run_blocks(
     if reverse:
         chosen = chosen[::-1]
     for r in chosen:
-        yield from r.iter_blocks(start, end, reverse)
+        yield from r.iter_batches(start, end) if batches else r.iter_blocks(start, end, reverse)
 
 
 def run_iter(

@@ -13,9 +13,12 @@ import operator
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 
+import numpy as np
+
 from compaction.filter import Entry
 from compaction.merge import merge_sources
-from compaction.stream import merge_batches, whole_key_batches
+from compaction.stream import merge_rounds, round_rows, whole_key_batches
+from formats.row import RowArray
 from lsm.iterators import run_blocks, run_iter
 from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, is_system
 from lsm.versions import State
@@ -156,42 +159,39 @@ def scan_state(
 
 def _forward_pairs(
     st: State, start: bytes | None, end: bytes | None, max_seq: int, check_expiry: bool, now: int
-) -> Iterator[list[tuple[bytes, bytes]]]:
-    """The visible (key, value) pairs of `st` in [start, end), ascending, in lists: `scan_state`'s
-    forward scan.
+) -> Iterator[Iterable[tuple[bytes, bytes]]]:
+    """The visible (key, value) pairs of `st` in [start, end), ascending, a batch at a time:
+    `scan_state`'s forward scan.
 
-    Every source is read as lists of rows (an SST's decoded blocks, a memtable in whole-key lists),
-    merged by `compaction.stream.merge_batches` (one C sort per round, a key's versions in source order,
-    i.e. newest first) and resolved a batch at a time. A batch whose rows are all visible at `max_seq`,
-    none expired, is resolved without a Python step per row: the newest version of each key is the first
-    in the batch, which a dict built over the reversed batch keeps; tombstones are then dropped. Any
-    other batch (a snapshot older than some row, an expired row) takes the row-by-row loop of
-    `lsm.iterators.visible_rows`. Same rows as the heap merge: sources are searched newest first, as
-    `find_row` does."""
-    sources: list[Iterable[list[tuple]]] = []
+    Every source is read in batches: an SST's groups of blocks (`SstReader.iter_batches`: a group whose
+    rows are all alike as one `RowArray`, numpy columns over its bytes, any other as decoded rows), a
+    memtable in whole-key row lists. `compaction.stream.merge_rounds` cuts them into rounds of whole keys
+    (a key's versions in source order, i.e. newest first, as `find_row` searches).
+
+    A round made only of `RowArray`s of one layout is resolved in numpy (`_array_pairs`, snapshots and
+    expiry included). Any other round whose rows are all visible at `max_seq` and unexpired is resolved
+    by a dict filled oldest source first (`_dict_pairs`), without a Python step per row. The rest (a
+    snapshot older than some row, an expired row, among row lists) is sorted as rows
+    (`compaction.stream.round_rows`) and takes the row-by-row loop of `lsm.iterators.visible_rows`."""
+    sources: list[Iterable[list[tuple] | RowArray]] = []
     if st.mem.rows:
         sources.append(whole_key_batches(st.mem.iter(start, end)))
     sources += [whole_key_batches(m.iter(start, end)) for m in st.imm]
-    sources += [r.iter_blocks(start, end) for _e, r in st.l0]
-    sources += [run_blocks(run.readers, run.last_keys, start, end) for run in st.runs]
+    sources += [r.iter_batches(start, end) for _e, r in st.l0]
+    sources += [run_blocks(run.readers, run.last_keys, start, end, batches=True) for run in st.runs]
     if not sources:
         return
-    for batch in merge_batches(sources):
-        if max(map(_seq, batch)) <= max_seq and (not check_expiry or not _expires_by(batch, now)):
-            keys = list(map(_key, batch))
-            keys.reverse()
-            values = list(map(_value, batch))
-            values.reverse()
-            # over the reversed batch, a key's last assignment is its first (newest) version
-            pairs = list(dict(zip(keys, values, strict=True)).items())
-            pairs.reverse()
-            if None in values:
-                pairs = [kv for kv in pairs if kv[1] is not None]
-            yield pairs
+    expiry_at = now if check_expiry else None
+    for pieces in merge_rounds(sources):
+        if _one_layout(pieces):
+            yield _array_pairs(pieces, max_seq, expiry_at)
+            continue
+        if _visible(pieces, max_seq, expiry_at):
+            yield _dict_pairs(pieces)
             continue
         out = []
         last_key = None
-        for row in batch:
+        for row in round_rows(pieces):
             key = row[0]
             if key == last_key or row[1] > max_seq:
                 continue
@@ -201,6 +201,94 @@ def _forward_pairs(
                 continue
             out.append((key, value))
         yield out
+
+
+def _visible(pieces: list[list[tuple] | RowArray], max_seq: int, now: int | None) -> bool:
+    """Whether every row of a round is visible at `max_seq` and, when `now` is given, unexpired at `now`
+    (then a key's newest version is the one shown, or hides it if a tombstone)."""
+    for p in pieces:
+        if type(p) is list:
+            if max(map(_seq, p)) > max_seq or (now is not None and _expires_by(p, now)):
+                return False
+        else:
+            if p.max_seq() > max_seq:
+                return False
+            if now is not None:
+                exp = p.min_expire_ts()
+                if exp is not None and exp < now:
+                    return False
+    return True
+
+
+def _one_layout(pieces: list[list[tuple] | RowArray]) -> bool:
+    """Whether a round is made only of `RowArray`s of one layout (one numpy dtype)."""
+    first = pieces[0]
+    if type(first) is list:
+        return False
+    dtype = first.arr.dtype
+    return all(type(p) is not list and p.arr.dtype == dtype for p in pieces)
+
+
+def _array_pairs(pieces: list[RowArray], max_seq: int, now: int | None) -> Iterable[tuple[bytes, bytes]]:
+    """The (key, value) pairs a reader at `max_seq` (and, when `now` is given, time `now`) sees in a
+    round of `RowArray`s of one layout (newest source first), in key order: the loop of
+    `lsm.iterators.visible_rows` in numpy. Rows newer than `max_seq` are dropped; a stable sort of the
+    keys keeps each key's versions in source order, newest first, so the first of each run of equal keys
+    is the version shown, unless it is expired (a `RowArray` holds no tombstone). Only the rows shown
+    become Python objects."""
+    dtype = pieces[0].arr.dtype
+    void = np.dtype((np.void, dtype.itemsize))  # whole records: gathers are one copy each, not per field
+    if len(pieces) == 1:
+        a = pieces[0].arr
+    else:
+        a = np.concatenate([p.arr.view(void) for p in pieces]).view(dtype)
+    seqs = a["seq"]
+    if int(seqs.max()) > max_seq:  # a snapshot older than some rows: they do not exist for it
+        a = a.view(void)[seqs <= max_seq].view(dtype)
+        if not len(a):
+            return ()
+    skeys = a["skey"]  # one width: numpy's order and equality are the bytes'
+    order = None
+    if len(pieces) > 1:
+        order = np.argsort(skeys, kind="stable")
+        skeys = skeys[order]
+    newest = np.empty(len(skeys), np.bool_)
+    newest[0] = True
+    np.not_equal(skeys[1:], skeys[:-1], out=newest[1:])
+    sel = order[newest] if order is not None else None if newest.all() else newest
+    if now is not None and "exp" in dtype.names:
+        if sel is not None:
+            a = a.view(void)[sel].view(dtype)
+        sel = a["flags"] == 0  # a RowArray's only flag is "has expire_ts"
+        sel |= a["exp"] >= now  # expired once now > expire_ts
+        if sel.all():
+            sel = None
+    if sel is None:
+        return zip(a["key"].tolist(), a["val"].tolist(), strict=True)
+    return zip(a["key"][sel].tolist(), a["val"][sel].tolist(), strict=True)
+
+
+def _dict_pairs(pieces: list[list[tuple] | RowArray]) -> Iterable[tuple[bytes, bytes]]:
+    """The (key, value) pairs of a round whose rows are all visible and unexpired (`_visible`), made of
+    any pieces (row lists, arrays of several layouts), in key order: a dict filled from the oldest source
+    to the newest, each piece's versions oldest first, keeps every key's newest version (no Python step
+    per row); its keys are then sorted (one C sort over a few sorted runs) and tombstones dropped."""
+    d: dict[bytes, bytes | None] = {}
+    tombstones = False
+    for p in reversed(pieces):
+        if type(p) is list:
+            values = list(map(_value, p))
+            tombstones = tombstones or None in values
+            values.reverse()
+            d.update(zip(map(_key, reversed(p)), values, strict=True))
+        else:
+            r = p.arr[::-1]
+            d.update(zip(r["key"].tolist(), r["val"].tolist(), strict=True))
+    keys = sorted(d)
+    pairs = zip(keys, map(d.__getitem__, keys), strict=True)
+    if tombstones:
+        return [kv for kv in pairs if kv[1] is not None]
+    return pairs
 
 
 def _expires_by(batch: list[tuple], now: int) -> bool:

@@ -311,11 +311,11 @@ class SstReader:
     def get(self, key: bytes, max_seq: int | None = None, use_bloom: bool = True) -> tuple | None:
         """Newest version of `key` with seq <= max_seq (any version when None), or None.
 
-        A point read that loads a block into the cache gives it its key index (key -> newest row, about
-        as costly as decoding the block once), so every read of a cached block is one dict probe (faster
-        than the filter, which is consulted only before a block read); then only the row found is
-        decoded. Without a cache a read binary-searches the block instead. O(log blocks) plus
-        O(versions of the key) row decodes."""
+        A point read that loads a block into a cache with room gives it its key index (key -> newest
+        row, about as costly as decoding the block once; see `_index_on_load`), so every read of a
+        cached block is one dict probe (faster than the filter, which is consulted only before a block
+        read); then only the row found is decoded. A block read without its index is binary-searched.
+        O(log blocks) plus O(versions of the key) row decodes."""
         if key < self._lo or key > self._hi:
             return None
         i = _bisect_left(self.last_keys, key)
@@ -323,14 +323,15 @@ class SstReader:
         if blk is None:
             if self.first_keys[i] > key or (use_bloom and not self.bloom.may_contain(key)):
                 return None
-            if self.cache is None:
-                return self._search(self._load(i), key, max_seq)
-            blk = self._load(i, True)
+            blk = self._load(i, self._index_on_load())
+            index = blk.index
+            if index is None:  # no cache, or one too full to keep a block read once: search it
+                return self._search(blk, key, max_seq)
         else:
             blk.touched = True
-        index = blk.index
-        if index is None:
-            index = self._key_index(blk, i)
+            index = blk.index
+            if index is None:  # cached without one (a scan, or a full cache): now it is read again
+                index = self._key_index(blk, i)
         at = index.get(key)
         if at is None:
             return None
@@ -342,8 +343,20 @@ class SstReader:
             return row
         return self._older(blk, bisect.bisect_left(blk.offsets, at), key, max_seq)
 
+    def _index_on_load(self) -> bool:
+        """Whether a point read that loads a block gives it its key index at once: when the cache (the
+        engine's LRU, which says how full it is) is under 7/8 full, so the block is likely to stay for
+        more reads; otherwise the index waits for the block's second read, as a block evicted after one
+        read would waste it. Never without a cache."""
+        cache = self.cache
+        if cache is None:
+            return False
+        used = getattr(cache, "used", None)
+        capacity = getattr(cache, "capacity", None)
+        return used is not None and capacity is not None and used * 8 < capacity * 7
+
     def _search(self, blk: _Block, key: bytes, max_seq: int | None) -> tuple | None:
-        """`get` in a block read without a cache (no key index to keep): a binary search for the key."""
+        """`get` in a block without its key index: a binary search for the key."""
         data, offsets = blk.data, blk.offsets
         key_at = self.codec.key_at
         lo, hi = 0, len(offsets)

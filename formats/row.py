@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 import enum
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from formats.errors import CorruptionError, FormatVersionError
@@ -142,9 +142,9 @@ class RowCodec:
         # bit 1 promises an expire_ts: only meaningful when the layout has the slot for it
         self.bad_flag_bits = ~(KNOWN_FLAG_BITS if self.has_ttl else int(RowFlags.TOMBSTONE))
         if self.features == _FTS:
-            self.decode_version = self._version_fts
+            self.decode_version = _fts_version(self.attrs.unpack_from)
         elif self.features == _FTTS:
-            self.decode_version = self._version_ftts
+            self.decode_version = _ftts_version(self.attrs.unpack_from)
 
     # -- encoding ---------------------------------------------------------------------------------
     def encode_parts(self, row: Sequence, out: list) -> int:
@@ -399,26 +399,6 @@ class RowCodec:
         except CorruptionError:
             return None
 
-    def _version_fts(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
-        flags, ts, seq, vlen = self.attrs.unpack_from(buf, pos)
-        pos += 21  # u8 flags, i64 ts, u64 seq, u32 value_len
-        if flags:
-            return (key, seq, ts, None, None) if flags == 1 and not vlen else None
-        end = pos + vlen
-        return (key, seq, ts, None, buf[pos:end]) if end <= len(buf) else None
-
-    def _version_ftts(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
-        flags, ts, exp, seq, vlen = self.attrs.unpack_from(buf, pos)
-        pos += 29  # u8 flags, i64 ts, i64 expire_ts, u64 seq, u32 value_len
-        if flags & ~3:
-            return None
-        if not flags & 2:
-            exp = None
-        if flags & 1:
-            return (key, seq, ts, exp, None) if not vlen else None
-        end = pos + vlen
-        return (key, seq, ts, exp, buf[pos:end]) if end <= len(buf) else None
-
     def decode(self, buf: bytes) -> tuple:
         """Decode a buffer holding exactly one row."""
         row, pos = self.decode_from(buf, 0)
@@ -430,6 +410,39 @@ class RowCodec:
         """The key of the row at `pos`, without decoding the rest (used by in-block binary search)."""
         (klen,) = KEY_LEN.unpack_from(buf, pos)
         return buf[pos + 2 : pos + 2 + klen]
+
+
+def _fts_version(unpack: Callable[[bytes, int], tuple]) -> Callable[..., tuple | None]:
+    """`RowCodec.decode_version` for the FTS layout, as a closure over its attrs unpacker (a point
+    read's decode, so no attribute lookups)."""
+
+    def version(buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
+        flags, ts, seq, vlen = unpack(buf, pos)
+        pos += 21  # u8 flags, i64 ts, u64 seq, u32 value_len
+        if flags:
+            return (key, seq, ts, None, None) if flags == 1 and not vlen else None
+        end = pos + vlen
+        return (key, seq, ts, None, buf[pos:end]) if end <= len(buf) else None
+
+    return version
+
+
+def _ftts_version(unpack: Callable[[bytes, int], tuple]) -> Callable[..., tuple | None]:
+    """`RowCodec.decode_version` for the FTTS layout (see `_fts_version`)."""
+
+    def version(buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:
+        flags, ts, exp, seq, vlen = unpack(buf, pos)
+        pos += 29  # u8 flags, i64 ts, i64 expire_ts, u64 seq, u32 value_len
+        if flags & ~3:
+            return None
+        if not flags & 2:
+            exp = None
+        if flags & 1:
+            return (key, seq, ts, exp, None) if not vlen else None
+        end = pos + vlen
+        return (key, seq, ts, exp, buf[pos:end]) if end <= len(buf) else None
+
+    return version
 
 
 _FTS = (RowFeature.RowFlags, RowFeature.Timestamp, RowFeature.Seq)

@@ -98,7 +98,9 @@ class BlockCache(Protocol):
         """Cache `value` under `key`, charged `charge` bytes."""
 
     # Optional: ``grow(key, extra)`` charges `extra` more bytes to a cached entry (the engine's LRU has
-    # it; the reader calls it when a block gains its key index, and does without it otherwise).
+    # it; the reader calls it when a cached block gains its key index, and does without it otherwise);
+    # ``used`` and ``capacity`` (bytes) let a point read index a block as it loads it while the cache
+    # has room (without them, a block's index waits for its second read).
 
 
 def _compress(payload: bytes, code: int) -> bytes:

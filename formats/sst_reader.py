@@ -225,14 +225,17 @@ class SstReader:
         self.close()
 
     # -- blocks -----------------------------------------------------------------------------------
-    def _load(self, i: int) -> _Block:
-        """Data block `i`, checked and split into rows, through the cache."""
+    def _load(self, i: int, indexed: bool = False) -> _Block:
+        """Data block `i`, checked and split into rows, through the cache; `indexed` (a point read)
+        also gives it its key index, charged to the block with it."""
         cache = self.cache
         if cache is not None:
             ck = (self.cache_id, i)
             b = cache.get(ck)
             if b is not None:
                 self._slots[i] = b.ref
+                if indexed and b.index is None:
+                    self._key_index(b, i)
                 return b
         h = self.blocks[i]
         payload = self._block_payload(h.offset, h.size)
@@ -245,14 +248,17 @@ class SstReader:
         except (struct.error, ValueError) as e:
             raise CorruptionError(self.path, h.offset, f"bad block trailer: {e}") from None
         b = _Block(payload[:start], offsets)
+        charge = len(payload) + 8 * n
+        if indexed:
+            b.index = self._index_rows(b, i)
+            charge += ROW_INDEX_BYTES * n
         if cache is not None:
-            cache.put(ck, b, len(payload) + 8 * n)
+            cache.put(ck, b, charge)
             self._slots[i] = b.ref
         return b
 
-    def _key_index(self, blk: _Block, i: int) -> dict[bytes, int]:
-        """Key -> where its newest version's row starts in `blk.data`: built the second time a point
-        read lands in a cached block, so later reads of it are one dict probe."""
+    def _index_rows(self, blk: _Block, i: int) -> dict[bytes, int]:
+        """Key -> where its newest version's row starts in `blk.data` (one dict probe per point read)."""
         data = blk.data
         unpack = KLEN.unpack_from
         index: dict[bytes, int] = {}
@@ -262,10 +268,21 @@ class SstReader:
                 setdefault(data[o + 2 : o + 2 + unpack(data, o)[0]], o)
         except struct.error:
             raise CorruptionError(self.path, self.blocks[i].offset, "row runs past the end of the block") from None
-        blk.index = index
+        return index
+
+    def _key_index(self, blk: _Block, i: int) -> dict[bytes, int]:
+        """The key index of a block a scan cached without one: built and charged to the block."""
+        index = blk.index = self._index_rows(blk, i)
         grow = getattr(self.cache, "grow", None)  # charge the index to the block where the cache can
         if grow is not None:
             grow((self.cache_id, i), ROW_INDEX_BYTES * len(blk.offsets))
+        return index
+
+    def key_index(self, i: int) -> dict[bytes, int]:
+        """Block `i`'s key index (key -> its newest row's offset), as a point read builds and caches it
+        (`lsm.l0_index` takes its keys from here)."""
+        index = self._load(i, True).index
+        assert index is not None  # an indexed load always has one
         return index
 
     def block(self, i: int) -> tuple[bytes, tuple[int, ...]]:
@@ -295,9 +312,11 @@ class SstReader:
     def get(self, key: bytes, max_seq: int | None = None, use_bloom: bool = True) -> tuple | None:
         """Newest version of `key` with seq <= max_seq (any version when None), or None.
 
-        A block already cached answers from its key index (one dict probe; a cached block answers
-        faster than the filter, so the filter is consulted only before a block read), then only the
-        row found is decoded. O(log blocks) plus O(versions of the key) row decodes."""
+        A point read that loads a block into a cache with room gives it its key index (key -> newest
+        row, about as costly as decoding the block once; see `_index_on_load`), so every read of a
+        cached block is one dict probe (faster than the filter, which is consulted only before a block
+        read); then only the row found is decoded. A block read without its index is binary-searched.
+        O(log blocks) plus O(versions of the key) row decodes."""
         if key < self._lo or key > self._hi:
             return None
         i = _bisect_left(self.last_keys, key)
@@ -305,38 +324,56 @@ class SstReader:
         if blk is None:
             if self.first_keys[i] > key or (use_bloom and not self.bloom.may_contain(key)):
                 return None
-            blk = self._load(i)
-            data, offsets = blk.data, blk.offsets
-            key_at = self.codec.key_at
-            lo, hi = 0, len(offsets)
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if key_at(data, offsets[mid]) < key:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            if lo == len(offsets) or key_at(data, offsets[lo]) != key:
-                return None
-            at = offsets[lo]
+            blk = self._load(i, self._index_on_load())
+            index = blk.index
+            if index is None:  # no cache, or one too full to keep a block read once: search it
+                return self._search(blk, key, max_seq)
         else:
             blk.touched = True
             index = blk.index
-            if index is None:
+            if index is None:  # cached without one (a scan, or a full cache): now it is read again
                 index = self._key_index(blk, i)
-            at = index.get(key)
-            if at is None:
-                return None
-            data = blk.data
-            lo = -1
+        at = index.get(key)
+        if at is None:
+            return None
         try:
-            row = self._decode_version(data, at + 2 + len(key), key, self.default_seq)
+            row = self._decode_version(blk.data, at + 2 + len(key), key, self.default_seq)
         except (CorruptionError, struct.error):
             row = None  # the checked generic decoder below names the fault
         if row is not None and (max_seq is None or row[1] <= max_seq):
             return row
-        offsets = blk.offsets
-        if lo < 0:  # older versions follow the newest: find its place among the rows
-            lo = bisect.bisect_left(offsets, at)
+        return self._older(blk, bisect.bisect_left(blk.offsets, at), key, max_seq)
+
+    def _index_on_load(self) -> bool:
+        """Whether a point read that loads a block gives it its key index at once: when the cache (the
+        engine's LRU, which says how full it is) is under 7/8 full, so the block is likely to stay for
+        more reads; otherwise the index waits for the block's second read, as a block evicted after one
+        read would waste it. Never without a cache."""
+        cache = self.cache
+        if cache is None:
+            return False
+        used = getattr(cache, "used", None)
+        capacity = getattr(cache, "capacity", None)
+        return used is not None and capacity is not None and used * 8 < capacity * 7
+
+    def _search(self, blk: _Block, key: bytes, max_seq: int | None) -> tuple | None:
+        """`get` in a block without its key index: a binary search for the key."""
+        data, offsets = blk.data, blk.offsets
+        key_at = self.codec.key_at
+        lo, hi = 0, len(offsets)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if key_at(data, offsets[mid]) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(offsets) or key_at(data, offsets[lo]) != key:
+            return None
+        return self._older(blk, lo, key, max_seq)
+
+    def _older(self, blk: _Block, lo: int, key: bytes, max_seq: int | None) -> tuple | None:
+        """The first version of `key` with seq <= max_seq among the rows from `lo` on (checked decode)."""
+        data, offsets = blk.data, blk.offsets
         decode = self.codec.decode_from
         n = len(offsets)
         while lo < n:
@@ -489,7 +526,7 @@ ROW_INDEX_BYTES = 96
 
 
 class _Block:
-    """A checked data block in the cache: payload, row offsets, and (once point-read twice) its key
+    """A checked data block in the cache: payload, row offsets, and (once a point read used it) its key
     index. `touched` marks a block a point read used since the cache last looked (the engine's LRU gives
     such a block a second chance instead of evicting it); `ref` is the weak reference readers keep."""
 

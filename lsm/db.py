@@ -220,7 +220,8 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             max_seq = self._seq
         else:
             st = self._vs.state
-        row = st.mem.get(key, max_seq)
+        mem = st.mem
+        row = mem.get(key, max_seq) if key in mem.data else None  # most keys miss: no call for them
         if row is None:
             row = find_row_below_mem(st, key, max_seq)
         if row is None or row[4] is None:

@@ -49,24 +49,34 @@ def find_row(st: State, key: bytes, max_seq: int | None) -> tuple | None:
 
 
 def find_row_below_mem(st: State, key: bytes, max_seq: int | None) -> tuple | None:
-    """`find_row` without the active memtable (the caller looked there first)."""
+    """`find_row` without the active memtable (the caller looked there first).
+
+    A memtable or L0 file is asked only when it can hold the key (its dict has it; the L0 index, once
+    built, names the newest L0 file that has a version of it): a point read that misses them costs no
+    Python call per structure."""
     for m in st.imm:
-        row = m.get(key, max_seq)
-        if row is not None:
-            return row
-    if st.l0:
-        index = st.l0_index
-        readers = index.readers
-        if readers is None:
-            readers = index.readers = tuple(r for _e, r in st.l0)
-        keys = index.keys
-        if keys is None:
-            keys = index.lookup(readers)
-        first = 0 if keys is None else keys.get(key, len(readers))  # no L0 file holds the key: skip L0
-        for r in readers[first:]:
-            row = r.get(key, max_seq)
+        if key in m.data:
+            row = m.get(key, max_seq)
             if row is not None:
                 return row
+    if st.l0:
+        index = st.l0_index
+        keys = index.keys
+        if keys is None:
+            readers = index.readers
+            if readers is None:
+                readers = index.readers = tuple(r for _e, r in st.l0)
+            keys = index.lookup(readers)
+        if keys is None:
+            first = 0
+        else:
+            readers = index.readers  # set before the index was built
+            first = keys.get(key, -1)
+        if first >= 0:
+            for r in readers[first:] if first else readers:
+                row = r.get(key, max_seq)
+                if row is not None:
+                    return row
     for run in st.runs:
         readers = run.readers
         i = bisect_left(run.last_keys, key)  # the one SST of the run whose range can hold the key

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
-from formats.row import RowArray
+from formats.row_array import RowArray
 from formats.sst import SstReader
 
 key0 = operator.itemgetter(0)

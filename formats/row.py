@@ -32,13 +32,13 @@ substitutes the file's max_seq, see `formats.sst`), so v0 cannot hold TTL rows.
 
 from __future__ import annotations
 
-import bisect
 import enum
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from formats.errors import CorruptionError, FormatVersionError
+from formats.row_array import RowArray, array_dtype
 
 # DO NOT CHANGE: stored on disk.
 FORMAT_V0 = 0
@@ -376,7 +376,7 @@ class RowCodec:
         if end < at + 4 or not klen:  # (an empty key is no valid key: left to decode_block)
             return None
         vlen = VALUE_LEN.unpack_from(buf, at)[0]
-        dtype = _array_dtype(klen, vlen, feats == _FTTS)
+        dtype = array_dtype(klen, vlen, feats == _FTTS)
         if end % dtype.itemsize:
             return None
         import numpy as np
@@ -447,86 +447,6 @@ def _ftts_version(unpack: Callable[[bytes, int], tuple]) -> Callable[..., tuple 
 
 _FTS = (RowFeature.RowFlags, RowFeature.Timestamp, RowFeature.Seq)
 _FTTS = (RowFeature.RowFlags, RowFeature.Timestamp, RowFeature.TimeToLive, RowFeature.Seq)
-_DTYPES: dict[tuple[int, int, bool], Any] = {}
-
-
-def _array_dtype(klen: int, vlen: int, ttl: bool) -> Any:
-    """The numpy record of one row of `RowCodec.rows_array` (packed, big-endian, as on disk). The key is
-    there twice, over the same bytes: ``key`` (void: `.tolist()` gives the exact bytes) and ``skey``
-    (a byte string of the key's width, for sorting and comparing in numpy: for strings of one width
-    numpy's order and equality are the bytes' own; only its conversion to Python strips trailing NULs)."""
-    k = (klen, vlen, ttl)
-    dt = _DTYPES.get(k)
-    if dt is None:
-        import numpy as np
-
-        names = ["kl", "key", "skey", "flags", "ts"] + (["exp"] if ttl else []) + ["seq", "vl", "val"]
-        formats = [">u2", f"V{klen}", f"S{klen}", "u1", ">i8"] + ([">i8"] if ttl else []) + [">u8", ">u4", f"V{vlen}"]
-        offsets = [0, 2, 2]
-        at = 2 + klen
-        for f in formats[3:]:
-            offsets.append(at)
-            at += np.dtype(f).itemsize
-        dt = np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": at})
-        if len(_DTYPES) < 256:
-            _DTYPES[k] = dt
-    return dt
-
-
-class RowArray:
-    """Rows of one sorted source as a numpy structured array (`RowCodec.rows_array`): what a forward
-    scan resolves a batch at a time in numpy (`lsm.readpath`), and what the streaming merge
-    (`compaction.stream.merge_rounds`) cuts into rounds. `rows()` gives the row tuples `decode_block`
-    gives for the same bytes, for any step that needs them."""
-
-    __slots__ = ("arr", "codec")
-
-    def __init__(self, arr: Any, codec: RowCodec) -> None:
-        self.arr = arr
-        self.codec = codec
-
-    def __len__(self) -> int:
-        return len(self.arr)
-
-    def __getitem__(self, s: slice) -> RowArray:
-        return RowArray(self.arr[s], self.codec)
-
-    def first_key(self) -> bytes:
-        """The key of the first row."""
-        return self.arr["key"][0].tobytes()
-
-    def last_key(self) -> bytes:
-        """The key of the last row."""
-        return self.arr["key"][-1].tobytes()
-
-    def keys(self) -> list[bytes]:
-        """Every row's key."""
-        return self.arr["key"].tolist()
-
-    def max_seq(self) -> int:
-        """The largest seq of the rows."""
-        return int(self.arr["seq"].max())
-
-    def min_expire_ts(self) -> int | None:
-        """The smallest expire_ts of the rows that have one (None if none has)."""
-        if "exp" not in self.arr.dtype.names:
-            return None
-        has = self.arr["flags"] != 0  # a RowArray's only flag is "has expire_ts"
-        return int(self.arr["exp"][has].min()) if has.any() else None
-
-    def bisect_right(self, key: bytes, lo: int = 0) -> int:
-        """The index after the last row with a key <= `key`, from `lo` (keys ascending). O(log rows)."""
-        return bisect.bisect_right(self.arr["key"], key, lo, key=_void_bytes)
-
-    def rows(self) -> list[tuple]:
-        """The rows as tuples, exactly as `RowCodec.decode_block` decodes the same bytes."""
-        return self.codec.decode_block(self.arr.tobytes())
-
-
-def _void_bytes(v: Any) -> bytes:
-    return v.tobytes()
-
-
 _CODECS: dict[tuple, RowCodec] = {}
 
 

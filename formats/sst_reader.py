@@ -25,11 +25,11 @@ from formats.errors import CorruptionError, FormatVersionError
 from formats.row import (
     FORMAT_V1,
     SUPPORTED_FORMAT_VERSIONS,
-    RowArray,
     RowFeature,
     codec_for,
     normalize_features,
 )
+from formats.row_array import RowArray
 from formats.sst_layout import (
     COMPRESSION_NONE,
     COMPRESSION_ZLIB,

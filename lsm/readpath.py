@@ -18,7 +18,7 @@ import numpy as np
 from compaction.filter import Entry
 from compaction.merge import merge_sources
 from compaction.stream import merge_rounds, round_rows, whole_key_batches
-from formats.row import RowArray
+from formats.row_array import RowArray
 from lsm.iterators import run_blocks, run_iter
 from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, is_system
 from lsm.versions import State

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from formats import sst_reader
-from formats.row import FORMAT_V1, RowArray, RowFeature, codec_for
+from formats.row import FORMAT_V1, RowFeature, codec_for
+from formats.row_array import RowArray
 from formats.sst import SstReader
 from tests.formats.test_sst import DictCache, sst_rows, write
 

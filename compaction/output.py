@@ -7,12 +7,13 @@ tasks (`lsm.bulk_task`). `OutputSpec` says where and how."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import itertools
 import operator
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from formats import fileio
@@ -70,7 +71,7 @@ class SstOutput:
         target = self.spec.target_bytes
         name, w = None, None
         last_key = None
-        try:
+        with self._removed_on_error():
             for row in rows:
                 if w is None:
                     name, w = self._new_writer()
@@ -81,9 +82,6 @@ class SstOutput:
                 last_key = row[0]
             if w is not None and len(w):
                 self._finish(name, w)
-        except BaseException:
-            self.remove_outputs()
-            raise
         return self.outputs
 
     def write_batches(self, batches: Iterable[list[tuple]]) -> list[tuple[str, SsTableInfo]]:
@@ -93,7 +91,7 @@ class SstOutput:
         target = self.spec.target_bytes
         name, w = None, None
         last_key = None
-        try:
+        with self._removed_on_error():
             for rows in batches:
                 if not rows:
                     continue
@@ -109,9 +107,6 @@ class SstOutput:
                 last_key = rows[-1][0]
             if w is not None and len(w):
                 self._finish(name, w)
-        except BaseException:
-            self.remove_outputs()
-            raise
         return self.outputs
 
     def write_columns(
@@ -139,7 +134,7 @@ class SstOutput:
             vlens = map(len, values) if None not in values else [0 if v is None else len(v) for v in values]
         sizes = map(operator.add, map(len, keys), vlens)
         ends = list(map(operator.add, itertools.accumulate(sizes, initial=0), range(0, 33 * (n + 1), 33)))
-        try:
+        with self._removed_on_error():
             i = 0
             while i < n:
                 j = n
@@ -154,10 +149,16 @@ class SstOutput:
                 w.extend_columns(keys[i:j], part[0], part[1], part[2], values[i:j])
                 self._finish(name, w)
                 i = j
+        return self.outputs
+
+    @contextlib.contextmanager
+    def _removed_on_error(self) -> Iterator[None]:
+        """On any error inside, delete what this output wrote (`remove_outputs`) and re-raise."""
+        try:
+            yield
         except BaseException:
             self.remove_outputs()
             raise
-        return self.outputs
 
     def remove_outputs(self) -> None:
         """Delete files this output wrote (after a failure): nothing partial is left behind."""

@@ -13,7 +13,7 @@ import bisect
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 
-from formats.row import RowArray
+from formats.row_array import RowArray
 from formats.sst import SstReader
 
 

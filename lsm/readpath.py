@@ -196,7 +196,7 @@ def _forward_pairs(
         if _one_layout(pieces):
             yield _array_pairs(pieces, max_seq, expiry_at)
             continue
-        if _visible(pieces, max_seq, expiry_at):
+        if _round_visible(pieces, max_seq, expiry_at):
             yield _dict_pairs(pieces)
             continue
         out = []
@@ -213,7 +213,7 @@ def _forward_pairs(
         yield out
 
 
-def _visible(pieces: list[list[tuple] | RowArray], max_seq: int, now: int | None) -> bool:
+def _round_visible(pieces: list[list[tuple] | RowArray], max_seq: int, now: int | None) -> bool:
     """Whether every row of a round is visible at `max_seq` and, when `now` is given, unexpired at `now`
     (then a key's newest version is the one shown, or hides it if a tombstone)."""
     for p in pieces:
@@ -279,10 +279,11 @@ def _array_pairs(pieces: list[RowArray], max_seq: int, now: int | None) -> Itera
 
 
 def _dict_pairs(pieces: list[list[tuple] | RowArray]) -> Iterable[tuple[bytes, bytes]]:
-    """The (key, value) pairs of a round whose rows are all visible and unexpired (`_visible`), made of
-    any pieces (row lists, arrays of several layouts), in key order: a dict filled from the oldest source
-    to the newest, each piece's versions oldest first, keeps every key's newest version (no Python step
-    per row); its keys are then sorted (one C sort over a few sorted runs) and tombstones dropped."""
+    """The (key, value) pairs of a round whose rows are all visible and unexpired (`_round_visible`),
+    made of any pieces (row lists, arrays of several layouts), in key order: a dict filled from the
+    oldest source to the newest, each piece's versions oldest first, keeps every key's newest version
+    (no Python step per row); its keys are then sorted (one C sort over a few sorted runs) and
+    tombstones dropped."""
     d: dict[bytes, bytes | None] = {}
     tombstones = False
     for p in reversed(pieces):

@@ -11,29 +11,25 @@ manifest does not reference (leftovers of failed jobs, killed Spark tasks or cra
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from formats.errors import LsmError
 from lsm.db import DB
 from lsm.options import DbOptions
 from tools import render
-from tools.cmd_manifest import db_dir, latest_manifest
+from tools.common import (
+    SparkCompactionError,
+    SparkStartError,
+    db_dir,
+    latest_manifest,
+    start_spark,
+    stderr_to,
+)
 
 ENGINES = ("local", "spark")
-
-
-class SparkStartError(LsmError):
-    """Spark could not be started (no pyspark, no Java, a bad master URL)."""
-
-
-class SparkCompactionError(LsmError):
-    """`lsm compact --engine spark` failed; the message names the Spark log."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -84,21 +80,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # -- the job --------------------------------------------------------------------------------------------
-def start_spark(master: str) -> Any:
-    """A SparkSession for `master`, or SparkStartError with one line saying why not."""
-    try:
-        from compaction.spark import get_session
-    except ImportError as e:  # pragma: no cover - pyspark is a dependency of the spark extra
-        raise SparkStartError(f"--engine spark needs pyspark ({e}): pip install 'lsm-sim[spark]'") from None
-    try:
-        return get_session(master)
-    except ImportError as e:
-        raise SparkStartError(f"--engine spark needs pyspark ({e}): pip install 'lsm-sim[spark]'") from None
-    except Exception as e:  # noqa: BLE001 - Java missing, a bad master URL...: one line, not a traceback
-        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
-        raise SparkStartError(f"cannot start Spark with master {master!r}: {first[:300]}") from None
-
-
 def compact_database(
     path: str,
     engine: str = "local",
@@ -196,7 +177,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         fd, log = tempfile.mkstemp(prefix="lsm-compact-spark-", suffix=".log")
         t0 = time.perf_counter()
         try:
-            with _stderr_to(fd):
+            with stderr_to(fd):
                 session = start_spark(args.master)
         except SparkStartError as e:
             raise SparkStartError(f"{e} (Spark log: {log})") from None
@@ -220,20 +201,6 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _stderr_to(fd: int) -> Iterator[None]:
-    """Point file descriptor 2 at `fd` meanwhile: processes started meanwhile keep writing there."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(fd, 2)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 # -- gc -------------------------------------------------------------------------------------------------
 def gc_database(path: str, grace_ms: int | None = None) -> list[str]:
     """Delete the unreferenced SSTs of the database at `path`; return their names."""
@@ -253,4 +220,4 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["compact_database", "gc_database", "output_format", "print_report", "register", "start_spark"]
+__all__ = ["compact_database", "gc_database", "output_format", "print_report", "register"]

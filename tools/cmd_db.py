@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tools import render
-from tools.cmd_manifest import db_dir, purge_lag_text
+from tools.cmd_manifest import purge_lag_text
+from tools.common import db_dir
 
 if TYPE_CHECKING:  # the engine is imported where it is used (see tools.cmd_manifest)
     from lsm.db import DB, Entry

@@ -243,7 +243,7 @@ def _bulk(args: argparse.Namespace) -> int:
 
     import lsm
     from lsm.sources import PartitionedLog
-    from tools.cmd_compact import SparkCompactionError, SparkStartError, _stderr_to, start_spark
+    from tools.common import SparkCompactionError, SparkStartError, start_spark, stderr_to
 
     if args.follow or args.max_records is not None:
         raise ValueError("--follow and --max-records apply to --engine stream only (a bulk load takes all)")
@@ -258,7 +258,7 @@ def _bulk(args: argparse.Namespace) -> int:
             if args.engine == "spark":
                 fd, log = tempfile.mkstemp(prefix="lsm-ingest-spark-", suffix=".log")
                 try:
-                    with _stderr_to(fd):  # the JVM and its workers log there, not on our stderr
+                    with stderr_to(fd):  # the JVM and its workers log there, not on our stderr
                         session = start_spark(args.master or "local[*]")
                 except SparkStartError as e:
                     raise SparkStartError(f"{e} (Spark log: {log})") from None

@@ -17,6 +17,7 @@ from formats.errors import CorruptionError, FormatVersionError
 from formats.manifest import Manifest, SstEntry
 from tools import render
 from tools.cmd_sst import info_json
+from tools.common import db_dir, latest_manifest
 
 if TYPE_CHECKING:
     from lsm.manifest import ManifestStore
@@ -52,20 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # -- helpers shared with the other commands ------------------------------------------------------------
-def db_dir(path: str) -> str:
-    """Check that `path` is an lsm-sim database directory; return it (`lsm.inspect.database_dir`)."""
-    from lsm.inspect import database_dir
-
-    return database_dir(path)
-
-
-def latest_manifest(path: str) -> tuple[int, Manifest]:
-    """(id, manifest) of the newest version of the database at `path` (`lsm.inspect.latest_manifest`)."""
-    from lsm.inspect import latest_manifest as latest
-
-    return latest(path)
-
-
 def entry_json(e: SstEntry, mode: str) -> dict[str, Any]:
     return {"name": e.name, "info": info_json(e.info, mode)}
 

@@ -114,7 +114,7 @@ def open_read_only(path: str) -> DB:
     """The database at `path`, read-only: no fencing, WAL replayed in memory, no background threads."""
     from lsm.db import DB
     from lsm.options import DbOptions
-    from tools.cmd_manifest import db_dir
+    from tools.common import db_dir
 
     return DB.open(db_dir(path), DbOptions(block_cache_bytes=0, background_compaction=False), read_only=True)
 
@@ -218,7 +218,7 @@ def cmd_time_seq(args: argparse.Namespace) -> int:
 def _reset(args: argparse.Namespace) -> int:
     from lsm.db import DB
     from lsm.options import DbOptions
-    from tools.cmd_manifest import db_dir
+    from tools.common import db_dir
 
     with DB.open(db_dir(args.path), DbOptions(block_cache_bytes=0, background_compaction=False)) as db:
         before = len(db.time_seq_histogram())

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from tools import render
-from tools.cmd_manifest import db_dir, latest_manifest
+from tools.common import db_dir, latest_manifest
 
 
 def register(sub: argparse._SubParsersAction) -> None:

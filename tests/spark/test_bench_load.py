@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tools import bench_load
+from tools.bench import load as bench_load
 
 
 def test_bench_load_reports_every_engine(spark, tmp_path, capsys):

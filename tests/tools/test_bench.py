@@ -136,8 +136,10 @@ def test_unknown_benchmark_is_a_usage_error():
 def test_merge_suite_and_the_registry(tmp_path):
     """Every suite is reachable through the one registry; the merge suite prints its three figures."""
     import tools.bench
-    from tools import bench_ingest, bench_load, bench_simulate
     from tools.bench import compact, db, formats, merge, timemaps
+    from tools.bench import ingest as bench_ingest
+    from tools.bench import load as bench_load
+    from tools.bench import simulate as bench_simulate
 
     assert tools.bench.SUITES == {
         "db": db.main,

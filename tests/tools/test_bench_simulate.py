@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.bench_simulate import targets
+from tools.bench.simulate import targets
 
 
 def _policy(name, same_run, cpu, wall):

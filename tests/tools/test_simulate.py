@@ -300,7 +300,7 @@ def test_cli_without_matplotlib_still_writes_everything_else(tmp_path) -> None:
 
 
 def test_bench_suite_bare_run_is_the_same_engine_work(tmp_path, capsys) -> None:
-    from tools import bench_simulate
+    from tools.bench import simulate as bench_simulate
 
     spec = parse_spec(small_spec(periodic_compaction_interval="6h"))
     ops = generate(spec)

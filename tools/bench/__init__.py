@@ -17,11 +17,11 @@ runs. Layout of the package:
   Python limit, write amplification), `compact` (local executor vs Spark), `timemaps` (the seq<->time
   maps, suite ``time``).
 
-Adding a suite is one import and one entry below: write a module (here, or ``tools/bench_<name>.py``)
-with ``main(argv) -> int``, then::
+Adding a suite is one import and one entry below: write a module ``tools/bench/<name>.py`` with
+``main(argv) -> int``, then::
 
-    from tools import bench_ingest            # the import
-    SUITES = {..., "ingest": bench_ingest.main}   # the entry
+    from tools.bench import ingest            # the import
+    SUITES = {..., "ingest": ingest.main}     # the entry
 
 Suite modules are imported with the package, so they keep heavy imports (pyspark, rocksdict, plyvel,
 the engine) inside the functions that need them. The harness names are re-exported here (`Result`,
@@ -54,12 +54,7 @@ from tools.bench.harness import (  # noqa: F401 - re-exported for suites (see th
 
 # isort: split
 # the suites, after the re-exports above (a suite may import them from tools.bench)
-from tools import (
-    bench_ingest,  # tools/bench_ingest.py (suite "ingest")
-    bench_load,  # tools/bench_load.py (suite "load")
-    bench_simulate,  # tools/bench_simulate.py (suite "simulate")
-)
-from tools.bench import compact, db, formats, merge, timemaps
+from tools.bench import compact, db, formats, ingest, load, merge, simulate, timemaps
 
 Suite = Callable[[list[str]], int]
 
@@ -69,9 +64,9 @@ SUITES: dict[str, Suite] = {
     "merge": merge.main,
     "compact": compact.main,
     "time": timemaps.main,
-    "ingest": bench_ingest.main,
-    "load": bench_load.main,
-    "simulate": bench_simulate.main,
+    "ingest": ingest.main,
+    "load": load.main,
+    "simulate": simulate.main,
 }
 
 

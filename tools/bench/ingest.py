@@ -1,4 +1,4 @@
-"""``lsm bench ingest`` (or ``python -m tools.bench_ingest``): what reclocked ingest costs.
+"""``lsm bench ingest`` (or ``python -m tools.bench.ingest``): what reclocked ingest costs.
 
 Two figures:
 

@@ -1,4 +1,4 @@
-"""``lsm bench simulate`` (or ``python -m tools.bench_simulate``): what `lsm simulate` costs.
+"""``lsm bench simulate`` (or ``python -m tools.bench.simulate``): what `lsm simulate` costs.
 
 Two figures (docs/benchmarks.md records them with the command):
 

@@ -72,7 +72,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def write_log(log_dir: str, num: int, partitions: int, value_size: int, seed: int) -> float:
     from lsm.sources import LogWriter
-    from tools.bench import make_values
+    from tools.bench.harness import make_values
 
     values = make_values(value_size, 0.5, seed)
     rng = random.Random(seed)

@@ -274,3 +274,49 @@ def test_an_open_waits_for_an_append_whose_fence_check_passed(tmp_path):
     b.close()
     with lsm.DB.open(path, opts()) as c:
         assert dict(c.scan()) == {b"first": b"a", b"raced": b"a"}
+
+
+def test_an_open_while_the_old_writer_links_its_manifest_fences_it(tmp_path, monkeypatch):
+    """Issue 24 defect 4: the old handle's commit is paused just before it links its `manifest/.tmp-*`; a
+    new owner opens (and removes leftover temporary files, that one included). The old link fails with
+    ENOENT: the old handle is fenced (FencedError), not failed, and nothing of its commit is visible."""
+    from formats import fileio
+
+    path = tmp_path / "db"
+    a = lsm.DB.open(path, opts(background_flush=False))  # the flush commits in the caller's thread
+    a.put(b"k", b"a")
+    at_link, go = threading.Event(), threading.Event()
+    real_link = fileio.link
+
+    def paused_link(src, dst):
+        if not at_link.is_set():  # the first link after this point is a's flush commit
+            at_link.set()
+            assert go.wait(10)
+        return real_link(src, dst)
+
+    monkeypatch.setattr(fileio, "link", paused_link)
+    errors: list[BaseException] = []
+
+    def flush_a() -> None:
+        try:
+            a.flush()
+        except BaseException as e:  # noqa: BLE001 - checked below
+            errors.append(e)
+
+    t = threading.Thread(target=flush_a)
+    t.start()
+    assert at_link.wait(10)
+    tmp = [n for n in os.listdir(path / "manifest") if n.startswith(".tmp-")]
+    assert tmp  # a's version, written and fsynced, about to be linked
+    b = lsm.DB.open(path, opts())
+    assert not (path / "manifest" / tmp[0]).exists()
+    go.set()
+    t.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], lsm.FencedError), errors
+    assert a.failure is None or isinstance(a.failure, lsm.FencedError)
+    assert b.get(b"k") == b"a"
+    b.put(b"k2", b"b")
+    a.close()
+    b.close()
+    with lsm.DB.open(path, opts()) as c:
+        assert dict(c.scan()) == {b"k": b"a", b"k2": b"b"}

@@ -114,17 +114,29 @@ class VersionSet:
     def _recover(self) -> tuple[int, Manifest]:
         """The latest manifest; a writable open publishes it again with bumped epochs (fencing)."""
         store = self.store
+
+        def try_create(manifest_id: int, m: Manifest) -> bool:
+            try:
+                return store.try_create(manifest_id, m)
+            except OSError as e:
+                # a concurrent opener published first and removed our temporary file as a leftover:
+                # we lost the race as with FileExistsError (lsm.manifest), so read its version
+                before = [manifest_id - 1] if manifest_id > 1 else []  # the newest id when we read it
+                if e.errno == errno.ENOENT and store.ids()[-1:] != before:
+                    return False
+                raise
+
         for _ in range(100):
             mid, man = store.latest()
             if man is None:
                 if self.read_only:
                     raise NotADatabaseError(f"{self.path}: no manifest: not an lsm-sim database")
-                store.try_create(1, Manifest())
+                try_create(1, Manifest())
                 continue
             if self.read_only:
                 return mid, man
             bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1)
-            if store.try_create(mid + 1, bumped):
+            if try_create(mid + 1, bumped):
                 self.token = FenceToken(store.dir)
                 self.token.publish(bumped.writer_epoch)
                 self.token_bytes = self.token.view

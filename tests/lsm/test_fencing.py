@@ -320,3 +320,48 @@ def test_an_open_while_the_old_writer_links_its_manifest_fences_it(tmp_path, mon
     b.close()
     with lsm.DB.open(path, opts()) as c:
         assert dict(c.scan()) == {b"k": b"a", b"k2": b"b"}
+
+
+def test_an_open_that_loses_the_race_to_another_open_retries(tmp_path, monkeypatch):
+    """Two opens race: a's link of its bumped manifest is held; b publishes the same id, fencing, and
+    removes a's temporary file. a's link fails with ENOENT: a lost the race (as with an existing file),
+    reads b's version and opens above it, fencing b."""
+    from formats import fileio
+
+    path = tmp_path / "db"
+    with lsm.DB.open(path, opts()) as db:
+        db.put(b"k", b"1")
+    at_link, go = threading.Event(), threading.Event()
+    real_link = fileio.link
+
+    def paused_link(src, dst):
+        if threading.current_thread().name == "opener-a" and not at_link.is_set():
+            at_link.set()
+            assert go.wait(10)
+        return real_link(src, dst)
+
+    monkeypatch.setattr(fileio, "link", paused_link)
+    opened: list = []
+
+    def open_a() -> None:
+        try:
+            opened.append(lsm.DB.open(path, opts()))
+        except BaseException as e:  # noqa: BLE001 - checked below
+            opened.append(e)
+
+    t = threading.Thread(target=open_a, name="opener-a")
+    t.start()
+    assert at_link.wait(10)
+    b = lsm.DB.open(path, opts())
+    go.set()
+    t.join(10)
+    assert len(opened) == 1 and isinstance(opened[0], lsm.DB), opened
+    a = opened[0]
+    assert a.engine.versions.writer_epoch > b.engine.versions.writer_epoch
+    with pytest.raises(lsm.FencedError):
+        b.put(b"k", b"b")
+    a.put(b"k", b"a")
+    b.close()
+    a.close()
+    with lsm.DB.open(path, opts()) as c:
+        assert c.get(b"k") == b"a"

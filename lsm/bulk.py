@@ -147,8 +147,23 @@ def local_runner(workers: int | None) -> Runner:
 
     def run(tasks: list[BulkTask]) -> list[dict]:
         n = workers or min(8, os.cpu_count() or 1)
-        with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="lsm-bulk") as pool:
-            return list(pool.map(own, tasks))
+        finished: list[dict] = []
+
+        def tracked(task: BulkTask) -> dict:
+            res = own(task)
+            finished.append(res)
+            return res
+
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="lsm-bulk") as pool:
+                return list(pool.map(tracked, tasks))
+        except BaseException:
+            # a task failed (it removed what it wrote); the pool waited for the others, whose SSTs no
+            # manifest will name
+            for res in finished:
+                for name, _ in res["outputs"]:
+                    unlink_quiet(os.path.join(tasks[0].output.directory, name))
+            raise
 
     return run
 

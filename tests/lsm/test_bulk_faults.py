@@ -66,6 +66,8 @@ def test_a_failing_task_enters_the_failed_state(tmp_path, log, nth) -> None:
     with pytest.raises(lsm.DbFailedError):
         db.put(b"later", b"x")
     assert db.get(b"before") == b"x"
+    # the failing task removed what it wrote, the job the SSTs of the tasks that had finished
+    assert [n for n in os.listdir(os.path.join(db.path, "sst")) if "-bulk-" in n] == []
     crash(db)
     db = open_db(str(tmp_path / "db"))
     try:

@@ -276,25 +276,32 @@ def test_an_open_waits_for_an_append_whose_fence_check_passed(tmp_path):
         assert dict(c.scan()) == {b"first": b"a", b"raced": b"a"}
 
 
-def test_an_open_while_the_old_writer_links_its_manifest_fences_it(tmp_path, monkeypatch):
-    """Issue 24 defect 4: the old handle's commit is paused just before it links its `manifest/.tmp-*`; a
-    new owner opens (and removes leftover temporary files, that one included). The old link fails with
-    ENOENT: the old handle is fenced (FencedError), not failed, and nothing of its commit is visible."""
+def hold_first_link(monkeypatch, thread: str) -> tuple[threading.Event, threading.Event]:
+    """Hold the first `fileio.link` made by the thread named `thread` (a manifest publication, just before
+    its link) until the second event is set; the first is set once it is held."""
     from formats import fileio
 
-    path = tmp_path / "db"
-    a = lsm.DB.open(path, opts(background_flush=False))  # the flush commits in the caller's thread
-    a.put(b"k", b"a")
     at_link, go = threading.Event(), threading.Event()
     real_link = fileio.link
 
-    def paused_link(src, dst):
-        if not at_link.is_set():  # the first link after this point is a's flush commit
+    def held_link(src, dst):
+        if threading.current_thread().name == thread and not at_link.is_set():
             at_link.set()
             assert go.wait(10)
         return real_link(src, dst)
 
-    monkeypatch.setattr(fileio, "link", paused_link)
+    monkeypatch.setattr(fileio, "link", held_link)
+    return at_link, go
+
+
+def test_an_open_while_the_old_writer_links_its_manifest_fences_it(tmp_path, monkeypatch):
+    """Issue 24 defect 4: the old handle's commit is paused just before it links its `manifest/.tmp-*`; a
+    new owner opens (and removes leftover temporary files, that one included). The old link fails with
+    ENOENT: the old handle is fenced (FencedError), not failed, and nothing of its commit is visible."""
+    path = tmp_path / "db"
+    a = lsm.DB.open(path, opts(background_flush=False))  # the flush commits in the caller's thread
+    a.put(b"k", b"a")
+    at_link, go = hold_first_link(monkeypatch, "flusher-a")
     errors: list[BaseException] = []
 
     def flush_a() -> None:
@@ -303,7 +310,7 @@ def test_an_open_while_the_old_writer_links_its_manifest_fences_it(tmp_path, mon
         except BaseException as e:  # noqa: BLE001 - checked below
             errors.append(e)
 
-    t = threading.Thread(target=flush_a)
+    t = threading.Thread(target=flush_a, name="flusher-a")
     t.start()
     assert at_link.wait(10)
     tmp = [n for n in os.listdir(path / "manifest") if n.startswith(".tmp-")]
@@ -326,21 +333,10 @@ def test_an_open_that_loses_the_race_to_another_open_retries(tmp_path, monkeypat
     """Two opens race: a's link of its bumped manifest is held; b publishes the same id, fencing, and
     removes a's temporary file. a's link fails with ENOENT: a lost the race (as with an existing file),
     reads b's version and opens above it, fencing b."""
-    from formats import fileio
-
     path = tmp_path / "db"
     with lsm.DB.open(path, opts()) as db:
         db.put(b"k", b"1")
-    at_link, go = threading.Event(), threading.Event()
-    real_link = fileio.link
-
-    def paused_link(src, dst):
-        if threading.current_thread().name == "opener-a" and not at_link.is_set():
-            at_link.set()
-            assert go.wait(10)
-        return real_link(src, dst)
-
-    monkeypatch.setattr(fileio, "link", paused_link)
+    at_link, go = hold_first_link(monkeypatch, "opener-a")
     opened: list = []
 
     def open_a() -> None:

@@ -60,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from compaction.output import SstOutput
+from formats.fileio import FileOpError
 from formats.manifest import Manifest, SstEntry
 from formats.sst import SsTableInfo
 from lsm.bulk_task import BulkTask, run_task
@@ -69,6 +70,7 @@ from lsm.ingest import TTL_BASES, _state, check_frontier, durable_head
 from lsm.remap import Binding, IngestStats
 from lsm.remap_store import binding_key, check_name, encode_binding
 from lsm.sources.slices import SourceSlice, cut_slices
+from lsm.versions import may_be_published
 
 if TYPE_CHECKING:
     from lsm.db import DB
@@ -145,8 +147,23 @@ def local_runner(workers: int | None) -> Runner:
 
     def run(tasks: list[BulkTask]) -> list[dict]:
         n = workers or min(8, os.cpu_count() or 1)
-        with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="lsm-bulk") as pool:
-            return list(pool.map(own, tasks))
+        finished: list[dict] = []
+
+        def tracked(task: BulkTask) -> dict:
+            res = own(task)
+            finished.append(res)
+            return res
+
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="lsm-bulk") as pool:
+                return list(pool.map(tracked, tasks))
+        except BaseException:
+            # a task failed (it removed what it wrote); the pool waited for the others, whose SSTs no
+            # manifest will name
+            for res in finished:
+                for name, _ in res["outputs"]:
+                    unlink_quiet(os.path.join(tasks[0].output.directory, name))
+            raise
 
     return run
 
@@ -236,8 +253,9 @@ def bulk_ingest(
             BulkTask(i, s, base + i, ts, ttl_base, o.default_ttl, o.sst_format_version == 0, spec)
             for i, s in enumerate(slices)
         ]
-        results = runner(plan)
+        results: list[dict] = []
         try:
+            results = runner(plan)
             results, new_frontier = _cut(source, frontier, ends, plan, results, runner, db)
             if new_frontier == frontier:  # only unfinished transactions: nothing to commit
                 _unlink_outputs(db, results)
@@ -251,8 +269,11 @@ def bulk_ingest(
                 for n, d in res["outputs"]
             ]
             db.commit_bulk(entries, base, last, ts)
-        except BaseException:
-            _unlink_outputs(db, results)
+        except BaseException as e:
+            if not may_be_published(e):  # else a manifest on disk may name them: the next open decides
+                _unlink_outputs(db, results)
+            if isinstance(e, FileOpError):  # a task's or the binding's SST write: the failed state
+                raise db.engine.fail(e) from e
             raise
         st.head = Binding(ts, last, new_frontier)
         return IngestStats(sum(r["records"] for r in results), 1, new_frontier)

@@ -248,11 +248,9 @@ class DbCompactor:
             )
         except BaseException as e:
             self.stats = before
-            # a commit that may have been published (DbFailedError.published None) keeps its outputs:
-            # a manifest on disk may reference them, and the next open decides
-            if getattr(e, "published", False) is not None:
-                for o in outputs:
-                    unlink_quiet(vs.sst_path(o.name))
+            # a commit that may have been published keeps its outputs: a manifest on disk may reference
+            # them, and the next open decides
+            vs.discard_outputs(outputs, e)
             raise
         vs.retire_files(input_names)
         self.distinct_keys.forget(input_names)

@@ -485,10 +485,12 @@ class Engine:
         keys allowed; returns (seq, ts). See DB._commit_rows."""
         return self._db._commit_rows(rows_at, sync)
 
-    def scan_raw(self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None) -> Iterator:
+    def scan_raw(
+        self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None, entries: bool = False
+    ) -> Iterator:
         """(key, value) rows in [start, end) as of `max_seq` (None: latest), system keys and expired rows
-        included (for the engine's own rows, e.g. the remap)."""
-        return self._db._scan(start, end, reverse, None, max_seq, True, None, False)
+        included (for the engine's own rows, e.g. the remap); `Entry` rows (with seq and ts) if `entries`."""
+        return self._db._scan(start, end, reverse, None, max_seq, True, None, entries)
 
     def release_idle_lock(self, last_seq: int) -> int:
         """Drop the writer's WAL segment flock if no commit happened since `last_seq` (lsm.wal_lock);

@@ -126,7 +126,10 @@ class AdminMixin:
         manifest edit, placed in L0 in seq order (lsm.bulk.place_bulk; BulkLoadConflictError if it cannot
         be). Pauses compaction for the edit, so none can commit across it."""
         self._check_writable()
-        fsync_dir(self._sst_dir)
+        try:
+            fsync_dir(self._sst_dir)
+        except OSError as e:
+            raise self._fail(e) from e
         with self._compactor.exclusive():
 
             def edit(m: Manifest) -> Manifest:

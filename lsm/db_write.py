@@ -378,12 +378,8 @@ class WriteMixin:
 
         try:
             self._vs.commit(edit, lambda m: self._vs.install(m, drop_imm=mem))
-        except DbFailedError as e:
-            if e.published is not None:  # known unpublished; otherwise a manifest on disk may name them
-                self._vs.discard_outputs(entries)
-            raise
-        except BaseException:
-            self._vs.discard_outputs(entries)
+        except BaseException as e:
+            self._vs.discard_outputs(entries, e)  # kept if a manifest on disk may name them
             raise
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
         self._delete_wal_below(mem.segment_id + 1)

@@ -25,6 +25,9 @@ Rules, in the order they apply:
 6. Within a batch the last record of a key wins (offset order within a partition).
 7. Every `REMAP_COMPACT_EVERY` batches the remap is compacted at ``since = now - history_retention``
    (lsm.remap), in its own commit of system rows, when at least two bindings lie at or before since.
+   The count survives restarts: a handle starts it from the bindings stored since the remap's last
+   compaction (`lsm.remap_store.bindings_since_compaction`), so an ingester that runs a few batches per
+   process still compacts.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from lsm.remap import Binding, IngestStats, Remap
 from lsm.remap_store import (
     SEQ,
     binding_key,
+    bindings_since_compaction,
     check_name,
     consolidation_ops,
     decode_binding,
@@ -69,7 +73,7 @@ _NOT_READ = object()
 class _SourceState:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     head: Binding | None | object = _NOT_READ  # the latest binding, cached (the handle is the only writer)
-    batches: int = 0  # batches committed by this handle, for the remap compaction cadence
+    batches: int | None = None  # bindings since the last compaction attempt (None: not counted yet)
 
 
 _STATES_LOCK = threading.Lock()
@@ -325,6 +329,8 @@ def ingest(
         head = durable_head(db, name)
         frontier = dict(head.frontier) if head is not None else {}
         check_frontier(source, name, frontier)  # rule 1: nothing is written past a regression
+        if st.batches is None:  # rule 7's count, as the stored remap has it (earlier handles' batches too)
+            st.batches = bindings_since_compaction(db, name, REMAP_COMPACT_EVERY) if head is not None else 0
         parts = sorted(set(source.partitions()) | set(frontier))
         cursors = [_Cursor(source, p, frontier.get(p, 0), source.end(p)) for p in parts]
         records_total = batches = 0
@@ -357,7 +363,8 @@ def ingest(
             records_total += len(records)
             batches += 1
             st.batches += 1
-            if st.batches % REMAP_COMPACT_EVERY == 0:
+            if st.batches >= REMAP_COMPACT_EVERY:
+                st.batches = 0
                 _compact_remap_locked(db, name, host(db).now() - db.options.history_retention)
             if progress is not None:
                 progress(IngestStats(records_total, batches, dict(frontier)))
@@ -397,6 +404,7 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
 
     st = _state(db, name)
     host(db).commit_rows(rows_at, True)
+    st.batches = 0  # what bindings_since_compaction counts from now on
     head = st.head
     if isinstance(head, Binding) and head.ts <= since:
         st.head = Binding(since, head.seq, head.frontier)

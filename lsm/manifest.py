@@ -8,7 +8,10 @@ Failures: an error before the link (creating, writing or fsyncing the temporary 
 was not published; the temporary file is removed and the OSError raised. An error at or after the link
 (the link itself, the directory fsync) means the version MAY be published: `PublishUnknownError` says so,
 and the caller must neither roll back nor reuse anything the version references — the next open decides
-from what is on disk. Temporary files a crash left behind are removed by `remove_stale_tmp` at open.
+from what is on disk. Temporary files a crash left behind are removed by `remove_stale_tmp` at open;
+that open has already fenced every earlier handle, so a fenced writer may find its temporary file gone
+when it links: the link then fails with ENOENT, nothing is published, and the writer reports
+`FencedError` (lsm.versions).
 
 Fencing: every open bumps `writer_epoch` (and `compactor_epoch`) in the manifest; a commit that finds a
 newer epoch raises FencedError. Writes do not read the manifest, so the current writer epoch is also kept
@@ -19,6 +22,7 @@ race between that check and the append is described in `lsm.wal` and `lsm.db`).
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -96,6 +100,10 @@ class ManifestStore:
             return False
         except OSError as e:
             unlink_quiet(tmp)
+            if e.errno == errno.ENOENT:
+                # our temporary file is gone, so nothing was linked: a newer opener removed it (the
+                # caller finds itself fenced), or something else did (not published either way)
+                raise
             raise PublishUnknownError(e) from e
         unlink_quiet(tmp)
         try:

@@ -45,8 +45,11 @@ class SystemRowsHost(Protocol):
     def commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
         """Commit the (key, expire_ts, value) rows ``rows_at(ts, seq)`` builds; return (seq, ts)."""
 
-    def scan_raw(self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None) -> Iterator:
-        """(key, value) rows in [start, end), system keys and expired rows included."""
+    def scan_raw(
+        self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None, entries: bool = False
+    ) -> Iterator:
+        """(key, value) rows in [start, end), system keys and expired rows included (`Entry` rows with their
+        seq if `entries`)."""
 
 
 def host(db: DB) -> SystemRowsHost:
@@ -166,6 +169,21 @@ def list_sources(db: DB) -> list[str]:
         start = REMAP_PREFIX + name.encode("utf-8") + b"\x01"  # past every key of this source
 
 
+def bindings_since_compaction(db: DB, name: str, limit: int) -> int:
+    """How many bindings of `name` were stored after its remap was last compacted (all of them if it never
+    was), counting to `limit` at most: the bindings whose seq is above the seq of the commit that wrote the
+    since row. Reads the since row and at most `limit` bindings, so it survives restarts at a bounded cost."""
+    since_seq = 0
+    for e in host(db).scan_raw(since_key(name), binding_key(name, 1), entries=True):
+        since_seq = e.seq
+    n = 0
+    for _row in _rows(db, binding_key(name, since_seq + 1), source_prefix(name)[:-1] + b"\x01"):
+        n += 1
+        if n >= limit:
+            break
+    return n
+
+
 def consolidation_ops(remap: Remap, since: int) -> list[tuple[bytes, int | None, bytes | None]]:
     """The system rows that compact the stored `remap` at `since` (empty when nothing changes)."""
     if remap.since is not None and since <= remap.since:
@@ -189,6 +207,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "REMAP_PREFIX",
     "binding_key",
+    "bindings_since_compaction",
     "check_name",
     "consolidation_ops",
     "decode_binding",

@@ -21,12 +21,16 @@ dict is written under ``commit_lock`` (install) or by the one flush/compaction t
 
 Failure: a publication whose outcome is unknown (`lsm.manifest.PublishUnknownError`) puts the DB into the
 failed state through the `fail` callback with ``published=None``: no later commit is attempted by this
-handle (the files on disk may be ahead of what it knows) and nothing that version names is deleted.
+handle (the files on disk may be ahead of what it knows) and nothing that version names is deleted. A
+commit that published but could not install its version (``on_commit`` raised) fails the DB with
+``published=True``. `may_be_published` is the one test every commit path (flush, compaction, bulk load)
+applies before it removes its new SSTs after an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import threading
 from collections import Counter
@@ -110,17 +114,29 @@ class VersionSet:
     def _recover(self) -> tuple[int, Manifest]:
         """The latest manifest; a writable open publishes it again with bumped epochs (fencing)."""
         store = self.store
+
+        def try_create(manifest_id: int, m: Manifest) -> bool:
+            try:
+                return store.try_create(manifest_id, m)
+            except OSError as e:
+                # a concurrent opener published first and removed our temporary file as a leftover:
+                # we lost the race as with FileExistsError (lsm.manifest), so read its version
+                before = [manifest_id - 1] if manifest_id > 1 else []  # the newest id when we read it
+                if e.errno == errno.ENOENT and store.ids()[-1:] != before:
+                    return False
+                raise
+
         for _ in range(100):
             mid, man = store.latest()
             if man is None:
                 if self.read_only:
                     raise NotADatabaseError(f"{self.path}: no manifest: not an lsm-sim database")
-                store.try_create(1, Manifest())
+                try_create(1, Manifest())
                 continue
             if self.read_only:
                 return mid, man
             bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1)
-            if store.try_create(mid + 1, bumped):
+            if try_create(mid + 1, bumped):
                 self.token = FenceToken(store.dir)
                 self.token.publish(bumped.writer_epoch)
                 self.token_bytes = self.token.view
@@ -190,6 +206,10 @@ class VersionSet:
                 except PublishUnknownError as e:
                     raise self._fail(e.error, None) from e.error
                 except OSError as e:
+                    if e.errno == errno.ENOENT:  # our temporary file was removed: by a newer owner?
+                        fenced = self._fence_error(self.store.latest()[1])
+                        if fenced is not None:
+                            raise fenced from e
                     raise self._fail(e, False) from e
                 if created:
                     self.manifest_id += 1
@@ -197,19 +217,32 @@ class VersionSet:
                     if self.manifest_id % 16 == 0:
                         self.store.prune(self.options.manifest_history)
                     if on_commit is not None:
-                        on_commit(new)
+                        try:
+                            on_commit(new)
+                        except BaseException as e:
+                            # the version is on disk but not in the read path: only a reopen may go on,
+                            # and the files it names are live
+                            raise self._fail(e, True) from e
                     return new
                 lid, latest = self.store.latest()
-                if latest is None or (latest.writer_epoch, latest.compactor_epoch) != (
-                    self.writer_epoch,
-                    self.compactor_epoch,
-                ):
-                    raise FencedError(
-                        f"{self.path}: another handle opened this database (writer epoch "
-                        f"{latest.writer_epoch if latest else '?'} > {self.writer_epoch}); this one is fenced"
-                    )
+                fenced = self._fence_error(latest)
+                if fenced is not None:
+                    raise fenced
                 self.manifest_id, self.manifest = lid, latest
             raise FencedError(f"{self.path}: manifest commit kept conflicting")
+
+    def _fence_error(self, latest: Manifest | None) -> FencedError | None:
+        """The FencedError to raise if manifest `latest` (the newest on disk) carries epochs other than
+        ours, else None."""
+        if latest is not None and (latest.writer_epoch, latest.compactor_epoch) == (
+            self.writer_epoch,
+            self.compactor_epoch,
+        ):
+            return None
+        return FencedError(
+            f"{self.path}: another handle opened this database (writer epoch "
+            f"{latest.writer_epoch if latest else '?'} > {self.writer_epoch}); this one is fenced"
+        )
 
     # -- the read path's state ---------------------------------------------------------------------
     def reader(self, name: str) -> SstReader:
@@ -278,8 +311,11 @@ class VersionSet:
                 self.readers.pop(name, None)
                 unlink_quiet(self.sst_path(name))
 
-    def discard_outputs(self, entries: tuple[SstEntry, ...]) -> None:
-        """Delete SSTs no manifest references (their commit failed before publishing)."""
+    def discard_outputs(self, entries: tuple[SstEntry, ...], error: BaseException | None = None) -> None:
+        """Delete new SSTs whose commit failed with `error`, unless that commit may have published a
+        manifest naming them (`may_be_published`): those stay, and the next open decides."""
+        if error is not None and may_be_published(error):
+            return
         for e in entries:
             r = self.readers.pop(e.name, None)
             if r is not None:
@@ -300,6 +336,14 @@ class VersionSet:
         self.readers.clear()
 
 
+def may_be_published(error: BaseException) -> bool:
+    """Whether a commit that raised `error` may have put its manifest version on disk: then the SSTs that
+    version names must be kept (the next open decides). Only a `DbFailedError` with ``published`` False,
+    or an error that is no `DbFailedError` (a fenced or conflicting commit, a failure before the commit),
+    lets the caller delete them."""
+    return isinstance(error, DbFailedError) and error.published is not False
+
+
 def max_sst_number(sst_dir: str) -> int:
     """The largest leading number of a file name in `sst_dir` (0 if none): new ids start above it."""
     best = 0
@@ -314,4 +358,4 @@ def max_sst_number(sst_dir: str) -> int:
     return best
 
 
-__all__ = ["Run", "State", "VersionSet", "max_sst_number"]
+__all__ = ["Run", "State", "VersionSet", "max_sst_number", "may_be_published"]

@@ -274,3 +274,90 @@ def test_an_open_waits_for_an_append_whose_fence_check_passed(tmp_path):
     b.close()
     with lsm.DB.open(path, opts()) as c:
         assert dict(c.scan()) == {b"first": b"a", b"raced": b"a"}
+
+
+def hold_first_link(monkeypatch, thread: str) -> tuple[threading.Event, threading.Event]:
+    """Hold the first `fileio.link` made by the thread named `thread` (a manifest publication, just before
+    its link) until the second event is set; the first is set once it is held."""
+    from formats import fileio
+
+    at_link, go = threading.Event(), threading.Event()
+    real_link = fileio.link
+
+    def held_link(src, dst):
+        if threading.current_thread().name == thread and not at_link.is_set():
+            at_link.set()
+            assert go.wait(10)
+        return real_link(src, dst)
+
+    monkeypatch.setattr(fileio, "link", held_link)
+    return at_link, go
+
+
+def test_an_open_while_the_old_writer_links_its_manifest_fences_it(tmp_path, monkeypatch):
+    """Issue 24 defect 4: the old handle's commit is paused just before it links its `manifest/.tmp-*`; a
+    new owner opens (and removes leftover temporary files, that one included). The old link fails with
+    ENOENT: the old handle is fenced (FencedError), not failed, and nothing of its commit is visible."""
+    path = tmp_path / "db"
+    a = lsm.DB.open(path, opts(background_flush=False))  # the flush commits in the caller's thread
+    a.put(b"k", b"a")
+    at_link, go = hold_first_link(monkeypatch, "flusher-a")
+    errors: list[BaseException] = []
+
+    def flush_a() -> None:
+        try:
+            a.flush()
+        except BaseException as e:  # noqa: BLE001 - checked below
+            errors.append(e)
+
+    t = threading.Thread(target=flush_a, name="flusher-a")
+    t.start()
+    assert at_link.wait(10)
+    tmp = [n for n in os.listdir(path / "manifest") if n.startswith(".tmp-")]
+    assert tmp  # a's version, written and fsynced, about to be linked
+    b = lsm.DB.open(path, opts())
+    assert not (path / "manifest" / tmp[0]).exists()
+    go.set()
+    t.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], lsm.FencedError), errors
+    assert a.failure is None or isinstance(a.failure, lsm.FencedError)
+    assert b.get(b"k") == b"a"
+    b.put(b"k2", b"b")
+    a.close()
+    b.close()
+    with lsm.DB.open(path, opts()) as c:
+        assert dict(c.scan()) == {b"k": b"a", b"k2": b"b"}
+
+
+def test_an_open_that_loses_the_race_to_another_open_retries(tmp_path, monkeypatch):
+    """Two opens race: a's link of its bumped manifest is held; b publishes the same id, fencing, and
+    removes a's temporary file. a's link fails with ENOENT: a lost the race (as with an existing file),
+    reads b's version and opens above it, fencing b."""
+    path = tmp_path / "db"
+    with lsm.DB.open(path, opts()) as db:
+        db.put(b"k", b"1")
+    at_link, go = hold_first_link(monkeypatch, "opener-a")
+    opened: list = []
+
+    def open_a() -> None:
+        try:
+            opened.append(lsm.DB.open(path, opts()))
+        except BaseException as e:  # noqa: BLE001 - checked below
+            opened.append(e)
+
+    t = threading.Thread(target=open_a, name="opener-a")
+    t.start()
+    assert at_link.wait(10)
+    b = lsm.DB.open(path, opts())
+    go.set()
+    t.join(10)
+    assert len(opened) == 1 and isinstance(opened[0], lsm.DB), opened
+    a = opened[0]
+    assert a.engine.versions.writer_epoch > b.engine.versions.writer_epoch
+    with pytest.raises(lsm.FencedError):
+        b.put(b"k", b"b")
+    a.put(b"k", b"a")
+    b.close()
+    a.close()
+    with lsm.DB.open(path, opts()) as c:
+        assert c.get(b"k") == b"a"

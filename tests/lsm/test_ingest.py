@@ -313,6 +313,27 @@ def test_remap_compaction_in_the_store(env, monkeypatch) -> None:
         db.close()
 
 
+def test_the_remap_compaction_cadence_survives_restarts(tmp_path) -> None:
+    """Issue 24 defect 6: 800 batches over 40 short runs, each in a new handle, with retention 0. The
+    cadence counts the bindings stored since the last compaction, not one handle's batches, so the remap
+    is compacted (the last time after 768 batches): 1 consolidated binding and the 32 after it."""
+    clock = lsm.ManualClock(1000)
+    log_dir = str(tmp_path / "log")
+    with LogWriter(log_dir) as w:
+        for i in range(800):
+            w.append(i % 2, b"k%04d" % i, b"v")
+    log = PartitionedLog(log_dir)
+    for _run in range(40):
+        clock.advance(1000)
+        with open_db(str(tmp_path / "db"), clock, history_retention=0) as db:
+            assert db.ingest(log, name="s", max_records=20, batch_records=1).batches == 20
+    with open_db(str(tmp_path / "db"), clock) as db:
+        r = db.remap("s")
+        assert r.frontier == {0: 400, 1: 400} and len(list(db.scan())) == 800
+        assert r.since is not None and len(r) == 1 + 800 - 768
+        assert ingest_mod.REMAP_COMPACT_EVERY == 256
+
+
 def test_snapshot_at_seq_outside_history_is_refused(tmp_path) -> None:
     clock = lsm.ManualClock(1000)
     with open_db(str(tmp_path / "db"), clock, history_retention=1000) as db:

@@ -51,11 +51,12 @@ when the load commits, so take such a pin before the load or after its commit.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,7 @@ from compaction.output import SstOutput
 from formats.manifest import Manifest, SstEntry
 from formats.sst import SsTableInfo
 from lsm.bulk_task import BulkTask, run_task
-from lsm.errors import BulkLoadConflictError
+from lsm.errors import BulkLoadConflictError, LsmError
 from lsm.fsutil import unlink_quiet
 from lsm.ingest import TTL_BASES, _state, check_frontier, durable_head
 from lsm.remap import Binding, IngestStats
@@ -172,6 +173,30 @@ def spark_runner(session: Any, master: str | None) -> Runner:
     return run
 
 
+@contextlib.contextmanager
+def _reservation(db: DB) -> Iterator[Callable[[int], tuple[int, int]]]:
+    """`DB.reserve_seqs` for one load, whose range is abandoned (`DB.abandon_seqs`) when the load ends
+    without committing it, however it ends: readers then stop waiting for it (`DB.stable_seq`)."""
+    held: list[tuple[int, int]] = []
+
+    def reserve(n: int) -> tuple[int, int]:
+        base, ts = db.reserve_seqs(n)
+        held.append((base, base + n - 1))
+        return base, ts
+
+    try:
+        yield reserve
+    except BaseException:
+        for base, last in held:
+            try:
+                db.abandon_seqs(base, last)
+            except LsmError:  # the handle cannot commit: it holds the range until the reopen abandons it
+                pass
+        raise
+    for base, last in held:
+        db.abandon_seqs(base, last)  # nothing when the load committed the range
+
+
 def _unlink_outputs(db: DB, results: list[dict]) -> None:
     for res in results:
         for name, _ in res["outputs"]:
@@ -218,7 +243,7 @@ def bulk_ingest(
     else:
         runner = local_runner(tasks)
     st = _state(db, name)
-    with st.lock:
+    with st.lock, _reservation(db) as reserve_seqs:
         head = durable_head(db, name)
         frontier = dict(head.frontier) if head is not None else {}
         # a PartitionedLog is planned from its record headers; the tasks verify the payloads they read
@@ -228,7 +253,7 @@ def bulk_ingest(
         slices = plan_slices(source, frontier, ends, tasks or min(8, os.cpu_count() or 1))
         if not slices:
             return IngestStats(0, 0, frontier)
-        base, ts = db.reserve_seqs(len(slices) + 1)
+        base, ts = reserve_seqs(len(slices) + 1)
         last = base + len(slices)
         spec = db.bulk_output_spec()
         o = db.options

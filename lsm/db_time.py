@@ -81,6 +81,9 @@ class TimeMixin:
 
         The point is `since` (ms or RFC 3339, mapped through the decaying time bins: it errs towards
         too many changes, never too few) or `seq=` directly. SSTs whose max_seq is not newer are skipped.
+        Only final seqs are returned: none above `stable_seq` (a running bulk load holds the feed below
+        its range until it commits), and a bulk load's rows come together (a point inside a load's range
+        counts from before the load).
         """
         self._check_open()
         if (since is None) == (seq is None):
@@ -92,7 +95,8 @@ class TimeMixin:
         now = self._clock.read()
         with self._state_lock:
             st = self._vs.state
-            top = self._seq
+            top = self.stable_seq
+            seq = self._before_partial_load(seq)
             self._vs.iter_gens[st.gen] += 1
         try:
             out = changed_rows(st, seq, top, now)

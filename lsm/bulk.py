@@ -27,7 +27,8 @@ Driver, in order:
 6. One tiny SST with the binding row (seq ``last``), then ONE manifest edit (`DB.commit_bulk`) adds the
    new SSTs to L0 in seq order together with that binding. A job that fails, or a driver that dies,
    commits nothing: the manifest, the remap and the frontier are as before, the reserved seqs stay
-   unused, and the files it wrote carry names no manifest references (`lsm gc` removes them).
+   unused (the failed load gives them up, `DB.abandon_seqs`; after a dead driver, the next writable open
+   does), and the files it wrote carry names no manifest references (`lsm gc` removes them).
 
 Equivalence with streaming ingest. ``db.ingest(src, name, engine="local"|"spark")`` leaves the store
 exactly as ``db.ingest(src, name, batch_records=<at least every new record>)`` (one batch) does, when
@@ -44,9 +45,11 @@ holds seqs either all below the range or all above it; writes made during the lo
 the range and keep their order. The commit places the load's SSTs in L0 below the files flushed since
 the reservation and above every older one; if a compaction merged across the range meanwhile, the
 commit fails with `BulkLoadConflictError` (nothing changes; run the load again). The load's rows are
-ordered at the reservation and become visible at the commit: a read that pins a seq at or above the
-range while the load runs (a snapshot, ``changes(seq=)``, a `DatabaseLog` replica) sees them appear
-when the load commits, so take such a pin before the load or after its commit.
+ordered at the reservation and become visible at the commit. The reservation is in the manifest
+(`seq_reservations`) until then and holds `DB.stable_seq` below the range, so readers that take "every
+seq up to N is final" (``changes()``, a `DatabaseLog` replica) wait for the load instead of moving past
+it; the commit records the range (`bulk_loads`) so that they take the load as ONE commit, at ``last``.
+A `DB.snapshot` taken while the load runs pins a seq above the range and sees the load appear.
 """
 
 from __future__ import annotations

@@ -121,7 +121,8 @@ class WriteMixin:
             # published before the write lock is released: no commit above the range is durable while
             # a reader of the files could still miss the reservation
             self._vs.commit(lambda m: m.replace(seq_reservations=(*m.seq_reservations, held)))
-            self._reserved = (*self._reserved, held)
+            with self._state_lock:  # loads of other sources reserve and release concurrently
+                self._reserved = (*self._reserved, held)
             self._seq = base + n - 1
             self._last_commit_ts = ts
             if ts >= self._timeline.next_ms:
@@ -135,7 +136,7 @@ class WriteMixin:
         is not reserved (the load committed it). A handle that cannot commit any more (failed, fenced,
         closed) keeps holding the range back until the store is reopened, which abandons it."""
         held = (base, last)
-        if held not in self._reserved:
+        if held not in self._reserved or self._closed or self._bg_error is not None:
             return
         # every seq below the range was flushed before it was reserved (reserve_seqs waits for that), so
         # last_seq may move over the range: readers of the files see the gap as final at once
@@ -147,7 +148,8 @@ class WriteMixin:
         self._release_reservation(held)
 
     def _release_reservation(self, held: tuple[int, int]) -> None:
-        self._reserved = tuple(r for r in self._reserved if r != held)
+        with self._state_lock:
+            self._reserved = tuple(r for r in self._reserved if r != held)
 
     def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
         """Write a tombstone for `key` (it carries a ts and no expire_ts). Returns the commit's seq."""

@@ -258,13 +258,19 @@ def test_bulk_loads_race_writes_streaming_ingest_compaction_and_a_follower(tmp_p
 
         return threading.Thread(target=run)
 
+    def poll_mid_load() -> None:
+        # every load is polled while it runs (its seqs reserved, plain writes going on above them),
+        # beside the follower's random moments
+        replica.ingest(DatabaseLog(up.path), name="up", batch_records=rnd.randrange(1, 200))
+
     def loader() -> None:
         for n in range(loads):
             at = len(bulk)
             bulk.extend(SourceRecord(0, at + i, b"b-%d-%d" % (n, i), b"b%d" % n) for i in range(150))
+            source = HookSource(list(bulk), poll_mid_load)
             while True:
                 try:
-                    up.ingest(ListSource(list(bulk)), name="bulk", engine="local", tasks=rnd.randrange(1, 5))
+                    up.ingest(source, name="bulk", engine="local", tasks=rnd.randrange(1, 5))
                     break
                 except lsm.BulkLoadConflictError:
                     continue  # a compaction merged across the range: nothing committed, run it again

@@ -94,10 +94,11 @@ class HistoryView:
 
     def commits(self, start: int, stop: int | None = None) -> list[tuple[int, tuple]]:
         """``(commit seq, version)`` of every stored version of the commits with start <= commit seq <
-        stop (stop None: up to `stable_seq`), ordered by (commit seq, seq, key). A commit's seq is its
-        version's seq, except for a committed bulk load: its last seq for all of its rows, so the load
-        is taken whole or not at all. Exact history only when `load_start(start)` > floor."""
-        hi = self.stable_seq + 1 if stop is None else stop
+        stop and <= `stable_seq` (never a commit that may still have a reserved seq below it), ordered
+        by (commit seq, seq, key). A commit's seq is its version's seq, except for a committed bulk load:
+        its last seq for all of its rows, so the load is taken whole or not at all. Exact history only
+        when `load_start(start)` > floor."""
+        hi = self.stable_seq + 1 if stop is None else min(stop, self.stable_seq + 1)
         loads = [r for r in self.manifest.bulk_loads if r[1] >= start and r[0] < hi]
         lo = load_start(self.manifest, start)
         out = []

@@ -16,7 +16,7 @@ import time
 import pytest
 
 import lsm
-from lsm.sources import DatabaseLog, LogWriter, PartitionedLog, SourceRecord
+from lsm.sources import DatabaseLog, LogWriter, PartitionedLog, SourceRecord, verify_source
 from tests.lsm._bulk_util import open_db, write_log
 from tests.lsm._lsm_proc import Served
 from tests.lsm.test_ingest import ListSource
@@ -180,6 +180,7 @@ def test_a_follower_takes_a_bulk_loaded_transaction_whole(tmp_path) -> None:
         # a read starting inside the load's range still takes the whole load; one ending inside it none
         assert [r.key for r in DatabaseLog(up.path).read(0, 3)] == [b"tx-%d" % i for i in range(6)] + [b"b"]
         assert [r.key for r in DatabaseLog(up.path).read(0, 0, 5)] == [b"a"]
+        assert verify_source(DatabaseLog(up.path)) == []  # read in pieces, the load stays whole
     finally:
         up.close()
         replica.close()

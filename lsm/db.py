@@ -37,7 +37,8 @@ possibly published manifest references is deleted. The failed write's seq is nev
 
 Recovery: open replays WAL segments from the manifest's replay point (records past the manifest's
 last_seq), dropping a torn final record (DbOptions.wal_recovery_mode), flushes what it replayed to L0 and retires the old segments, so
-a fenced older handle appending to them can never make those writes visible.
+a fenced older handle appending to them can never make those writes visible. It then abandons the seq ranges an
+earlier handle reserved for bulk loads that never committed (`stable_seq`; docs/reliability.md).
 """
 
 from __future__ import annotations

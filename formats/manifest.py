@@ -22,6 +22,13 @@ Payload keys (format_version 1)::
                                     committed (`compaction.purge_lag.PurgeLag.to_dict`); absent until a
                                     compaction drops an expired row or tombstone, so older manifests
                                     decode and manifests without purges encode byte-identically
+    seq_reservations                optional [[first, last]]; seq ranges the writer reserved for bulk
+                                    loads that have neither committed nor been abandoned: no seq from
+                                    the first one on is final for readers (`lsm.history`). Cleared by the
+                                    load's commit, by its abandonment and by the next writable open
+    bulk_loads                      optional [[first, last]]; seq ranges of committed bulk loads, each ONE
+                                    commit for readers of history (at its last seq); a range at or below
+                                    history_floor is dropped by the next load's commit
 
     sst entry = {"name": str, "info": SsTableInfo as a map}; the file is ``sst/<name>``, names unique
 """
@@ -88,6 +95,8 @@ class Manifest:
     time_seq: bytes = b""
     history_floor: int = 0
     purge_lag: dict[str, Any] | None = None  # PurgeLag.to_dict(); formats imports nothing of ours
+    seq_reservations: tuple[tuple[int, int], ...] = ()  # (first, last) of each outstanding bulk load
+    bulk_loads: tuple[tuple[int, int], ...] = ()  # (first, last) of each committed bulk load
 
     def replace(self, **kw: Any) -> Manifest:
         """A copy with the given fields changed."""
@@ -113,6 +122,11 @@ def encode(m: Manifest) -> bytes:
         del d["purge_lag"]
     if d["history_floor"] == 0:
         del d["history_floor"]
+    for key in ("seq_reservations", "bulk_loads"):
+        if d[key]:
+            d[key] = [list(r) for r in d[key]]
+        else:
+            del d[key]
     payload = msgpack.packb(d, use_bin_type=True)
     head = HEADER.pack(MAGIC, FORMAT_VERSION, len(payload))
     body = head + payload
@@ -143,10 +157,20 @@ def decode(buf: bytes, path: str = "<bytes>") -> Manifest:
         d["runs"] = tuple(SortedRun(r["id"], tuple(_sst(e) for e in r["ssts"])) for r in d["runs"])
         if not isinstance(d.get("purge_lag", {}), dict):
             raise ValueError("purge_lag is not a map")
+        for key in ("seq_reservations", "bulk_loads"):
+            if key in d:
+                d[key] = tuple(_seq_range(r, key) for r in d[key])
         names = {f.name for f in dataclasses.fields(Manifest)}
         return Manifest(**{k: v for k, v in d.items() if k in names})
     except Exception as e:
         raise CorruptionError(path, HEADER.size, f"undecodable manifest payload: {e}") from None
+
+
+def _seq_range(r: Any, key: str) -> tuple[int, int]:
+    first, last = r
+    if type(first) is not int or type(last) is not int or not 0 < first <= last:
+        raise ValueError(f"{key}: {r!r} is not a seq range")
+    return first, last
 
 
 def _sst(e: dict) -> SstEntry:

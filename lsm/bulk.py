@@ -27,7 +27,8 @@ Driver, in order:
 6. One tiny SST with the binding row (seq ``last``), then ONE manifest edit (`DB.commit_bulk`) adds the
    new SSTs to L0 in seq order together with that binding. A job that fails, or a driver that dies,
    commits nothing: the manifest, the remap and the frontier are as before, the reserved seqs stay
-   unused, and the files it wrote carry names no manifest references (`lsm gc` removes them).
+   unused (the failed load gives them up, `DB.abandon_seqs`; after a dead driver, the next writable open
+   does), and the files it wrote carry names no manifest references (`lsm gc` removes them).
 
 Equivalence with streaming ingest. ``db.ingest(src, name, engine="local"|"spark")`` leaves the store
 exactly as ``db.ingest(src, name, batch_records=<at least every new record>)`` (one batch) does, when
@@ -44,18 +45,21 @@ holds seqs either all below the range or all above it; writes made during the lo
 the range and keep their order. The commit places the load's SSTs in L0 below the files flushed since
 the reservation and above every older one; if a compaction merged across the range meanwhile, the
 commit fails with `BulkLoadConflictError` (nothing changes; run the load again). The load's rows are
-ordered at the reservation and become visible at the commit: a read that pins a seq at or above the
-range while the load runs (a snapshot, ``changes(seq=)``, a `DatabaseLog` replica) sees them appear
-when the load commits, so take such a pin before the load or after its commit.
+ordered at the reservation and become visible at the commit. The reservation is in the manifest
+(`seq_reservations`) until then and holds `DB.stable_seq` below the range, so readers that take "every
+seq up to N is final" (``changes()``, a `DatabaseLog` replica) wait for the load instead of moving past
+it; the commit records the range (`bulk_loads`) so that they take the load as ONE commit, at ``last``.
+A `DB.snapshot` taken while the load runs pins a seq above the range and sees the load appear.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +68,7 @@ from formats.fileio import FileOpError
 from formats.manifest import Manifest, SstEntry
 from formats.sst import SsTableInfo
 from lsm.bulk_task import BulkTask, run_task
-from lsm.errors import BulkLoadConflictError
+from lsm.errors import BulkLoadConflictError, LsmError
 from lsm.fsutil import unlink_quiet
 from lsm.ingest import TTL_BASES, _state, check_frontier, durable_head
 from lsm.remap import Binding, IngestStats
@@ -189,6 +193,30 @@ def spark_runner(session: Any, master: str | None) -> Runner:
     return run
 
 
+@contextlib.contextmanager
+def _reservation(db: DB) -> Iterator[Callable[[int], tuple[int, int]]]:
+    """`DB.reserve_seqs` for one load, whose range is abandoned (`DB.abandon_seqs`) when the load ends
+    without committing it, however it ends: readers then stop waiting for it (`DB.stable_seq`)."""
+    held: list[tuple[int, int]] = []
+
+    def reserve(n: int) -> tuple[int, int]:
+        base, ts = db.reserve_seqs(n)
+        held.append((base, base + n - 1))
+        return base, ts
+
+    try:
+        yield reserve
+    except BaseException:
+        for base, last in held:
+            try:
+                db.abandon_seqs(base, last)
+            except LsmError:  # the handle cannot commit: it holds the range until the reopen abandons it
+                pass
+        raise
+    for base, last in held:
+        db.abandon_seqs(base, last)  # nothing when the load committed the range
+
+
 def _unlink_outputs(db: DB, results: list[dict]) -> None:
     for res in results:
         for name, _ in res["outputs"]:
@@ -235,7 +263,7 @@ def bulk_ingest(
     else:
         runner = local_runner(tasks)
     st = _state(db, name)
-    with st.lock:
+    with st.lock, _reservation(db) as reserve_seqs:
         head = durable_head(db, name)
         frontier = dict(head.frontier) if head is not None else {}
         # a PartitionedLog is planned from its record headers; the tasks verify the payloads they read
@@ -245,7 +273,7 @@ def bulk_ingest(
         slices = plan_slices(source, frontier, ends, tasks or min(8, os.cpu_count() or 1))
         if not slices:
             return IngestStats(0, 0, frontier)
-        base, ts = db.reserve_seqs(len(slices) + 1)
+        base, ts = reserve_seqs(len(slices) + 1)
         last = base + len(slices)
         spec = db.bulk_output_spec()
         o = db.options

@@ -37,7 +37,8 @@ possibly published manifest references is deleted. The failed write's seq is nev
 
 Recovery: open replays WAL segments from the manifest's replay point (records past the manifest's
 last_seq), dropping a torn final record (DbOptions.wal_recovery_mode), flushes what it replayed to L0 and retires the old segments, so
-a fenced older handle appending to them can never make those writes visible.
+a fenced older handle appending to them can never make those writes visible. It then abandons the seq ranges an
+earlier handle reserved for bulk loads that never committed (`stable_seq`; docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         self._timeline = Timeline(man.seq_tracker, man.time_seq, options.time_seq_min_time)
         mem, max_ts, last_seg = self._replay_wal(man)
         self._seq = max(man.last_seq, mem.max_seq)
+        # seq ranges reserved by bulk loads and not committed yet (see `stable_seq`): a writable open
+        # abandons what an earlier handle left (below), a read-only one holds back as the manifest says
+        self._reserved: tuple[tuple[int, int], ...] = man.seq_reservations if read_only else ()
         self._last_commit_ts = max(man.clock_watermark, max_ts)
         self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts))
         vs.open_state(mem)
@@ -140,6 +144,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             if not mem.is_empty():
                 vs.swap_memtable(Memtable(last_seg + 1))
                 self._flush_memtable(mem)
+            self._abandon_reservations()
             next_seg = max(last_seg + 1, vs.manifest.wal_replay_from)
             # every older segment is flushed or empty: retire them all, so that a fenced handle still
             # appending to one can never have those writes replayed
@@ -163,6 +168,17 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         except BaseException:
             self._release()
             raise
+
+    def _abandon_reservations(self) -> None:
+        """At a writable open, after the replayed WAL is flushed: the seq ranges an earlier handle reserved
+        for bulk loads can never commit now (that handle is fenced), so they are dropped from the manifest
+        and `last_seq` moves past them: readers stop waiting for them and no later write reuses them."""
+        held = self._vs.manifest.seq_reservations
+        if not held:
+            return
+        top = max(last for _first, last in held)
+        self._vs.commit(lambda m: m.replace(seq_reservations=(), last_seq=max(m.last_seq, top)))
+        self._seq = max(self._seq, top)
 
     def _replay_wal(self, man: Manifest) -> tuple[Memtable, int, int]:
         """Replay unflushed WAL records into a memtable; return it, the newest ts seen, and the last segment."""
@@ -195,8 +211,19 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
     # -- read path ---------------------------------------------------------------------------------
     @property
     def seq(self) -> int:
-        """The last committed sequence number."""
+        """The last sequence number handed out (to a commit, or reserved by a running bulk load)."""
         return self._seq
+
+    @property
+    def stable_seq(self) -> int:
+        """The largest seq S such that every seq <= S is committed or can never commit: `seq`, except
+        while a bulk load has a reserved range outstanding, which holds it below the range's first seq
+        until the load commits or is abandoned (then it jumps over the whole load at once). A reader
+        that takes "every seq up to N is final" (a change feed, a replica's frontier) must take N from
+        here, not from `seq` (docs/reliability.md, "Which seqs are final")."""
+        seq = self._seq  # read before the reservations: a reservation made in between is >= seq + 1
+        held = self._reserved
+        return min(seq, min(first for first, _ in held) - 1) if held else seq
 
     def _check_open(self) -> None:
         if self._closed:

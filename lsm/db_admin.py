@@ -130,17 +130,26 @@ class AdminMixin:
             fsync_dir(self._sst_dir)
         except OSError as e:
             raise self._fail(e) from e
+        held = (base, last)
         with self._compactor.exclusive():
 
             def edit(m: Manifest) -> Manifest:
+                # the reservation becomes a committed load: one commit at `last` for readers of history
+                loads = tuple(r for r in m.bulk_loads if r[1] > m.history_floor) + (held,)
                 return m.replace(
                     l0=bulk_mod.place_bulk(m, entries, base, last),
                     last_seq=max(m.last_seq, last),
                     clock_watermark=max(m.clock_watermark, ts),
+                    seq_reservations=tuple(r for r in m.seq_reservations if r != held),
+                    bulk_loads=loads,
                     **self._manifest_extras(m),
                 )
 
-            self._vs.commit(edit, self._vs.install)
+            def installed(m: Manifest) -> None:
+                self._vs.install(m)
+                self._release_reservation(held)  # after the install: stable_seq never runs ahead of reads
+
+            self._vs.commit(edit, installed)
 
     def remap(self, name: str) -> Remap:
         """The lsm.Remap of source `name` (its bindings, frontier, as-of lookups); UnknownSourceError if
@@ -159,7 +168,11 @@ class AdminMixin:
         Any seq up to the latest is readable while the commit after it lies within
         DbOptions.history_retention of now (judged from the seq tracker, conservatively); older ones
         raise RetentionError. Expiry is judged at `read_ts` (ms), default now; pass a binding's ts to see
-        rows that have expired since."""
+        rows that have expired since.
+
+        A bulk load is one commit at its last seq: a `seq` inside a load's range but below its last seq
+        (or inside a range still reserved) reads the state just before the load, and the snapshot's
+        `seq` is that of the state it reads (the load's first seq - 1)."""
         self._check_open()
         if type(seq) is not int:
             raise TypeError(f"seq must be an int, not {type(seq).__name__}")
@@ -168,6 +181,7 @@ class AdminMixin:
         with self._state_lock:
             if not 0 <= seq <= self._seq:
                 raise ValueError(f"{self.path}: seq {seq} is not in 0..{self._seq}")
+            seq = self._before_partial_load(seq)
             if seq < self._seq:
                 now = self._clock.read()
                 keep = self.options.history_retention
@@ -183,6 +197,17 @@ class AdminMixin:
             if read_ts is not None:
                 self._as_of_snapshots.add(snap)
         return snap
+
+    def _before_partial_load(self, seq: int) -> int:
+        """`seq`, or the seq just before the bulk load whose range holds it when the state as of `seq`
+        would show part of the load (a committed load below its last seq, any seq of a reserved range)."""
+        for first, last in self._vs.manifest.bulk_loads:
+            if first <= seq < last:
+                return first - 1
+        for first, last in self._reserved:
+            if first <= seq <= last:
+                return first - 1
+        return seq
 
     # -- introspection -----------------------------------------------------------------------------
     @property

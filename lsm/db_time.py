@@ -81,6 +81,8 @@ class TimeMixin:
 
         The point is `since` (ms or RFC 3339, mapped through the decaying time bins: it errs towards
         too many changes, never too few) or `seq=` directly. SSTs whose max_seq is not newer are skipped.
+        Only final seqs are returned: none above `stable_seq` (a running bulk load holds the feed below
+        its range until it commits, then its rows come in one answer, whatever their seqs in the range).
         """
         self._check_open()
         if (since is None) == (seq is None):
@@ -92,7 +94,7 @@ class TimeMixin:
         now = self._clock.read()
         with self._state_lock:
             st = self._vs.state
-            top = self._seq
+            top = self.stable_seq
             self._vs.iter_gens[st.gen] += 1
         try:
             out = changed_rows(st, seq, top, now)

@@ -103,8 +103,10 @@ class WriteMixin:
         """Reserve `n` consecutive seqs for a bulk load (lsm.bulk); return (first seq, the load's ts).
 
         Freezes the memtable and waits for its flush, so every L0 file lies wholly below or above the
-        range; later commits take seqs above it. The range is published (recovery never hands it out
-        again) by the `commit_bulk` that uses it; an unused range is a gap in the seqs."""
+        range; later commits take seqs above it. The range is recorded in the manifest
+        (`seq_reservations`) before any later seq can be written, and holds `stable_seq` below it (here
+        and for readers of the files) until `commit_bulk` publishes it or `abandon_seqs` gives it up;
+        the next writable open abandons what is left. An abandoned range is a gap in the seqs."""
         if type(n) is not int or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         self._check_writable()
@@ -115,12 +117,39 @@ class WriteMixin:
             self._rotate_locked()
             ts = self._clock.tick()
             base = self._seq + 1
+            held = (base, base + n - 1)
+            # published before the write lock is released: no commit above the range is durable while
+            # a reader of the files could still miss the reservation
+            self._vs.commit(lambda m: m.replace(seq_reservations=(*m.seq_reservations, held)))
+            with self._state_lock:  # loads of other sources reserve and release concurrently
+                self._reserved = (*self._reserved, held)
             self._seq = base + n - 1
             self._last_commit_ts = ts
             if ts >= self._timeline.next_ms:
-                self._timeline.on_commit(self._seq, ts)
+                self._timeline.on_commit(base, ts)  # the load commits at ts from its first seq on
         self._wait_flushed()
         return base, ts
+
+    def abandon_seqs(self, base: int, last: int) -> None:
+        """Give up the reserved seqs [base, last] of a bulk load that will not commit: dropped from the
+        manifest, so that `stable_seq` (and readers of the files) move past them. Nothing if the range
+        is not reserved (the load committed it). A handle that cannot commit any more (failed, fenced,
+        closed) keeps holding the range back until the store is reopened, which abandons it."""
+        held = (base, last)
+        if held not in self._reserved or self._closed or self._bg_error is not None:
+            return
+        # every seq below the range was flushed before it was reserved (reserve_seqs waits for that), so
+        # last_seq may move over the range: readers of the files see the gap as final at once
+        self._vs.commit(
+            lambda m: m.replace(
+                seq_reservations=tuple(r for r in m.seq_reservations if r != held), last_seq=max(m.last_seq, last)
+            )
+        )
+        self._release_reservation(held)
+
+    def _release_reservation(self, held: tuple[int, int]) -> None:
+        with self._state_lock:
+            self._reserved = tuple(r for r in self._reserved if r != held)
 
     def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
         """Write a tombstone for `key` (it carries a ts and no expire_ts). Returns the commit's seq."""

@@ -16,6 +16,13 @@ start at or below the floor would silently miss or alter something: `HistoryView
 exact history begins. SSTs whose rows do not carry a seq or a commit ts (format version 0, or rows
 compacted from such files) raise the floor to their max_seq.
 
+Which seqs are final: a bulk load (lsm.bulk) reserves a range of seqs, recorded in the manifest
+(`seq_reservations`), and commits them at its end, while later plain commits are durable at once. So
+the last durable seq is not a frontier: `stable_seq(m, last)` is, the largest seq below which every seq
+is committed or can never commit (docs/reliability.md). A committed load is ONE commit for readers of
+history, at its last seq (`Manifest.bulk_loads`): `HistoryView.commits` gives its rows that seq, and a
+view opened from a start inside a load reads the whole load.
+
 Reading a range costs one pass over the SSTs whose seq range overlaps it, and memory for the versions
 returned.
 """
@@ -39,8 +46,9 @@ class HistoryView:
     """A consistent read-only view of a database's files at one manifest version, plus its WAL tail,
     holding the SSTs whose seqs overlap the range it was opened for (`open_view`).
 
-    `last_seq`: the last durable seq (in an SST or a complete WAL record). `floor`: versions with
-    seq > floor are stored exactly as committed (0: nothing was ever dropped or rewritten).
+    `last_seq`: the last durable seq (in an SST or a complete WAL record). `stable_seq`: the last seq
+    below which every seq is final (see the module docstring). `floor`: versions with seq > floor are
+    stored exactly as committed (0: nothing was ever dropped or rewritten).
     """
 
     def __init__(
@@ -60,6 +68,7 @@ class HistoryView:
         self.seqs = seqs
         self.floor = history_floor(manifest)
         self.last_seq = max([manifest.last_seq] + [rec.seq for rec in wal])
+        self.stable_seq = stable_seq(manifest, self.last_seq)
 
     def versions(self, start: int, stop: int | None = None) -> list[tuple]:
         """Every stored version ``(key, seq, ts, expire_ts, value)`` with start <= seq < stop (stop None:
@@ -81,6 +90,23 @@ class HistoryView:
             if start <= rec.seq < hi:
                 out.extend(rec.rows)
         out.sort(key=_seq_key)
+        return out
+
+    def commits(self, start: int, stop: int | None = None) -> list[tuple[int, tuple]]:
+        """``(commit seq, version)`` of every stored version of the commits with start <= commit seq <
+        stop and <= `stable_seq` (never a commit that may still have a reserved seq below it), ordered
+        by (commit seq, seq, key). A commit's seq is its version's seq, except for a committed bulk load:
+        its last seq for all of its rows, so the load is taken whole or not at all. Exact history only
+        when `load_start(start)` > floor."""
+        hi = self.stable_seq + 1 if stop is None else min(stop, self.stable_seq + 1)
+        loads = [r for r in self.manifest.bulk_loads if r[1] >= start and r[0] < hi]
+        lo = load_start(self.manifest, start)
+        out = []
+        for row in self.versions(lo, hi):
+            seq = row[1]
+            commit = next((last for first, last in loads if first <= seq <= last), seq)
+            if start <= commit < hi:
+                out.append((commit, row))
         return out
 
     def close(self) -> None:
@@ -106,6 +132,19 @@ def history_floor(m: Manifest) -> int:
         if info.format_version == 0 or RowFeature.Seq not in feats or RowFeature.Timestamp not in feats:
             floor = max(floor, info.max_seq)
     return floor
+
+
+def stable_seq(m: Manifest, last_seq: int) -> int:
+    """The largest seq S of the database of manifest `m` (whose last durable seq is `last_seq`) such
+    that every seq <= S is committed or can never commit: a reserved range holds it below the range."""
+    held = m.seq_reservations
+    return min(last_seq, min(first for first, _ in held) - 1) if held else last_seq
+
+
+def load_start(m: Manifest, seq: int) -> int:
+    """The first seq of the committed bulk load whose range holds `seq`, else `seq`: where a read of
+    the commits from `seq` on must start."""
+    return next((first for first, last in m.bulk_loads if first <= seq <= last), seq)
 
 
 def latest_manifest(path: str | os.PathLike[str]) -> Manifest:
@@ -160,17 +199,18 @@ def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = N
     store = ManifestStore(path)
     for _ in range(ATTEMPTS):
         mid, man = _latest(store, path)
+        lo = load_start(man, start)  # a start inside a bulk load reads the whole load (one commit)
         readers: list[SstReader] = []
         try:
             for e in man.all_ssts():
-                if e.info.max_seq >= start and (stop is None or e.info.min_seq < stop):
+                if e.info.max_seq >= lo and (stop is None or e.info.min_seq < stop):
                     readers.append(SstReader(os.path.join(path, "sst", e.name)))
             wal = _wal_records(path, man)
             # a flush commits its manifest before retiring the segments it flushed: if the manifest did
             # not move while we read the WAL, no segment we needed was gone
             if _latest(store, path)[0] != mid:
                 raise _Changed
-            return HistoryView(path, mid, man, readers, wal, (start, stop))
+            return HistoryView(path, mid, man, readers, wal, (lo, stop))
         except (_Changed, FileNotFoundError):
             for r in readers:
                 r.close()
@@ -190,6 +230,16 @@ class WalTail:
 
     def last_seq(self) -> int:
         """The last seq durable in the database: in an SST or in a complete WAL record."""
+        return self._read()[0]
+
+    def stable_seq(self) -> int:
+        """The last seq below which every seq is committed or can never commit (`stable_seq`): what a
+        reader may treat as final."""
+        top, man = self._read()
+        return stable_seq(man, top)
+
+    def _read(self) -> tuple[int, Manifest]:
+        """(the last durable seq, the manifest it was read with)."""
         for _ in range(ATTEMPTS):
             mid, man = _latest(self._store, self.path)
             top = man.last_seq
@@ -206,7 +256,7 @@ class WalTail:
             # now in an SST our manifest does not show: only an unchanged manifest makes the sum whole
             if _latest(self._store, self.path)[0] == mid:
                 self._segments = seen
-                return top
+                return top, man
         raise LsmError(f"{self.path}: the database kept changing while its WAL was being read")
 
     def _scan(self, seg: str) -> tuple[tuple[int, int], int, int] | None:
@@ -235,4 +285,4 @@ class WalTail:
             os.close(fd)
 
 
-__all__ = ["HistoryView", "WalTail", "history_floor", "latest_manifest", "open_view"]
+__all__ = ["HistoryView", "WalTail", "history_floor", "latest_manifest", "load_start", "open_view", "stable_seq"]

@@ -3,7 +3,10 @@
 A replica follows a primary that another process is writing, the way a database replica follows a log
 sequence number. There is one partition, 0, and a record's offset is the upstream seq of the commit that
 wrote it (every row of one upstream commit shares it, so a commit is never split between two bindings).
-`end(0)` is the upstream's last durable seq + 1: a commit counts once its WAL record is complete.
+`end(0)` is the upstream's stable seq + 1 (`lsm.history.stable_seq`): a commit counts once its WAL record
+is complete and no seq below it is still reserved by a running bulk load, so a binding never claims a
+seq that may still commit. A committed bulk load is one upstream commit: all of its rows carry its last
+seq as their offset (its slices' own seqs lie below), so a follower takes the load whole.
 
 Each record carries the upstream row: key, value (None for a delete), ``event_ts`` = the upstream
 commit ts and ``ttl`` = expire_ts - commit ts, so ingesting with ``ttl_base="event"`` reproduces the
@@ -44,34 +47,36 @@ class DatabaseLog:
         return [0]
 
     def end(self, partition: int) -> int:
-        """Partition 0: the upstream's last durable seq + 1. Any other partition: 0."""
+        """Partition 0: the upstream's stable seq + 1 (every seq below it is final). Any other: 0."""
         check_range(partition, 0, None)
         if partition != 0:
             return 0
-        return self._tail.last_seq() + 1
+        return self._tail.stable_seq() + 1
 
     def floor(self) -> int:
         """The upstream's history floor: reads must start above it (0: the whole history is there)."""
         return history_floor(latest_manifest(self.path))
 
     def read(self, partition: int, start: int, stop: int | None = None) -> Iterator[SourceRecord]:
-        """Records of the upstream commits with start <= seq < stop, in seq order (rows of one commit by
-        key). Raises `HistoryUnavailableError` if the upstream no longer holds that history exactly."""
+        """Records of the upstream commits with start <= seq < stop (stop None: up to the stable seq), in
+        seq order (rows of one commit by seq, then key; a bulk load's at its last seq). Raises
+        `HistoryUnavailableError` if the upstream no longer holds that history exactly."""
         check_range(partition, start, stop)
         if partition != 0 or (stop is not None and stop <= start):
             return iter(())
         with open_view(self.path, start, stop) as view:
-            if view.floor > 0 and start <= view.floor and start <= view.last_seq:
+            lo = view.seqs[0]  # `start`, or the first seq of the bulk load holding it
+            if view.floor > 0 and lo <= view.floor and start <= view.last_seq:
                 raise HistoryUnavailableError(
                     f"{self.name}: cannot read history from seq {start}: the upstream dropped or rewrote "
                     f"versions up to seq {view.floor} in flushes or compactions (keep a longer "
                     "history_retention on the upstream so that a replica can lag behind it)"
                 )
-            rows = view.versions(start, stop)
+            rows = view.commits(start, stop)
         return iter(
             [
-                make_record(0, seq, key, value, None if exp is None else exp - ts, ts, None, False)
-                for key, seq, ts, exp, value in rows
+                make_record(0, commit, key, value, None if exp is None else exp - ts, ts, None, False)
+                for commit, (key, _seq, ts, exp, value) in rows
                 if not is_system(key)
             ]
         )

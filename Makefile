@@ -19,8 +19,9 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
+# The demo removes its temporary directory at the end; `make demo KEEP=1` keeps it and prints its path.
 demo: check-java $(VENV)/.installed
-	$(PY) -m tools.demo
+	$(PY) -m tools.demo $(if $(KEEP),--keep)
 
 test: check-java $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

@@ -12,7 +12,7 @@ quotes, pipes, redirections and `\\` continuations.
 A `$ lsm` command must exit 0, unless the doc shows otherwise: an output line starting `lsm: error:`
 right after it means it must fail with that error (exit 2, the line on stderr equal to the shown one,
 where `...` in the shown line stands for any text), and a comment `# exit N` on the command line means
-it must exit N. Other output is NOT compared with what the doc shows (times, sizes and paths differ
+it must exit N (`lsm check` finding a problem: `# exit 1`, and its `lsm: error:` line still compared). Other output is NOT compared with what the doc shows (times, sizes and paths differ
 from run to run); a command must never print a traceback.
 
 A block that cannot run here (it needs a cluster, a broker, runs until Ctrl-C, takes minutes) is
@@ -83,7 +83,7 @@ def parse_blocks(path: Path, text: str | None = None) -> list[Block]:
     where = path.name
     while i < len(lines):
         line = lines[i]
-        if "docs-test:" in line:
+        if re.match(r"\s*<!--.*docs-test", line):  # a marker is a line of its own; prose may name it
             m = MARKER.match(line)
             if not m or not m.group("reason").strip():
                 raise DocError(
@@ -211,6 +211,7 @@ def test_a_skip_marker_needs_a_reason(tmp_path):
         parse_blocks(doc, "<!-- docs-test: skip ( ) -->\n```python\n1/0\n```\n")
     with pytest.raises(DocError, match="right before"):
         parse_blocks(doc, "<!-- docs-test: skip (broker) -->\n\n```python\n1/0\n```\n")
+    assert parse_blocks(doc, "mark it `<!-- docs-test: skip (why) -->` in prose\n") == []
     (b,) = parse_blocks(doc, "<!-- docs-test: skip (a Kafka broker) -->\n```python\n1/0\n```\n")
     assert b.skip == "a Kafka broker" and b.lines == ["1/0"] and b.line == 2
 
@@ -235,3 +236,19 @@ def test_console_commands_outputs_continuations_and_expectations(tmp_path):
     )
     assert _error_matches(e.expected_error, "lsm: error: no  database   here")
     assert not _error_matches(e.expected_error, "lsm: error: a database here")
+
+
+def test_a_command_is_held_to_its_exit_status_and_error_line(tmp_path, lsm_bin):
+    (b,) = parse_blocks(
+        tmp_path / "x.md",
+        "```console\n$ lsm get nodb k\n$ lsm get nodb k\nlsm: error: ...nodb...\n"
+        "$ lsm get nodb k\nlsm: error: something else\n$ lsm --help   # exit 1\n```\n",
+    )
+    silent, shown, wrong_line, wrong_status = console_commands(b)
+    with pytest.raises(AssertionError, match="exit 2, the doc expects 0"):
+        run_command(silent, "x.md", tmp_path, lsm_bin)
+    run_command(shown, "x.md", tmp_path, lsm_bin)
+    with pytest.raises(AssertionError, match="the doc shows"):
+        run_command(wrong_line, "x.md", tmp_path, lsm_bin)
+    with pytest.raises(AssertionError, match="exit 0, the doc expects 1"):
+        run_command(wrong_status, "x.md", tmp_path, lsm_bin)

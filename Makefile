@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint check-java clean
+.PHONY: demo test lint wheel-check check-java clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,12 +19,20 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
+# The demo removes its temporary directory at the end; `make demo KEEP=1` keeps it and prints its path.
 demo: check-java $(VENV)/.installed
-	$(PY) -m tools.demo
+	$(PY) -m tools.demo $(if $(KEEP),--keep)
 
 test: check-java $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
+	$(PY) ci/wheel_check.py
 	$(PY) -m pytest
+
+# The wheel as a user gets it: built from a copy of the tree, installed into a fresh virtualenv (its own
+# dependencies, no source tree on the path), then imported and driven through `lsm` (~15 s with pip's
+# cache). The editable install above would hide a module the wheel leaves out. --keep: ci/wheel_check.py.
+wheel-check: $(VENV)/.installed
+	$(PY) ci/wheel_check.py
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

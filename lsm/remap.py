@@ -18,7 +18,7 @@ Compaction (the design document's ``since``): `Remap.compact(since)` advances ev
 ``since`` answer as before, with times advanced the same way: compacting then asking equals asking then
 compacting. Questions before ``since`` raise `RetentionError`, never a silently different answer.
 
-Worked example (the one in DESIGN.md)::
+Worked example (docs/remap.md's)::
 
     ingest offsets 0-2 at 1000, 3-4 at 2000, 5-6 at 3000
     bindings   (1000, {0: 3}), (2000, {0: 5}), (3000, {0: 7})

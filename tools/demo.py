@@ -1,14 +1,18 @@
 """`make demo`: the whole system on a throw-away database, step by step, with what each step shows.
 
 Every inspection step runs the real `lsm` command (in-process, through `tools.commands.run`) and prints
-the command line first, so a reader can repeat it by hand on the database the demo leaves behind.
+the command line first, so a reader can repeat it by hand. The demo works in a new temporary directory and
+removes it at the end; `--keep` (or `make demo KEEP=1`) leaves it for that, and `--dir DIR` works in DIR
+and never removes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -22,8 +26,13 @@ START = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MINUTE = 60_000
 
 
+# Sections are numbered as they are printed, so a skipped one (--no-spark) or a new one leaves no gap
+# and no repeat.
+_section = itertools.count(1)
+
+
 def heading(text: str) -> None:
-    print(f"\n== {text}", flush=True)
+    print(f"\n== {next(_section)}. {text}", flush=True)
 
 
 def say(text: str) -> None:
@@ -41,13 +50,28 @@ def cli(*argv: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__)
     ap.add_argument("--no-spark", action="store_true", help="skip the Spark compaction step")
-    ap.add_argument("--dir", help="where to create the demo files (default: a new temp directory)")
+    ap.add_argument("--dir", help="where to create the demo files, kept (default: a temp directory, removed)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory and say where it is")
     args = ap.parse_args(argv)
-    t_start = time.perf_counter()
-    root = args.dir or tempfile.mkdtemp(prefix="lsm-demo-")
-    os.makedirs(root, exist_ok=True)
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
+        return run_demo(args.dir, args.no_spark)
+    root = tempfile.mkdtemp(prefix="lsm-demo-")
+    try:
+        return run_demo(root, args.no_spark)
+    finally:
+        if args.keep:
+            print(f"\nkept the demo's files in {root}", flush=True)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
-    heading("1. Row formats: the same rows as an SST in format version 0 and in version 1")
+
+def run_demo(root: str, no_spark: bool) -> int:
+    global _section
+    _section = itertools.count(1)
+    t_start = time.perf_counter()
+
+    heading("Row formats: the same rows as an SST in format version 0 and in version 1")
     rows = [
         (b"apple", 3, START, None, b"red"),
         (b"banana", 2, START, START + 60_000, b"yellow"),
@@ -61,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     cli("sst", "scan", v1, "--all-versions")
     say("v0 rows carry no ts, TTL or seq (they report the file's max_seq); v1 rows carry all four.")
 
-    heading("2. An embedded store on a manual clock: rows with and without TTL")
+    heading("An embedded store on a manual clock: rows with and without TTL")
     clock = lsm.ManualClock(START)
     path = os.path.join(root, "db")
     opts = lsm.DbOptions(
@@ -83,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"wrote 4,001 rows in 20 simulated minutes; db.seq = {db.seq}")
     say(f"get(session:00000) -> {db.get(b'session:00000')!r}; its entry: {db.get_entry(b'session:00000')}")
 
-    heading("3. Time passes: expired rows vanish from reads before compaction removes them")
+    heading("Time passes: expired rows vanish from reads before compaction removes them")
     clock.advance(15 * MINUTE)
     live = sum(1 for _ in db.scan(prefix=b"session:"))
     say(f"+15 min: {live} of 2,000 sessions are still visible (they expire 30 min after their write)")
@@ -92,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     hidden = sum(1 for _ in db.scan(prefix=b"session:", options=lsm.ReadOptions(include_expired=True)))
     say(f"+35 min: {live} visible; ReadOptions(include_expired=True) still finds {hidden} on disk")
 
-    heading("4. Flush, then look at the LSM and the files")
+    heading("Flush, then look at the LSM and the files")
     db.flush()
     say(
         f"write amplification of this handle so far: {db.write_amplification():.2f} (SST bytes per user byte)"
@@ -100,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     cli("manifest", "show", path)
     cli("du", path, "--at", str(clock.now()))
 
-    heading("5. Sequence numbers and time: the seq tracker, the decaying time bins, as-of reads")
+    heading("Sequence numbers and time: the seq tracker, the decaying time bins, as-of reads")
     t = START + 10 * MINUTE
     seq = db.seq_for_timestamp(t, Round.DOWN)
     say(f"db.seq_for_timestamp(2026-01-01T00:10:00Z, DOWN) -> {seq}")
@@ -115,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     cli("time-seq", path)
     cli("changes", path, "--seq", str(seq + 1995))
 
-    heading("6. Compaction (local): expired rows become tombstones, and the oldest run drops them")
+    heading("Compaction (local): expired rows become tombstones, and the oldest run drops them")
     clock.advance(60 * MINUTE)
     say("an hour later every session expired before the history window (1 h) began")
     db = lsm.DB.open(path, opts)
@@ -128,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     db.close()
     cli("du", path, "--at", str(clock.now()))
 
-    if not args.no_spark:
-        heading("7. The same compaction as an Apache Spark batch (local[2]): one task per key range")
+    if not no_spark:
+        heading("The same compaction as an Apache Spark batch (local[2]): one task per key range")
         db = lsm.DB.open(path, opts)
         for i in range(2_000):
             db.put(b"user:%05d" % i, b"profile-v2-%d" % i, ttl=5 * MINUTE)
@@ -152,18 +176,18 @@ def main(argv: list[str] | None = None) -> int:
 
     ingest_step(root)
 
-    heading("9. Check every file of the database")
+    heading("Check every file of the database")
     cli("check", path)
     cli("sst", "verify", path)
 
-    heading("9. lsm simulate: three simulated days of TTL traffic, size-tiered vs periodic compaction")
+    heading("lsm simulate: three simulated days of TTL traffic, size-tiered vs periodic compaction")
     sim_out = os.path.join(root, "simulate")
     spec = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "demo.toml")
     cli("simulate", spec, "--out", sim_out, "--no-progress")
     png = os.path.join(sim_out, "purge_lag.png")
     if os.path.exists(png):
         say(f"plots: {png} (and disk.png, amplification.png, comparison.png next to it)")
-    say(f"demo finished in {time.perf_counter() - t_start:.1f} s; the database is in {path}")
+    say(f"demo finished in {time.perf_counter() - t_start:.1f} s")
     return 0
 
 
@@ -175,7 +199,7 @@ def ingest_step(root: str) -> None:
 
     from lsm.sources import LogWriter, PartitionedLog
 
-    heading("8. Reclocked ingest: exactly once from a partitioned log, through a kill -9")
+    heading("Reclocked ingest: exactly once from a partitioned log, through a kill -9")
     log_dir, db_path = os.path.join(root, "events"), os.path.join(root, "ingest-db")
     os.makedirs(log_dir, exist_ok=True)
     argv = [

@@ -1,14 +1,15 @@
 """Full compaction of an lsm-sim database as a Spark application, for ``spark-submit``.
 
     spark-submit --master local[2] tools/spark_compact.py PATH [--tasks K] [--json]
-    spark-submit --master spark://host:7077 --py-files lsm_sim.zip tools/spark_compact.py /shared/db
+    spark-submit --master spark://host:7077 --conf spark.pyspark.python=/opt/lsm/bin/python \\
+        tools/spark_compact.py /mnt/nfs/db
 
 It does what ``lsm compact PATH --engine spark`` does, on the SparkSession that spark-submit configured
 (master, executors, memory): the driver plans key ranges from the SSTs' block indexes, each task merges
 one range into new SSTs in PATH/sst/, and the driver commits one manifest edit. PATH must be the same
-directory for the driver and every executor (a shared mount), lsm-sim must be importable on the executors
-(``--py-files`` or installed there), and the database must not be open in another process. See
-docs/spark.md.
+directory for the driver and every executor (a shared mount), lsm-sim and its dependencies must be
+installed on the executors (the wheel, in the Python ``spark.pyspark.python`` names), and the database
+must not be open in another process. See docs/spark.md, "Submitting the job to a cluster".
 """
 
 from __future__ import annotations

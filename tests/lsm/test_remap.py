@@ -54,7 +54,7 @@ times = st.integers(-10, 500)
 
 
 def test_design_worked_example() -> None:
-    """DESIGN.md: offsets 0-2 at 1000, 3-4 at 2000, 5-6 at 3000."""
+    """docs/remap.md's worked example: offsets 0-2 at 1000, 3-4 at 2000, 5-6 at 3000."""
     r = Remap("events", [Binding(1000, 1, {0: 3}), Binding(2000, 2, {0: 5}), Binding(3000, 3, {0: 7})])
     assert r.frontier == {0: 7}
     assert r.as_of(3000).frontier == {0: 7}

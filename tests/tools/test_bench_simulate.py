@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tools.bench.simulate import targets
+import os
+
+from tools.bench.simulate import DEFAULT_SPEC, DEFAULT_SWEEP, targets
 
 
 def _policy(name, same_run, cpu, wall):
@@ -34,3 +36,9 @@ def test_only_the_parts_that_ran_are_judged() -> None:
     assert [t["target"] for t in targets({"study": {"total_s": 121.0, "policies": []}})] == [
         "study wall time < 120 s"
     ]
+
+
+def test_the_default_specs_are_the_repositorys_examples() -> None:
+    # tools/bench/simulate.py moved one level down once and its defaults pointed at tools/examples/
+    for path in (DEFAULT_SPEC, DEFAULT_SWEEP):
+        assert os.path.isfile(path), path

@@ -34,7 +34,8 @@ import tempfile
 import time
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the repository root (this file is tools/bench/simulate.py): the default specs live in its examples/
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_SPEC = os.path.join(ROOT, "examples", "quiet_ttl.toml")
 DEFAULT_SWEEP = os.path.join(ROOT, "examples", "sweep.toml")
 

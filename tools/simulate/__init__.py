@@ -1,6 +1,6 @@
 """`lsm simulate`: replay a TTL workload on a simulated clock against the real engine, policy by policy.
 
-``run(spec, out_dir)`` is the Python entry point (pinned in DESIGN.md, "Simulation"): it checks the
+``run(spec, out_dir)`` is the Python entry point (a stable API, docs/simulate.md): it checks the
 spec, runs every simulation of its grid (`sweep.grid`: the policies, times the ``[sweep]`` values),
 serially or as one Spark batch, writes ``summary.json``, ``timeseries.csv`` and (with matplotlib) the
 PNG plots into `out_dir`, and returns the summary. The parts:

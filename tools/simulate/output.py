@@ -1,8 +1,8 @@
 """What a simulation leaves in its output directory, and the terminal table.
 
 * ``summary.json``: ``{"spec": <the spec as given>, "engine": ..., "policies": [one object per
-  simulation], "plots": [PNG file names]}``; each policy object has the fields pinned in DESIGN.md
-  ("Simulation") and a few more (docs/simulate.md lists them).
+  simulation], "plots": [PNG file names]}``; each policy object has the fixed fields that docs/simulate.md
+  lists under "summary.json", and a few more.
 * ``timeseries.csv``: one row per sample per simulation: ``policy`` then `runner.SAMPLE_FIELDS`.
 """
 

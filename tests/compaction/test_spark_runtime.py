@@ -13,7 +13,6 @@ import sys
 
 import pytest
 
-import lsm
 from compaction.spark_runtime import parse_java_version
 from tests._java import env_without_java
 
@@ -103,14 +102,6 @@ def test_missing_pyspark_is_spark_unavailable(tmp_path):
         kind, msg = got[where]
         assert kind == "SparkUnavailableError", (where, kind, msg)
         assert "pip install 'lsm-sim[spark]'" in msg
-
-
-def test_the_error_is_exported_and_an_lsm_error():
-    assert issubclass(lsm.SparkUnavailableError, lsm.LsmError)
-    assert lsm.errors.SparkUnavailableError is lsm.SparkUnavailableError
-    from compaction.spark import SparkJobError
-
-    assert lsm.SparkJobError is SparkJobError and issubclass(SparkJobError, lsm.LsmError)
 
 
 @pytest.mark.parametrize(

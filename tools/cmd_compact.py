@@ -128,13 +128,16 @@ def print_report(r: dict[str, Any]) -> None:
     hb = render.human_bytes
     engine = r["engine"]
     if engine == "spark":
-        engine = f"spark (master {r['master']}, {r['tasks']} tasks)"
+        engine = f"spark (master {r['master']}, {render.plural(r['tasks'], 'task')})"
     pairs: list[tuple[str, Any]] = [
         ("path", r["path"]),
         ("engine", engine),
         ("jobs", r["jobs"]),
-        ("inputs", f"{r['ssts_before']} SSTs in {r['sources_before']} sorted sources"),
-        ("outputs", f"{r['ssts_after']} SSTs"),
+        (
+            "inputs",
+            f"{render.plural(r['ssts_before'], 'SST')} in {render.plural(r['sources_before'], 'sorted source')}",
+        ),
+        ("outputs", render.plural(r["ssts_after"], "SST")),
         ("rows in", r["rows_in"]),
         ("rows out", r["rows_out"]),
         ("bytes in", f"{r['bytes_in']} ({hb(r['bytes_in'])})"),
@@ -191,7 +194,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     else:
         for name in removed:
             render.print_text(name)
-        render.print_text(f"removed {len(removed)} file{'' if len(removed) == 1 else 's'}")
+        render.print_text(f"removed {render.plural(len(removed), 'file')}")
     return 0
 
 

@@ -53,7 +53,7 @@ from typing import Any
 from tools.bench.compact_db import T0, Spec, build_database, build_tiny
 from tools.bench.harness import DEFAULT_SEED, KEY_SIZE, cpu_meter, medians, split_list
 from tools.common import spark_session_for
-from tools.render import float_arg, int_arg
+from tools.render import float_arg, int_arg, plural
 
 
 # -- measuring -------------------------------------------------------------------------------------------
@@ -446,7 +446,7 @@ def line(executor: str, r: dict[str, Any]) -> str:
     rate = r["rows_in"] / r["seconds"] / 1e3 if r["seconds"] else 0.0
     s = (
         f"compact {executor:<5}: {r['seconds']:8.2f} s  {rate:7.1f} k rows/s  "
-        f"(rows {r['rows_in']} -> {r['rows_out']}, {r['outputs']} SSTs"
+        f"(rows {r['rows_in']} -> {r['rows_out']}, {plural(r['outputs'], 'SST')}"
     )
     if executor == "spark":
         s += f"; plan {r['plan_seconds']:.2f} s, job {r['job_seconds']:.2f} s, commit {r['commit_seconds']:.2f} s)"

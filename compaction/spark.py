@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from compaction.merge import CompactionJob, CompactionStats, MergeResult, run_job
+from compaction.spark_runtime import require_spark
 from formats.errors import LsmError
 from formats.sst import SsTableInfo, SstReader
 
@@ -110,7 +111,10 @@ def _notify(report: SparkJobReport) -> None:
 
 def session_builder(master: str = "local[*]", app: str = "lsm-compact") -> Any:
     """A SparkSession builder for lsm-sim jobs: UI off, few shuffle partitions, fast-starting JVM, and
-    executors running this interpreter (so they import the same lsm-sim and its dependencies)."""
+    executors running this interpreter (so they import the same lsm-sim and its dependencies).
+
+    SparkUnavailableError (before any JVM starts) when pyspark or a Java 17+ is missing."""
+    require_spark()
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -128,7 +132,7 @@ def session_builder(master: str = "local[*]", app: str = "lsm-compact") -> Any:
 
 
 def get_session(master: str = "local[*]") -> Any:
-    """A SparkSession for `master`, created on first use."""
+    """A SparkSession for `master`, created on first use (SparkUnavailableError: see `session_builder`)."""
     with _session_lock:
         s = _sessions.get(master)
         if s is None or s.sparkContext._jsc is None:
@@ -224,6 +228,8 @@ class SparkExecutor:
     def __call__(self, job: CompactionJob) -> MergeResult:
         """Plan, run the Spark job, check its outputs; return them with the summed stats (no commit)."""
         t0 = time.perf_counter()
+        if self.session is None:
+            require_spark()  # no pyspark or no Java: say what to install before the other checks
         ensure_picklable(job)
         session = self.session if self.session is not None else get_session(self.master)
         sc = session.sparkContext

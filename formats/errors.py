@@ -36,3 +36,9 @@ class FormatVersionError(LsmError):
 
 class CompactionError(LsmError):
     """A compaction job failed; the database is unchanged."""
+
+
+class SparkUnavailableError(LsmError):
+    """Spark cannot start here: pyspark is not installed, or no Java 17+ for its driver JVM was found.
+
+    Raised before any JVM is started (`compaction.spark_runtime`); the message says what to install."""

@@ -7,8 +7,11 @@
 ...     _ = clock.advance(501)
 ...     db.get(b"k") is None
 True
+
+`lsm.inspect` (read-only views of a database directory) is imported on first use of the attribute.
 """
 
+from compaction.spark import SparkJobError
 from lsm.batch import WriteBatch
 from lsm.clock import Clock, ManualClock, MonotonicClock, SystemClock
 from lsm.db import DB, Entry, ReadOnlyError
@@ -27,6 +30,7 @@ from lsm.errors import (
     RetentionError,
     SourceError,
     SourceRegressedError,
+    SparkUnavailableError,
     UnknownSourceError,
 )
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions
@@ -64,7 +68,18 @@ __all__ = [
     "Snapshot",
     "SourceError",
     "SourceRegressedError",
+    "SparkJobError",
+    "SparkUnavailableError",
     "SystemClock",
     "WriteBatch",
     "WriteOptions",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # `lsm.inspect` without importing it (and what it imports) with every `import lsm`
+    if name == "inspect":
+        import importlib
+
+        return importlib.import_module("lsm.inspect")
+    raise AttributeError(f"module 'lsm' has no attribute {name!r}")

@@ -45,8 +45,9 @@ class ManualClock:
     1500
     """
 
-    def __init__(self, start_ms: int = 0) -> None:
-        self._now = _check_ms(start_ms)
+    def __init__(self, start_ms: int | str = 0) -> None:
+        """`start_ms`: epoch milliseconds, or an RFC 3339 time with its offset (``"2026-01-01T00:00:00Z"``)."""
+        self._now = _check_ms(_time_ms(start_ms))
         self._lock = threading.Lock()
 
     def now(self) -> int:
@@ -61,12 +62,23 @@ class ManualClock:
             self._now += ms
             return self._now
 
-    def set(self, ms: int) -> None:
-        """Jump to `ms` (backwards too: the engine then refuses to write until time catches up)."""
-        self._now = _check_ms(ms)
+    def set(self, ms: int | str) -> None:
+        """Jump to `ms` (or an RFC 3339 time; backwards too: the engine then refuses to write until time
+        catches up)."""
+        self._now = _check_ms(_time_ms(ms))
 
     def __repr__(self) -> str:
         return f"ManualClock({self._now})"
+
+
+def _time_ms(v: object) -> object:
+    """A time argument as given to every other time parameter: a string (RFC 3339 with its offset, or
+    digits) becomes epoch ms through `lsm.timeline.parse_time`; anything else is left for `_check_ms`."""
+    if isinstance(v, str):
+        from lsm.timeline import parse_time  # here: lsm.timeline imports this module
+
+        return parse_time(v)
+    return v
 
 
 def _check_ms(v: object) -> int:

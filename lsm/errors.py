@@ -1,12 +1,19 @@
 """Every error the engine raises on purpose is an `LsmError`.
 
-The codec errors (`CorruptionError`, `FormatVersionError`) and `CompactionError` (raised by
-`compaction.scheduler.apply_plan`) are defined in `formats.errors`, the lowest package, and re-exported here so callers need one import.
+The codec errors (`CorruptionError`, `FormatVersionError`), `CompactionError` (raised by
+`compaction.scheduler.apply_plan`) and `SparkUnavailableError` (raised by `compaction.spark` before it
+starts a JVM) are defined in `formats.errors`, the lowest package, and re-exported here so callers need one import.
 """
 
 from __future__ import annotations
 
-from formats.errors import CompactionError, CorruptionError, FormatVersionError, LsmError
+from formats.errors import (
+    CompactionError,
+    CorruptionError,
+    FormatVersionError,
+    LsmError,
+    SparkUnavailableError,
+)
 
 __all__ = [
     "BulkLoadConflictError",
@@ -24,6 +31,7 @@ __all__ = [
     "HistoryUnavailableError",
     "UnknownSourceError",
     "DbFailedError",
+    "SparkUnavailableError",
 ]
 
 

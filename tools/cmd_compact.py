@@ -11,23 +11,13 @@ manifest does not reference (leftovers of failed jobs, killed Spark tasks or cra
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 import time
 from typing import Any
 
-from formats.errors import LsmError
 from lsm.db import DB
 from lsm.options import DbOptions
 from tools import render
-from tools.common import (
-    SparkCompactionError,
-    SparkStartError,
-    db_dir,
-    latest_manifest,
-    start_spark,
-    stderr_to,
-)
+from tools.common import db_dir, latest_manifest, spark_session_for, start_spark
 
 ENGINES = ("local", "spark")
 
@@ -138,13 +128,16 @@ def print_report(r: dict[str, Any]) -> None:
     hb = render.human_bytes
     engine = r["engine"]
     if engine == "spark":
-        engine = f"spark (master {r['master']}, {r['tasks']} tasks)"
+        engine = f"spark (master {r['master']}, {render.plural(r['tasks'], 'task')})"
     pairs: list[tuple[str, Any]] = [
         ("path", r["path"]),
         ("engine", engine),
         ("jobs", r["jobs"]),
-        ("inputs", f"{r['ssts_before']} SSTs in {r['sources_before']} sorted sources"),
-        ("outputs", f"{r['ssts_after']} SSTs"),
+        (
+            "inputs",
+            f"{render.plural(r['ssts_before'], 'SST')} in {render.plural(r['sources_before'], 'sorted source')}",
+        ),
+        ("outputs", render.plural(r["ssts_after"], "SST")),
         ("rows in", r["rows_in"]),
         ("rows out", r["rows_out"]),
         ("bytes in", f"{r['bytes_in']} ({hb(r['bytes_in'])})"),
@@ -174,26 +167,11 @@ def cmd_compact(args: argparse.Namespace) -> int:
         db_dir(args.path)  # a bad path fails before a JVM is started
         # The JVM (and the Python workers, whose output it relays) log to a file, not to our stderr: a
         # failing job is one line here, pointing at the log, instead of pages of Java and Python traces.
-        fd, log = tempfile.mkstemp(prefix="lsm-compact-spark-", suffix=".log")
-        t0 = time.perf_counter()
-        try:
-            with stderr_to(fd):
-                session = start_spark(args.master)
-        except SparkStartError as e:
-            raise SparkStartError(f"{e} (Spark log: {log})") from None
-        finally:
-            os.close(fd)
-        startup = time.perf_counter() - t0
-        try:
+        with spark_session_for(args.master, "compact", progress=not args.json) as run:
             report = compact_database(
-                args.path, "spark", session=session, master=args.master, tasks=args.tasks
+                args.path, "spark", session=run.session, master=args.master, tasks=args.tasks
             )
-        except LsmError as e:
-            raise SparkCompactionError(f"{e} (Spark log: {log})") from e
-        finally:
-            session.stop()
-        report["spark_startup_seconds"] = startup
-        os.unlink(log)
+        report["spark_startup_seconds"] = run.startup_seconds
     if args.json:
         render.print_json(report)
     else:
@@ -216,7 +194,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     else:
         for name in removed:
             render.print_text(name)
-        render.print_text(f"removed {len(removed)} file{'' if len(removed) == 1 else 's'}")
+        render.print_text(f"removed {render.plural(len(removed), 'file')}")
     return 0
 
 

@@ -193,16 +193,23 @@ def cmd_check(args: argparse.Namespace) -> int:
         render.print_json({"ok": True, **rep.to_dict()})
         return 0
     rows = [
-        ("manifest", f"version {rep.manifest_id} ok ({rep.manifest_versions} version(s) kept, all decode)"),
+        (
+            "manifest",
+            f"version {rep.manifest_id} ok ({render.plural(rep.manifest_versions, 'version')} kept, all decode)",
+        ),
         (
             "ssts",
-            f"{rep.ssts} verified ({rep.rows} rows, {render.human_bytes(rep.sst_bytes)}) in L0 ({rep.l0}) and {rep.runs} run(s)",
+            f"{rep.ssts} verified ({render.plural(rep.rows, 'row')}, {render.human_bytes(rep.sst_bytes)}) in L0 ({rep.l0}) "
+            f"and {render.plural(rep.runs, 'run')}",
         ),
         (
             "shape",
             "runs sorted and non-overlapping; seqs ordered across overlapping sources; watermarks cover the SSTs",
         ),
-        ("wal", f"{rep.wal_segments} segment(s), {rep.wal_records} record(s) decode"),
+        (
+            "wal",
+            f"{render.plural(rep.wal_segments, 'segment')}, {render.plural(rep.wal_records, 'record')} decode",
+        ),
     ]
     rows += [("note", n) for n in rep.notes]
     render.print_text(render.properties(rows))

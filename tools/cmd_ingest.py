@@ -238,32 +238,24 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def _bulk(args: argparse.Namespace) -> int:
     """``--engine local|spark``: one bulk load (lsm.bulk), then the same summary as a streaming ingest."""
-    import os
-    import tempfile
+    import contextlib
 
     import lsm
     from lsm.sources import PartitionedLog
-    from tools.common import SparkCompactionError, SparkStartError, start_spark, stderr_to
+    from tools.common import spark_session_for
 
     if args.follow or args.max_records is not None:
         raise ValueError("--follow and --max-records apply to --engine stream only (a bulk load takes all)")
     if args.master is not None and args.engine != "spark":
         raise ValueError("--master applies to --engine spark only")
-    session = None
-    log = None
     t0 = time.monotonic()
-    try:
-        # the database first: a bad path fails before a JVM is started
-        with lsm.DB.open(args.path, lsm.DbOptions(history_retention=args.history_retention)) as db:
-            if args.engine == "spark":
-                fd, log = tempfile.mkstemp(prefix="lsm-ingest-spark-", suffix=".log")
-                try:
-                    with stderr_to(fd):  # the JVM and its workers log there, not on our stderr
-                        session = start_spark(args.master or "local[*]")
-                except SparkStartError as e:
-                    raise SparkStartError(f"{e} (Spark log: {log})") from None
-                finally:
-                    os.close(fd)
+    # the database first: a bad path fails before a JVM is started
+    with lsm.DB.open(args.path, lsm.DbOptions(history_retention=args.history_retention)) as db:
+        with contextlib.ExitStack() as stack:
+            session = None
+            if args.engine == "spark":  # the JVM and its workers log to a file, not on our stderr
+                run = spark_session_for(args.master or "local[*]", "ingest", progress=not args.json)
+                session = stack.enter_context(run).session
             stats = db.ingest(
                 PartitionedLog(args.log),
                 name=args.name,
@@ -272,18 +264,7 @@ def _bulk(args: argparse.Namespace) -> int:
                 spark=session,
                 tasks=args.tasks,
             )
-            seq = db.seq
-    except SparkStartError:
-        raise
-    except lsm.LsmError as e:
-        if log is None:
-            raise
-        raise SparkCompactionError(f"{e} (Spark log: {log})") from e
-    finally:
-        if session is not None:
-            session.stop()
-    if log is not None:
-        os.unlink(log)
+        seq = db.seq
     elapsed = time.monotonic() - t0
     frontier = stats.frontier
     summary = {

@@ -160,7 +160,7 @@ def cmd_write(args: argparse.Namespace) -> int:
                     )
                 offset = w.append(partition, **kw)
             except (ValueError, TypeError) as e:
-                n = "1 record" if count == 1 else f"{count} records"
+                n = render.plural(count, "record")
                 before = f"; the {n} before it {'was' if count == 1 else 'were'} written" if count else ""
                 raise ValueError(f"stdin line {lineno}: {e}{before}") from None
             span = written.setdefault(partition, [offset, offset])
@@ -232,7 +232,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         torn = log.torn_bytes(p)
         if torn:
             render.print_text(
-                f"partition {p}: torn tail of {torn} bytes after offset {ends[p] - 1}: a record still being "
+                f"partition {p}: torn tail of {render.plural(torn, 'byte')} after offset {ends[p] - 1}: a record still being "
                 "appended (or cut short); it is not a record yet"
             )
     return 0

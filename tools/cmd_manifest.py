@@ -91,7 +91,7 @@ def purge_lag_text(d: dict[str, Any] | None) -> str:
     if not d or not d.get("count"):
         return "nothing purged yet"
     return (
-        f"{d['count']} rows purged; p50 {duration_text(d['p50'])}, p99 {duration_text(d['p99'])}, "
+        f"{render.plural(d['count'], 'row')} purged; p50 {duration_text(d['p50'])}, p99 {duration_text(d['p99'])}, "
         f"max {duration_text(d['max'])} after expiry or delete"
     )
 

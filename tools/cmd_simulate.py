@@ -4,17 +4,20 @@ The spec (TOML, docs/simulate.md) is checked in full before any work: a bad fiel
 and exit status 2. While running, a progress bar on stderr (when it is a terminal and tqdm is installed)
 shows simulated days and engine operations per wall second. Then the summary table (or ``--json``, the
 summary.json object) on stdout; the files are in DIR. Without matplotlib one line on stderr says how to
-get the plots. ``--engine spark`` runs each simulation of the grid as one Spark task.
+get the plots. ``--engine spark`` runs each simulation of the grid as one Spark task (the JVM's output
+goes to a log file, `tools.common.spark_session_for`; a progress line shows the tasks done).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from typing import Any
 
 from tools import render
+from tools.common import spark_session_for
 
 DAY_MS = 86_400_000
 
@@ -103,14 +106,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.jobs > 1 and args.engine == "spark":
         raise ValueError("--jobs is for the local engine (Spark runs its tasks in parallel itself)")
-    summary = simulate.run(
-        raw,
-        args.out,
-        engine=args.engine,
-        master=args.master,
-        progress_for=_Bars(not args.no_progress),
-        jobs=args.jobs,
-    )
+    with contextlib.ExitStack() as stack:
+        session = None
+        if args.engine == "spark":  # the JVM and its workers log to a file, not on our stderr
+            run = spark_session_for(
+                args.master or "local[*]", "simulate", progress=not (args.no_progress or args.json)
+            )
+            session = stack.enter_context(run).session
+        summary = simulate.run(
+            raw,
+            args.out,
+            engine=args.engine,
+            session=session,
+            progress_for=_Bars(not args.no_progress),
+            jobs=args.jobs,
+        )
     if args.json:
         render.print_json(summary)
     else:

@@ -192,7 +192,11 @@ def cmd_show(args: argparse.Namespace) -> int:
             ("filter_size", f"{_size(info.filter_size)} at offset {info.filter_offset}"),
             ("metadata_size", f"{_size(d['metadata_size'])} at offset {d['metadata_offset']}"),
             ("footer_size", _size(FOOTER.size)),
-            ("filter", f"{r.bloom.k} probes, {r.bloom.nbits} bits ({r.bloom.nbits / distinct:.1f} bits/row)"),
+            (
+                "filter",
+                f"{render.plural(r.bloom.k, 'probe')}, {render.plural(r.bloom.nbits, 'bit')} "
+                f"({r.bloom.nbits / distinct:.1f} bits/row)",
+            ),
         ]
         render.print_text(render.properties(rows))
     return 0
@@ -365,6 +369,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
     )
     data = sum(reg["size"] for reg in regions if reg["kind"] == "data")
     render.print_text(
-        f"{file_size} bytes: {len(regions) - 4} data blocks ({data} B), index, filter, metadata, footer"
+        f"{render.plural(file_size, 'byte')}: {render.plural(len(regions) - 4, 'data block')} ({data} B), index, "
+        "filter, metadata, footer"
     )
     return 0

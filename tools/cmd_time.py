@@ -135,7 +135,7 @@ def _tracker_span(db: DB) -> str:
     if not t:
         return "the seq tracker is empty"
     return (
-        f"the seq tracker holds {len(t)} pairs, seqs {t[0][0]}..{t[-1][0]}, "
+        f"the seq tracker holds {render.plural(len(t), 'pair')}, seqs {t[0][0]}..{t[-1][0]}, "
         f"{render.rfc3339(t[0][1] * 1000)}..{render.rfc3339(t[-1][1] * 1000)}"
     )
 

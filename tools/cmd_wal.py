@@ -76,7 +76,7 @@ def read_segments(path: str, include_all: bool) -> list[dict[str, Any]]:
             # a file named on the command line in which not one record decodes is not a WAL segment
             # (a segment whose very first append was cut short is the only other case: say so)
             raise ValueError(
-                f"{path}: not a WAL segment: no complete record (the first {size} bytes do not decode as one)"
+                f"{path}: not a WAL segment: no complete record (the first {render.plural(size, 'byte')} {'does' if size == 1 else 'do'} not decode as one)"
             )
         out.append(
             {
@@ -124,7 +124,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
         if seg["torn_offset"] is not None:
             lost = seg["file_size"] - seg["torn_offset"]
             render.print_text(
-                f"segment {seg['segment']}: torn tail at offset {seg['torn_offset']} ({lost} bytes): "
+                f"segment {seg['segment']}: torn tail at offset {seg['torn_offset']} ({render.plural(lost, 'byte')}): "
                 "an append cut short; replay stops before it"
             )
     return 0

@@ -179,6 +179,12 @@ def float_arg(minimum: float, maximum: float, *, above_minimum: bool = False):
 
 
 # -- sizes ------------------------------------------------------------------------------------------
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`n` and `word`, in the plural unless n is 1: ``plural(1, "SST")`` is ``"1 SST"``, ``plural(2, "SST")``
+    ``"2 SSTs"``; `many` for a plural other than word + "s" (``plural(n, "entry", "entries")``)."""
+    return f"{n} {word if n == 1 else many if many is not None else word + 's'}"
+
+
 def human_bytes(n: int) -> str:
     """1023 -> '1023 B', 1536 -> '1.5 KiB'."""
     if n < 1024:

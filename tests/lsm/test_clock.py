@@ -167,12 +167,28 @@ def test_manual_clock_contract():
     with pytest.raises(TypeError):
         c.advance(1.0)
     with pytest.raises(TypeError):
-        c.set("10")
+        c.set(b"10")
     with pytest.raises(TypeError):
         lsm.ManualClock(0.5)
     c.set(3)
     assert c.now() == 3
     assert isinstance(c, lsm.Clock) and isinstance(lsm.SystemClock(), lsm.Clock)
+
+
+def test_manual_clock_takes_rfc3339_like_every_time_argument():
+    c = lsm.ManualClock("2026-01-01T00:00:00Z")
+    assert c.now() == 1_767_225_600_000 == lsm.timeline.parse_time("2026-01-01T00:00:00Z")
+    c.set("2026-01-01T02:00:00.250+01:00")
+    assert c.now() == 1_767_225_600_000 + 3_600_250
+    c.set("42")  # digits are epoch ms, as for as_of= and the CLI's time options
+    assert c.now() == 42
+    with pytest.raises(ValueError, match="needs a zone"):
+        lsm.ManualClock("2026-01-01T00:00:00")  # no offset: refused, not guessed
+    with pytest.raises(ValueError, match="cannot read"):
+        c.set("tomorrow")
+    assert c.now() == 42
+    with pytest.raises(TypeError):
+        c.advance("1000")  # advance takes a duration in ms, not a time
 
 
 def test_system_clock_sanity(tmp_path):

@@ -35,11 +35,17 @@ class Result:
         return json.loads(self.out)
 
 
-def run_lsm(*args: str, cwd: str | os.PathLike | None = None) -> Result:
-    env = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
-    env["PYTHONPATH"] = str(ROOT)
+def run_lsm(*args: str, cwd: str | os.PathLike | None = None, env: dict[str, str | None] | None = None) -> Result:
+    """`lsm ARGS` in a subprocess; `env` overrides variables of this process's environment (None drops one)."""
+    full = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
+    full["PYTHONPATH"] = str(ROOT)
+    for k, v in (env or {}).items():
+        if v is None:
+            full.pop(k, None)
+        else:
+            full[k] = v
     p = subprocess.run(
-        [*LSM_CMD, *map(str, args)], cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=60
+        [*LSM_CMD, *map(str, args)], cwd=cwd or ROOT, env=full, capture_output=True, text=True, timeout=60
     )
     assert "Traceback" not in p.stderr, p.stderr
     return Result(p.returncode, p.stdout, p.stderr)

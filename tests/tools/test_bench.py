@@ -133,6 +133,17 @@ def test_unknown_benchmark_is_a_usage_error():
     assert "unknown benchmark(s) nosuch" in p.stderr
 
 
+def test_unknown_suite_is_a_usage_error_listing_the_suites():
+    from tests.tools._cli import run_lsm
+    from tools.bench import SUITES
+
+    cli, module = run_lsm("bench", "nosuchsuite"), bench("nosuchsuite")
+    want = f"lsm bench: error: unknown suite 'nosuchsuite'; suites: {', '.join(SUITES)} (lsm bench SUITE --help)"
+    for code, err in ((cli.code, cli.err), (module.returncode, module.stderr)):
+        assert code == 2 and err.splitlines()[-1] == want, err
+        assert err.startswith("usage: lsm bench [SUITE]"), err
+
+
 def test_merge_suite_and_the_registry(tmp_path):
     """Every suite is reachable through the one registry; the merge suite prints its three figures."""
     import tools.bench

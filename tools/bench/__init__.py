@@ -71,7 +71,12 @@ SUITES: dict[str, Suite] = {
 
 
 def main(argv: list[str]) -> int:
-    """``lsm bench [SUITE] ARGS``: SUITE is one of `SUITES` (default ``db``); returns the exit code."""
+    """``lsm bench [SUITE] ARGS``: SUITE is one of `SUITES` (default ``db``); returns the exit code.
+
+    A first word that is neither a suite nor an option is a usage error listing the suites (exit 2), not
+    an argument the db suite does not know."""
     if argv and argv[0] in SUITES:
         return SUITES[argv[0]](argv[1:])
+    if argv and not argv[0].startswith("-"):
+        db.parser().error(f"unknown suite {argv[0]!r}; suites: {', '.join(SUITES)} (lsm bench SUITE --help)")
     return SUITES["db"](argv)

@@ -37,6 +37,7 @@ What it does:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -51,7 +52,8 @@ from typing import Any
 
 from tools.bench.compact_db import T0, Spec, build_database, build_tiny
 from tools.bench.harness import DEFAULT_SEED, KEY_SIZE, cpu_meter, medians, split_list
-from tools.render import float_arg, int_arg
+from tools.common import spark_session_for
+from tools.render import float_arg, int_arg, plural
 
 
 # -- measuring -------------------------------------------------------------------------------------------
@@ -128,19 +130,6 @@ def rows_of(path: str) -> Iterator[tuple]:
         for e in run.ssts:
             with SstReader(os.path.join(path, "sst", e.name)) as r:
                 yield from r
-
-
-def start_session(master: str, conf: list[tuple[str, str]]) -> tuple[Any, float]:
-    """A SparkSession for `master` with the extra ``--conf`` pairs; returns (session, start-up seconds)."""
-    from compaction.spark import session_builder
-
-    t0 = time.perf_counter()
-    b = session_builder(master, app="lsm-bench-compact")
-    for k, v in conf:
-        b = b.config(k, v)
-    s = b.getOrCreate()
-    s.sparkContext.setLogLevel("ERROR")
-    return s, time.perf_counter() - t0
 
 
 def _warm(modules: tuple[str, ...]) -> int:
@@ -421,27 +410,30 @@ def main(argv: list[str] | None = None, session: Any = None) -> int:
         "load_average_start": os.getloadavg(),
     }
     _say(a, f"Machine:    {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
-    own = session is None
     try:
-        if "spark" in a.executors:
-            startup = 0.0
-            if own:
-                session, startup = start_session(a.master, a.conf)
-            report["spark_startup_seconds"] = startup
-            report["tasks"] = a.tasks or session.sparkContext.defaultParallelism
-            _say(
-                a,
-                f"Spark:      {a.master}, {report['tasks']} tasks; session start-up {startup:.1f} s (excluded)",
-            )
-            spark_fixed_cost(a, root, session, report)
-        base, built = build_base(a, root)
-        report["database"] = built
-        summarize(a, compare_executors(a, root, base, built["tick"], session, report), report)
-        if a.isolated and "local" in a.executors:
-            isolated_runs(a, root, base, built["tick"], report)
+        with contextlib.ExitStack() as stack:
+            if "spark" in a.executors:
+                # a session of our own logs its JVM's output to a file (named if a job fails) and stops at
+                # the end; a given one is left as it is
+                run = stack.enter_context(
+                    spark_session_for(
+                        a.master, "bench-compact", session=session, app="lsm-bench-compact", conf=a.conf
+                    )
+                )
+                session, startup = run.session, run.startup_seconds
+                report["spark_startup_seconds"] = startup
+                report["tasks"] = a.tasks or session.sparkContext.defaultParallelism
+                _say(
+                    a,
+                    f"Spark:      {a.master}, {report['tasks']} tasks; session start-up {startup:.1f} s (excluded)",
+                )
+                spark_fixed_cost(a, root, session, report)
+            base, built = build_base(a, root)
+            report["database"] = built
+            summarize(a, compare_executors(a, root, base, built["tick"], session, report), report)
+            if a.isolated and "local" in a.executors:
+                isolated_runs(a, root, base, built["tick"], report)
     finally:
-        if own and session is not None:
-            session.stop()
         if a.dir is None:
             shutil.rmtree(root, ignore_errors=True)
     if a.json:
@@ -454,7 +446,7 @@ def line(executor: str, r: dict[str, Any]) -> str:
     rate = r["rows_in"] / r["seconds"] / 1e3 if r["seconds"] else 0.0
     s = (
         f"compact {executor:<5}: {r['seconds']:8.2f} s  {rate:7.1f} k rows/s  "
-        f"(rows {r['rows_in']} -> {r['rows_out']}, {r['outputs']} SSTs"
+        f"(rows {r['rows_in']} -> {r['rows_out']}, {plural(r['outputs'], 'SST')}"
     )
     if executor == "spark":
         s += f"; plan {r['plan_seconds']:.2f} s, job {r['job_seconds']:.2f} s, commit {r['commit_seconds']:.2f} s)"

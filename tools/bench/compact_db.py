@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from tools.bench.harness import KEY_SIZE, make_values
+from tools.render import plural
 
 T0 = 1_700_000_000_000  # first row timestamp (ms)
 TTL = 3_600_000
@@ -94,7 +95,7 @@ def build_database(path: str, spec: Spec, progress: bool = False) -> dict[str, A
         runs.append(tuple(entries))
         if progress:
             print(
-                f"# built run {r + 1}/{spec.runs}: {n} rows in {len(entries)} SSTs",
+                f"# built run {r + 1}/{spec.runs}: {plural(n, 'row')} in {plural(len(entries), 'SST')}",
                 file=sys.stderr,
                 flush=True,
             )

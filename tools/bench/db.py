@@ -208,6 +208,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="lsm bench",
+        usage=f"lsm bench [SUITE] [options]  (SUITE: {', '.join(SUITES)}; default db)",
         description="db_bench-style benchmarks of lsm-sim, optionally side by side with RocksDB/LevelDB. "
         f"Other suites: {', '.join(sorted(n for n in SUITES if n != 'db'))} (lsm bench SUITE --help).",
     )

@@ -16,6 +16,8 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from tools.render import plural
+
 
 class Engine:
     """What a workload needs from a store. Each engine lives in its own directory."""
@@ -115,7 +117,8 @@ class LsmEngine(Engine):
         if hasattr(self.db, "lsm_shape"):
             shape = self.db.lsm_shape()
             runs = shape.get("runs", [])
-            note += f": {len(shape.get('l0', []))} L0 SSTs, {len(runs)} runs of {sum(map(len, runs))} SSTs"
+            l0, ssts = len(shape.get("l0", [])), sum(map(len, runs))
+            note += f": {plural(l0, 'L0 SST')}, {plural(len(runs), 'run')} of {plural(ssts, 'SST')}"
         return note
 
 

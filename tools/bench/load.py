@@ -31,6 +31,7 @@ What it does:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -41,6 +42,8 @@ import sys
 import tempfile
 import time
 from typing import Any
+
+from tools.common import spark_session_for
 
 ENGINES = ("spark", "local", "stream", "rocksdb")
 T0 = 1_700_000_000_000
@@ -184,20 +187,26 @@ def main(argv: list[str] | None = None, session: Any = None) -> int:
         "load_average_start": os.getloadavg(),
     }
     say(f"Machine:   {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
-    own = False
     log_dir = os.path.join(root, "log")
-    try:
+    with contextlib.ExitStack() as stack:
+        # runs last, after a session of our own is stopped (spark_session_for below)
+        stack.callback(shutil.rmtree, log_dir if a.dir else root, ignore_errors=True)
         report["log_write_seconds"] = write_log(log_dir, a.num, a.partitions, a.value_size, a.seed)
         say(
             f"Log:       {a.num} records in {a.partitions} partitions, written in {report['log_write_seconds']:.1f} s"
         )
         tasks = a.tasks
         if "spark" in a.engines:
-            from tools.bench.compact import start_session, warm_workers
+            from tools.bench.compact import warm_workers
 
+            # a session of our own logs its JVM's output to a file (named if a job fails) and stops at the
+            # end; a given one is left as it is
+            run = stack.enter_context(
+                spark_session_for(a.master, "bench-load", session=session, app="lsm-bench-load")
+            )
             if session is None:
-                session, report["spark_startup_seconds"] = start_session(a.master, [])
-                own = True
+                report["spark_startup_seconds"] = run.startup_seconds
+            session = run.session
             tasks = tasks or session.sparkContext.defaultParallelism
             # one Python worker per task slot, with what every bulk task imports first (numpy among it)
             report["spark_warmup_seconds"], _ = warm_workers(session, tasks, ("lsm.bulk_task",))
@@ -249,13 +258,6 @@ def main(argv: list[str] | None = None, session: Any = None) -> int:
             say("Speedups:  " + "  ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
             say(f"Same state: {report['same_state']}")
         return 0 if report["same_state"] else 1
-    finally:
-        if own and session is not None:
-            session.stop()
-        if not a.dir:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            shutil.rmtree(log_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from compaction.filter import Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from formats.sst import SstReader, SstWriter, write_sst
 from tools.bench.harness import DEFAULT_SEED
-from tools.render import int_arg
+from tools.render import int_arg, plural
 
 
 def build_inputs(directory: str, num: int, value_size: int, seed: int) -> list[str]:
@@ -95,8 +95,8 @@ def write_amp(num: int, value_size: int, seed: int, work: str) -> None:
     db.compact()
     print(
         f"write-amp    : lsm {wa_fill:.2f} after fillrandom {num}, {db.write_amplification():.2f} once "
-        f"flushed and scheduled compactions settled ({len(db.manifest.l0)} L0 SSTs, "
-        f"{len(db.manifest.runs)} runs)"
+        f"flushed and scheduled compactions settled ({plural(len(db.manifest.l0), 'L0 SST')}, "
+        f"{plural(len(db.manifest.runs), 'run')})"
     )
     db.close()
     try:

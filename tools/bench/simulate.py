@@ -249,21 +249,23 @@ def study(a: argparse.Namespace) -> dict[str, Any]:
 
 def sweep(a: argparse.Namespace) -> dict[str, Any]:
     """Figure 2: the sweep grid serially and as one Spark batch (medians; results must be identical)."""
-    from compaction.spark import session_builder
     from tools.bench.compact import warm_workers
+    from tools.common import spark_session_for
     from tools.simulate import load_spec
     from tools.simulate.sweep import grid, run_cells, run_cells_spark
 
     _spec, cells = grid(load_spec(a.sweep))
     t0 = time.perf_counter()
     os.environ.setdefault("PYTHONPATH", ROOT)
-    session = session_builder(a.master, app="lsm-bench-simulate").getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    # one Python worker per task slot, the simulator imported: a one-time cost per session, as the JVM's
-    warm_s, workers = warm_workers(session, session.sparkContext.defaultParallelism, ("tools.simulate.runner",))
-    startup = time.perf_counter() - t0
-    serial_t, spark_t = [], []
-    try:
+    # the JVM's output goes to a log file, named if a job fails; the session stops at the end
+    with spark_session_for(a.master, "bench-simulate", app="lsm-bench-simulate") as spark:
+        session = spark.session
+        # one Python worker per task slot, the simulator imported: a one-time cost per session, as the JVM's
+        warm_s, workers = warm_workers(
+            session, session.sparkContext.defaultParallelism, ("tools.simulate.runner",)
+        )
+        startup = time.perf_counter() - t0
+        serial_t, spark_t = [], []
         for run in range(a.runs):
             t1 = time.perf_counter()
             serial = run_cells(cells)
@@ -280,8 +282,6 @@ def sweep(a: argparse.Namespace) -> dict[str, Any]:
             )
             if not same:
                 raise SystemExit("bench simulate: the Spark sweep differs from the serial one")
-    finally:
-        session.stop()
     s, p = _median(serial_t), _median(spark_t)
     return {
         "spec": a.sweep,

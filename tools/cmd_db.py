@@ -48,6 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     scan.add_argument("--prefix", metavar="KEY", help="only keys starting with this prefix")
     scan.add_argument("--limit", type=render.int_arg(0), metavar="N", help="stop after N rows")
     scan.add_argument("--reverse", action="store_true", help="descending key order")
+    scan.add_argument(
+        "--all-versions",
+        action="store_true",
+        help="every version stored (WAL, L0, runs), tombstones and expired rows included, newest first "
+        "per key, with its flags and level, as RocksDB's 'ldb idump'; takes no read options",
+    )
     read_options.add_read_options(scan, "as-of")
     scan.set_defaults(func=cmd_scan)
 
@@ -137,6 +143,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     start = None if args.start is None else render.parse_key(args.start, hex_in, "--from")
     end = None if args.end is None else render.parse_key(args.end, hex_in, "--to")
     prefix = None if args.prefix is None else render.parse_key(args.prefix, hex_in, "--prefix")
+    if args.all_versions:
+        return _scan_all_versions(args, start, end, prefix)
     with read_options.reading(args) as (db, options):
         rows = db.scan_entries(start, end, args.reverse, prefix=prefix, options=options)
         try:
@@ -147,6 +155,47 @@ def cmd_scan(args: argparse.Namespace) -> int:
                 render.print_text(render.table(ENTRY_HEADERS, [entry_cells(e, mode) for e in limited]))
         finally:
             rows.close()
+    return 0
+
+
+VERSION_HEADERS = ("key", "seq", "ts", "expire_ts", "flags", "level", "value")
+NOT_WITH_ALL_VERSIONS = ("reverse", "as_of", "seq", "include_expired", "expiry_at")
+
+
+def _scan_all_versions(args: argparse.Namespace, start: bytes | None, end: bytes | None, prefix: bytes | None) -> int:
+    """``scan --all-versions``: `lsm.inspect.stored_versions`, rendered as ``lsm sst scan`` renders rows."""
+    given = [
+        f"--{a.replace('_', '-')}" for a in NOT_WITH_ALL_VERSIONS if getattr(args, a) is not None and getattr(args, a) is not False
+    ]
+    if given:
+        raise ValueError(f"--all-versions shows every stored version as it is; it takes no {', '.join(given)}")
+    from lsm.inspect import stored_versions
+    from lsm.readpath import clip_to_prefix
+    from tools.cmd_sst import flag_bits, flag_text, row_json
+
+    mode = args.bytes_mode
+    start, end = clip_to_prefix(start, end, prefix)
+    rows = stored_versions(db_dir(args.path), start, end)
+    try:
+        limited = itertools.islice(rows, args.limit) if args.limit is not None else rows
+        if args.json:
+            render.print_json_array({**row_json(row, mode), "level": row[5]} for row in limited)
+            return 0
+        cells = [
+            (
+                render.bytes_for_table(row[0], mode),
+                row[1],
+                render.time_cell(row[2]),
+                render.time_cell(row[3]),
+                flag_text(flag_bits(row)),
+                row[5],
+                render.bytes_for_table(row[4], mode, render.MAX_VALUE_CHARS),
+            )
+            for row in limited
+        ]
+        render.print_text(render.table(VERSION_HEADERS, cells))
+    finally:
+        rows.close()
     return 0
 
 

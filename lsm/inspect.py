@@ -26,7 +26,7 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compaction.merge import merge_sources
 from formats.errors import CorruptionError, LsmError
@@ -35,6 +35,9 @@ from formats.sst import SstReader
 from formats.verify import verify_sst
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm.syskeys import SYSTEM_PREFIX, is_system
+
+if TYPE_CHECKING:
+    from lsm.history import HistoryView
 
 CATEGORIES = ("live", "expired", "tombstone", "shadowed")
 
@@ -400,27 +403,35 @@ def stored_versions(path: str, start: bytes | None = None, end: bytes | None = N
 
     view = open_view(path)
     try:
-        by_name = {os.path.basename(r.path): r for r in view.readers}
-        wal = [
-            (*row, "wal")
-            for rec in view.wal
-            for row in rec.rows
-            if (start is None or row[0] >= start) and (end is None or row[0] < end)
-        ]
-        wal.sort(key=lambda row: (row[0], -row[1]))
-        sources: list[Any] = [wal]
-        for name, ssts in levels(view.manifest):
-            its = [_tagged(by_name[e.name].iter(start, end), name) for e in ssts]
-            if name == "L0":  # overlapping: each SST is a source of its own
-                sources += its
-            else:  # a run's SSTs are disjoint and in key order: one source
-                sources.append(itertools.chain.from_iterable(its))
-        for row in merge_sources(sources):
-            if row[0] >= SYSTEM_PREFIX and is_system(row[0]):
-                continue
-            yield row
+        yield from view_versions(view, start, end)
     finally:
         view.close()
+
+
+def view_versions(view: HistoryView, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple]:
+    """`stored_versions` of an open `lsm.history.HistoryView` (opened for every seq: ``open_view(path)``),
+    for a caller that also wants the view's `last_seq`; the caller closes the view."""
+    if view.seqs != (0, None):
+        raise ValueError(f"view_versions needs a view of every seq, not of seqs {view.seqs}")
+    by_name = {os.path.basename(r.path): r for r in view.readers}
+    wal = [
+        (*row, "wal")
+        for rec in view.wal
+        for row in rec.rows
+        if (start is None or row[0] >= start) and (end is None or row[0] < end)
+    ]
+    wal.sort(key=lambda row: (row[0], -row[1]))
+    sources: list[Any] = [wal]
+    for name, ssts in levels(view.manifest):
+        its = [_tagged(by_name[e.name].iter(start, end), name) for e in ssts]
+        if name == "L0":  # overlapping: each SST is a source of its own
+            sources += its
+        else:  # a run's SSTs are disjoint and in key order: one source
+            sources.append(itertools.chain.from_iterable(its))
+    for row in merge_sources(sources):
+        if row[0] >= SYSTEM_PREFIX and is_system(row[0]):
+            continue
+        yield row
 
 
 def _tagged(rows: Iterator[tuple], level: str) -> Iterator[tuple]:
@@ -440,4 +451,5 @@ __all__ = [
     "levels",
     "space_usage",
     "stored_versions",
+    "view_versions",
 ]

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         f"write amplification of this handle so far: {db.write_amplification():.2f} (SST bytes per user byte)"
     )
     cli("manifest", "show", path)
-    cli("du", path, "--at", str(clock.now()))
+    cli("du", path, "--expiry-at", str(clock.now()))
 
     heading("5. Sequence numbers and time: the seq tracker, the decaying time bins, as-of reads")
     t = START + 10 * MINUTE
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         f"expired {ttl}, the oldest run dropped {stats.tombstones_dropped} tombstones, {stats.seconds:.2f} s"
     )
     db.close()
-    cli("du", path, "--at", str(clock.now()))
+    cli("du", path, "--expiry-at", str(clock.now()))
 
     if not args.no_spark:
         heading("7. The same compaction as an Apache Spark batch (local[2]): one task per key range")

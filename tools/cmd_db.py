@@ -158,7 +158,6 @@ def cmd_scan(args: argparse.Namespace) -> int:
     return 0
 
 
-VERSION_HEADERS = ("key", "seq", "ts", "expire_ts", "flags", "level", "value")
 NOT_WITH_ALL_VERSIONS = ("reverse", "as_of", "seq", "include_expired", "expiry_at")
 
 
@@ -171,7 +170,7 @@ def _scan_all_versions(args: argparse.Namespace, start: bytes | None, end: bytes
         raise ValueError(f"--all-versions shows every stored version as it is; it takes no {', '.join(given)}")
     from lsm.inspect import stored_versions
     from lsm.readpath import clip_to_prefix
-    from tools.cmd_sst import flag_bits, flag_text, row_json
+    from tools.cmd_sst import ROW_HEADERS, row_cells, row_json
 
     mode = args.bytes_mode
     start, end = clip_to_prefix(start, end, prefix)
@@ -181,19 +180,8 @@ def _scan_all_versions(args: argparse.Namespace, start: bytes | None, end: bytes
         if args.json:
             render.print_json_array({**row_json(row, mode), "level": row[5]} for row in limited)
             return 0
-        cells = [
-            (
-                render.bytes_for_table(row[0], mode),
-                row[1],
-                render.time_cell(row[2]),
-                render.time_cell(row[3]),
-                flag_text(flag_bits(row)),
-                row[5],
-                render.bytes_for_table(row[4], mode, render.MAX_VALUE_CHARS),
-            )
-            for row in limited
-        ]
-        render.print_text(render.table(VERSION_HEADERS, cells))
+        cells = [(row[5], *row_cells(row, mode)) for row in limited]
+        render.print_text(render.table(("level", *ROW_HEADERS), cells))
     finally:
         rows.close()
     return 0

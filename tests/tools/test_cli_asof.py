@@ -129,4 +129,10 @@ def test_changes_share_the_expiry_options(history_db: Path) -> None:
     assert changes("--seq", 1, "--expiry-at", T0 + MIN)[1] == (2, "k3", "put", "x")
     r = run_lsm("changes", history_db, "--seq", 1, "--at", T0 + MIN)
     assert r.code == 0 and r.err == AT_DEPRECATED + "\n"
-    assert "argument --as-of" not in run_lsm("changes", "--help").out  # changes start at a point
+    # changes start at a point (--since or --seq): they take no --as-of, and need one of the two
+    assert "unrecognized arguments: --as-of" in one_line_error(
+        run_lsm("changes", history_db, "--seq", 1, "--as-of", T0), 2
+    )
+    assert "one of the arguments --since --seq is required" in one_line_error(
+        run_lsm("changes", history_db), 2
+    )

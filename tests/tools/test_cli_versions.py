@@ -49,16 +49,16 @@ def test_every_version_of_every_level_newest_first(tmp_path: Path) -> None:
     assert by[("z", 22)]["flags"] == 1 and by[("z", 22)]["ts"] == T0 + 40
     # the table: flags by name, the level of each version
     lines = run_lsm("scan", "--all-versions", db, "--from", "c", "--to", "d").out.splitlines()
-    assert lines[0].split() == ["key", "seq", "ts", "expire_ts", "flags", "level", "value"]
-    assert lines[1].split() == ["c", "6", "2023-11-14T22:13:20.006Z", "-", "TOMBSTONE", "run", "2", "-"]
+    assert lines[0].split() == ["level", "key", "seq", "ts", "expire_ts", "flags", "value"]
+    assert lines[1].split() == ["run", "2", "c", "6", "2023-11-14T22:13:20.006Z", "-", "TOMBSTONE", "-"]
     assert lines[2].split() == [
+        "run",
+        "1",
         "c",
         "3",
         "2023-11-14T22:13:20.003Z",
         "2023-11-14T22:13:20.100Z",
         "HAS_EXPIRE_TS",
-        "run",
-        "1",
         "c1",
     ]
     r = run_lsm("scan", "--all-versions", "--json", "--prefix", "7a", "--hex", db)

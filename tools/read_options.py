@@ -163,7 +163,7 @@ def reading(args: argparse.Namespace) -> Iterator[tuple[DB, ReadOptions]]:
             elif seq is not None:
                 snap = db.snapshot_at_seq(seq)
         except RetentionError as e:
-            raise RetentionError(_out_of_retention(args, db, e)) from None
+            raise RetentionError(_out_of_retention(args, db, keep, e)) from None
         try:
             yield db, ReadOptions(include_expired=args.include_expired, now=args.expiry_at, snapshot=snap)
         finally:
@@ -171,11 +171,15 @@ def reading(args: argparse.Namespace) -> Iterator[tuple[DB, ReadOptions]]:
                 snap.close()
 
 
-def _out_of_retention(args: argparse.Namespace, db: DB, e: Exception) -> str:
+def _out_of_retention(args: argparse.Namespace, db: DB, keep: int, e: Exception) -> str:
     from lsm.history import history_floor
 
     what = f"as of {render.rfc3339(args.as_of)}" if args.as_of is not None else f"as of seq {args.seq}"
-    if args.history_retention is None:
+    if keep == ALL_HISTORY:  # every version is there: the seq tracker cannot place the point
+        t = db.seq_tracker_entries()
+        oldest = f"seq {t[0][0]} at {render.rfc3339(t[0][1] * 1000)}" if t else "none"
+        why = f"the seq tracker records no commit that far back (its oldest entry: {oldest})"
+    elif args.history_retention is None:
         why = (
             "compaction has dropped old versions of this database (history floor "
             f"seq {history_floor(db.manifest)}), and a read-only open cannot know how much history the writer "

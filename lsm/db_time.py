@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lsm.errors import RetentionError
+from lsm.options import ReadOptions
 from lsm.readpath import changed_rows
 from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
@@ -74,7 +75,7 @@ class TimeMixin:
         return snap
 
     def changes(
-        self, since: int | str | None = None, *, seq: int | None = None
+        self, since: int | str | None = None, *, seq: int | None = None, options: ReadOptions | None = None
     ) -> Iterator[tuple[int, bytes, bytes | None, int | None]]:
         """(seq, key, value or None, ts) for keys whose latest version is newer than a point, oldest
         change first, one per key (its newest version; None for a delete or an expired row).
@@ -83,21 +84,25 @@ class TimeMixin:
         too many changes, never too few) or `seq=` directly. SSTs whose max_seq is not newer are skipped.
         Only final seqs are returned: none above `stable_seq` (a running bulk load holds the feed below
         its range until it commits, then its rows come in one answer, whatever their seqs in the range).
+        ReadOptions as in `get`: `now` judges expiry at that time, `include_expired` reports an expired
+        row with its value, and `snapshot` ends the changes at its seq instead of the latest.
         """
         self._check_open()
         if (since is None) == (seq is None):
             raise ValueError("changes() needs exactly one of since= or seq=")
+        max_seq, include_expired, now = (None, False, None) if options is None else self._read_point(options)
         if seq is None:
             seq = self._timeline.since_seq(parse_time(since))
             if seq is None:
                 return iter(())
-        now = self._clock.read()
+        if now is None:
+            now = self._clock.read()
         with self._state_lock:
             st = self._vs.state
-            top = self.stable_seq
+            top = self.stable_seq if max_seq is None else min(max_seq, self.stable_seq)
             self._vs.iter_gens[st.gen] += 1
         try:
-            out = changed_rows(st, seq, top, now)
+            out = changed_rows(st, seq, top, now, include_expired)
         finally:
             self._vs.unpin(st.gen)
         return iter(out)

@@ -14,6 +14,9 @@ Both work on the files, not through an open `DB`: they never fence a running wri
   expire_ts at `now`), tombstones (the newest version, a delete) and shadowed (an older version no reader
   without a snapshot sees). Row bytes are encoded, uncompressed row sizes; `size` is bytes on disk.
 
+- `stored_versions(path, start, end)`: every version the database stores (what ``lsm scan --all-versions``
+  and ``lsm dump`` read), key by key, newest first, with the level holding it.
+
 ``lsm check`` and ``lsm du`` (tools/cmd_db.py) only render these results.
 """
 
@@ -23,7 +26,7 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compaction.merge import merge_sources
 from formats.errors import CorruptionError, LsmError
@@ -32,6 +35,9 @@ from formats.sst import SstReader
 from formats.verify import verify_sst
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm.syskeys import SYSTEM_PREFIX, is_system
+
+if TYPE_CHECKING:
+    from lsm.history import HistoryView
 
 CATEGORIES = ("live", "expired", "tombstone", "shadowed")
 
@@ -382,6 +388,57 @@ def space_usage(path: str, now: int | None = None) -> SpaceReport:
     return SpaceReport(now, usage, total, m.purge_lag)
 
 
+# -- every stored version ----------------------------------------------------------------------------------
+def stored_versions(path: str, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple]:
+    """Every version of the user keys in [start, end) the database at `path` stores, as ``(key, seq, ts,
+    expire_ts, value, level)``: key ascending, seq descending within a key (the read path's order), value
+    None for a tombstone, level "wal" (unflushed), "L0" or "run <id>". Nothing is resolved: shadowed
+    versions, tombstones and expired rows are all there, as RocksDB's ``ldb idump`` shows them.
+
+    Read from one consistent view of the files (`lsm.history.open_view`: a flush or compaction committing
+    meanwhile makes it read again), without opening the database, so a running writer is not fenced. The
+    engine's own rows (the remaps of ingested sources) are left out. A generator: close it (or read it
+    to the end) to release the SSTs."""
+    from lsm.history import open_view
+
+    view = open_view(path)
+    try:
+        yield from view_versions(view, start, end)
+    finally:
+        view.close()
+
+
+def view_versions(view: HistoryView, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple]:
+    """`stored_versions` of an open `lsm.history.HistoryView` (opened for every seq: ``open_view(path)``),
+    for a caller that also wants the view's `last_seq`; the caller closes the view."""
+    if view.seqs != (0, None):
+        raise ValueError(f"view_versions needs a view of every seq, not of seqs {view.seqs}")
+    by_name = {os.path.basename(r.path): r for r in view.readers}
+    wal = [
+        (*row, "wal")
+        for rec in view.wal
+        for row in rec.rows
+        if (start is None or row[0] >= start) and (end is None or row[0] < end)
+    ]
+    wal.sort(key=lambda row: (row[0], -row[1]))
+    sources: list[Any] = [wal]
+    for name, ssts in levels(view.manifest):
+        its = [_tagged(by_name[e.name].iter(start, end), name) for e in ssts]
+        if name == "L0":  # overlapping: each SST is a source of its own
+            sources += its
+        else:  # a run's SSTs are disjoint and in key order: one source
+            sources.append(itertools.chain.from_iterable(its))
+    for row in merge_sources(sources):
+        if row[0] >= SYSTEM_PREFIX and is_system(row[0]):
+            continue
+        yield row
+
+
+def _tagged(rows: Iterator[tuple], level: str) -> Iterator[tuple]:
+    for row in rows:
+        yield (*row, level)
+
+
 __all__ = [
     "CATEGORIES",
     "CheckError",
@@ -393,4 +450,6 @@ __all__ = [
     "latest_manifest",
     "levels",
     "space_usage",
+    "stored_versions",
+    "view_versions",
 ]

@@ -319,9 +319,12 @@ def concat(first: Iterator, second: Iterator) -> Iterator:
         second.close()  # type: ignore[attr-defined]
 
 
-def changed_rows(st: State, seq: int, top: int, now: int) -> list[tuple[int, bytes, bytes | None, int | None]]:
+def changed_rows(
+    st: State, seq: int, top: int, now: int, include_expired: bool = False
+) -> list[tuple[int, bytes, bytes | None, int | None]]:
     """(seq, key, value or None, ts) for user keys whose newest version (seq <= top) is newer than `seq`,
-    oldest change first; None for a delete or a row expired at `now`. Skips SSTs with nothing newer."""
+    oldest change first; None for a delete or (unless `include_expired`) a row expired at `now`. Skips
+    SSTs with nothing newer."""
     sources = [st.mem.iter()] + [m.iter() for m in st.imm]
     sources += [r.iter() for _e, r in st.l0 if r.info.max_seq > seq]
     for run in st.runs:
@@ -335,7 +338,7 @@ def changed_rows(st: State, seq: int, top: int, now: int) -> list[tuple[int, byt
         if row[1] <= seq:
             continue
         value = row[4]
-        if value is not None and row[3] is not None and now > row[3]:
+        if value is not None and row[3] is not None and now > row[3] and not include_expired:
             value = None
         out.append((row[1], row[0], value, row[2]))
     out.sort(key=lambda c: (c[0], c[1]))

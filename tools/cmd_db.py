@@ -2,7 +2,8 @@
 
 get and scan read through the engine (`DB.open(path, read_only=True)`): the same version resolution,
 tombstones and expiry as an application sees, without fencing a running writer (a read-only open does
-not bump the writer epoch; it replays the WAL into memory only). check and du read the files directly,
+not bump the writer epoch; it replays the WAL into memory only). Their read options (as-of reads, expiry)
+are those of tools.read_options, shared with ``lsm changes``. check and du read the files directly,
 through `lsm.inspect.check_database` and `lsm.inspect.space_usage`; this module only renders them.
 """
 
@@ -13,31 +14,33 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from tools import render
+from tools import read_options, render
 from tools.cmd_manifest import purge_lag_text
 from tools.common import db_dir
 
 if TYPE_CHECKING:  # the engine is imported where it is used (see tools.cmd_manifest)
-    from lsm.db import DB, Entry
+    from lsm.db import Entry
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     get = sub.add_parser(
         "get",
         help="the visible value of a key, read-only",
-        description="Read KEY through the engine, read-only (a running writer is not fenced). Exits 1 when "
-        "the key is absent, deleted or expired.",
+        description="Read KEY through the engine, read-only (a running writer is not fenced): the latest "
+        "state, or with --as-of/--seq the state as of a time or a commit. Exits 1 when the key is absent, "
+        "deleted or expired.",
     )
     get.add_argument("path", metavar="PATH")
     get.add_argument("key", metavar="KEY")
-    _read_args(get)
+    read_options.add_read_options(get, "as-of")
     get.set_defaults(func=cmd_get)
 
     scan = sub.add_parser(
         "scan",
         help="the visible rows of a key range, read-only",
         description="Scan the database through the engine, read-only (a running writer is not fenced): the "
-        "newest visible version of each key, without tombstones or (unless --include-expired) expired rows.",
+        "newest visible version of each key (of the latest state, or with --as-of/--seq of the state as of a "
+        "time or a commit), without tombstones or (unless --include-expired) expired rows.",
     )
     scan.add_argument("path", metavar="PATH")
     scan.add_argument("--from", dest="start", metavar="KEY", help="first key (inclusive)")
@@ -45,7 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     scan.add_argument("--prefix", metavar="KEY", help="only keys starting with this prefix")
     scan.add_argument("--limit", type=render.int_arg(0), metavar="N", help="stop after N rows")
     scan.add_argument("--reverse", action="store_true", help="descending key order")
-    _read_args(scan)
+    scan.add_argument(
+        "--all-versions",
+        action="store_true",
+        help="every version stored (WAL, L0, runs), tombstones and expired rows included, newest first "
+        "per key, with its flags and level, as RocksDB's 'ldb idump'; takes no read options",
+    )
+    read_options.add_read_options(scan, "as-of")
     scan.set_defaults(func=cmd_scan)
 
     check = sub.add_parser(
@@ -72,33 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "size is the files' bytes on disk.",
     )
     du.add_argument("path", metavar="PATH")
-    du.add_argument(
-        "--at",
-        type=render.time_arg,
-        metavar="TIME",
-        help="judge expiry at TIME (RFC 3339 or epoch ms) instead of the database clock (system time)",
-    )
+    read_options.add_expiry_options(du)
     render.add_output_args(du, bytes_args=False)
     du.set_defaults(func=cmd_du)
-
-
-def _read_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--include-expired", action="store_true", help="also rows whose TTL has passed")
-    p.add_argument(
-        "--at",
-        type=render.time_arg,
-        metavar="TIME",
-        help="judge expiry at TIME (RFC 3339 or epoch ms) instead of the database clock",
-    )
-    render.add_output_args(p)
-
-
-def open_db(path: str) -> DB:
-    """The database at `path`, read-only (no fencing, WAL replayed in memory, no background threads)."""
-    from lsm.db import DB
-    from lsm.options import DbOptions
-
-    return DB.open(db_dir(path), DbOptions(block_cache_bytes=0), read_only=True)
 
 
 def entry_json(e: Entry, mode: str) -> dict[str, Any]:
@@ -128,10 +113,8 @@ ENTRY_HEADERS = ("key", "seq", "ts", "expire_ts", "value")
 def cmd_get(args: argparse.Namespace) -> int:
     mode = args.bytes_mode
     key = render.parse_key(args.key, mode == "hex", "KEY")
-    from lsm.options import ReadOptions
-
-    with open_db(args.path) as db:
-        e = db.get_entry(key, ReadOptions(include_expired=args.include_expired, now=args.at))
+    with read_options.reading(args) as (db, options):
+        e = db.get_entry(key, options)
     if e is None:
         if args.json:
             render.print_json(None)
@@ -160,13 +143,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
     start = None if args.start is None else render.parse_key(args.start, hex_in, "--from")
     end = None if args.end is None else render.parse_key(args.end, hex_in, "--to")
     prefix = None if args.prefix is None else render.parse_key(args.prefix, hex_in, "--prefix")
-    from lsm.options import ReadOptions
-
-    with open_db(args.path) as db:
-        rows = db.scan_entries(
-            start, end, args.reverse, prefix=prefix,
-            options=ReadOptions(include_expired=args.include_expired, now=args.at),
-        )
+    if args.all_versions:
+        return _scan_all_versions(args, start, end, prefix)
+    with read_options.reading(args) as (db, options):
+        rows = db.scan_entries(start, end, args.reverse, prefix=prefix, options=options)
         try:
             limited: Iterator[Entry] = itertools.islice(rows, args.limit) if args.limit is not None else rows
             if args.json:
@@ -175,6 +155,35 @@ def cmd_scan(args: argparse.Namespace) -> int:
                 render.print_text(render.table(ENTRY_HEADERS, [entry_cells(e, mode) for e in limited]))
         finally:
             rows.close()
+    return 0
+
+
+NOT_WITH_ALL_VERSIONS = ("reverse", "as_of", "seq", "include_expired", "expiry_at")
+
+
+def _scan_all_versions(args: argparse.Namespace, start: bytes | None, end: bytes | None, prefix: bytes | None) -> int:
+    """``scan --all-versions``: `lsm.inspect.stored_versions`, rendered as ``lsm sst scan`` renders rows."""
+    given = [
+        f"--{a.replace('_', '-')}" for a in NOT_WITH_ALL_VERSIONS if getattr(args, a) is not None and getattr(args, a) is not False
+    ]
+    if given:
+        raise ValueError(f"--all-versions shows every stored version as it is; it takes no {', '.join(given)}")
+    from lsm.inspect import stored_versions
+    from lsm.readpath import clip_to_prefix
+    from tools.cmd_sst import ROW_HEADERS, row_cells, row_json
+
+    mode = args.bytes_mode
+    start, end = clip_to_prefix(start, end, prefix)
+    rows = stored_versions(db_dir(args.path), start, end)
+    try:
+        limited = itertools.islice(rows, args.limit) if args.limit is not None else rows
+        if args.json:
+            render.print_json_array({**row_json(row, mode), "level": row[5]} for row in limited)
+            return 0
+        cells = [(row[5], *row_cells(row, mode)) for row in limited]
+        render.print_text(render.table(("level", *ROW_HEADERS), cells))
+    finally:
+        rows.close()
     return 0
 
 
@@ -221,7 +230,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_du(args: argparse.Namespace) -> int:
     from lsm.inspect import CATEGORIES, space_usage
 
-    rep = space_usage(db_dir(args.path), args.at)
+    read_options.warn_deprecated(args)
+    rep = space_usage(db_dir(args.path), args.expiry_at)
     levels = [x.to_dict() for x in [*rep.levels, rep.total]]
     if args.json:
         render.print_json(

@@ -228,19 +228,23 @@ def cmd_scan(args: argparse.Namespace) -> int:
         if args.json:
             render.print_json_array(row_json(row, mode) for row in rows)
             return 0
-        cells = [
-            (
-                render.bytes_for_table(row[0], mode),
-                row[1],
-                render.time_cell(row[2]),
-                render.time_cell(row[3]),
-                flag_text(flag_bits(row)),
-                render.bytes_for_table(row[4], mode, render.MAX_VALUE_CHARS),
-            )
-            for row in rows
-        ]
-        render.print_text(render.table(("key", "seq", "ts", "expire_ts", "flags", "value"), cells))
+        render.print_text(render.table(ROW_HEADERS, [row_cells(row, mode) for row in rows]))
     return 0
+
+
+ROW_HEADERS = ("key", "seq", "ts", "expire_ts", "flags", "value")
+
+
+def row_cells(row: tuple, mode: str) -> tuple:
+    """The table cells of a stored row (`ROW_HEADERS`), as ``sst scan`` and ``scan --all-versions`` show it."""
+    return (
+        render.bytes_for_table(row[0], mode),
+        row[1],
+        render.time_cell(row[2]),
+        render.time_cell(row[3]),
+        flag_text(flag_bits(row)),
+        render.bytes_for_table(row[4], mode, render.MAX_VALUE_CHARS),
+    )
 
 
 # -- verify -------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import argparse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from tools import render
+from tools import read_options, render
 
 if TYPE_CHECKING:
     from lsm.db import DB
@@ -89,15 +89,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "N), or --since TIME (RFC 3339 or epoch ms), which the decaying time bins map to a seq at or "
         "before TIME: it errs towards too many changes, never too few, and a TIME more than 3 hours after "
         "the newest bin gives nothing. A delete, or a row whose TTL has passed, shows as op 'delete' with "
-        "no value; deletes whose tombstone compaction has removed are not shown. Ordered by seq. SSTs "
-        "holding nothing newer are not read. Opens the database read-only.",
+        "no value (unless --include-expired; --expiry-at judges expiry at another time); deletes whose "
+        "tombstone compaction has removed are not shown. Ordered by seq. SSTs holding nothing newer are "
+        "not read. Opens the database read-only; its read options are those of get and scan.",
     )
     ch.add_argument("path", metavar="PATH")
-    g = ch.add_mutually_exclusive_group(required=True)
-    g.add_argument("--since", type=render.time_arg, metavar="TIME", help="changes since TIME")
-    g.add_argument("--seq", type=render.int_arg(0), metavar="N", help="changes with a seq greater than N")
     ch.add_argument("--limit", type=render.int_arg(0), metavar="N", help="stop after N changes")
-    render.add_output_args(ch)
+    read_options.add_read_options(ch, "since")
     ch.set_defaults(func=cmd_changes)
 
 
@@ -110,13 +108,7 @@ def _round_arg(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-def open_read_only(path: str) -> DB:
-    """The database at `path`, read-only: no fencing, WAL replayed in memory, no background threads."""
-    from lsm.db import DB
-    from lsm.options import DbOptions
-    from tools.common import db_dir
-
-    return DB.open(db_dir(path), DbOptions(block_cache_bytes=0, background_compaction=False), read_only=True)
+open_read_only = read_options.open_read_only  # kept under this name for the commands that import it here
 
 
 def _round(name: str) -> Any:
@@ -259,11 +251,11 @@ def _change_cells(c: tuple[int, bytes, bytes | None, int | None], mode: str) -> 
 
 def cmd_changes(args: argparse.Namespace) -> int:
     mode = args.bytes_mode
-    with open_read_only(args.path) as db:
+    with read_options.reading(args) as (db, options):
         if args.since is not None:
-            it: Iterator = db.changes(since=args.since)
+            it: Iterator = db.changes(since=args.since, options=options)
         else:
-            it = db.changes(seq=args.seq)
+            it = db.changes(seq=args.seq, options=options)
         rows = list(it)
     if args.limit is not None:
         rows = rows[: args.limit]

@@ -27,6 +27,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tools.cmd_manifest",
     "tools.cmd_wal",
     "tools.cmd_db",
+    "tools.cmd_write",
+    "tools.cmd_dump",
     "tools.cmd_bench",
     "tools.cmd_compact",
     "tools.cmd_time",

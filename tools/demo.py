@@ -122,7 +122,7 @@ def run_demo(root: str, no_spark: bool) -> int:
         f"write amplification of this handle so far: {db.write_amplification():.2f} (SST bytes per user byte)"
     )
     cli("manifest", "show", path)
-    cli("du", path, "--at", str(clock.now()))
+    cli("du", path, "--expiry-at", str(clock.now()))
 
     heading("Sequence numbers and time: the seq tracker, the decaying time bins, as-of reads")
     t = START + 10 * MINUTE
@@ -150,7 +150,7 @@ def run_demo(root: str, no_spark: bool) -> int:
         f"expired {ttl}, the oldest run dropped {stats.tombstones_dropped} tombstones, {stats.seconds:.2f} s"
     )
     db.close()
-    cli("du", path, "--at", str(clock.now()))
+    cli("du", path, "--expiry-at", str(clock.now()))
 
     if not no_spark:
         heading("The same compaction as an Apache Spark batch (local[2]): one task per key range")

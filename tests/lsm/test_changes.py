@@ -296,3 +296,23 @@ def test_changes_since_a_time_never_misses_a_change(steps, flushes, probes):
                     assert written[k][0] == _seq  # the newest version, never an older one
         finally:
             db.close()
+
+
+def test_changes_take_read_options(tmp_path):
+    """ReadOptions: `now` judges expiry, `include_expired` keeps an expired row's value, and a snapshot
+    ends the changes at its seq."""
+    clock = lsm.ManualClock(T0)
+    with open_db(tmp_path / "db", clock) as db:
+        db.put(b"a", b"1")
+        db.put(b"t", b"x", ttl=1_000)
+        snap = db.snapshot()
+        db.put(b"a", b"2")
+        clock.advance(5_000)
+        assert list(db.changes(seq=0)) == [(2, b"t", None, T0), (3, b"a", b"2", T0)]
+        assert list(db.changes(seq=0, options=lsm.ReadOptions(include_expired=True)))[0] == (2, b"t", b"x", T0)
+        assert list(db.changes(seq=0, options=lsm.ReadOptions(now=T0 + 1_000)))[0] == (2, b"t", b"x", T0)
+        with snap:
+            assert list(db.changes(seq=0, options=lsm.ReadOptions(snapshot=snap, now=T0))) == [
+                (1, b"a", b"1", T0),
+                (2, b"t", b"x", T0),
+            ]

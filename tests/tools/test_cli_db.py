@@ -14,7 +14,7 @@ from tests.tools._cli import T0, build_db, build_runs_db, one_line_error, run_ls
 
 # -- get / scan -------------------------------------------------------------------------------------------
 def test_scan_json_reads_through_the_engine(small_db: Path) -> None:
-    r = run_lsm("scan", "--json", "--at", T0 + 5_000, small_db)
+    r = run_lsm("scan", "--json", "--expiry-at", T0 + 5_000, small_db)
     assert r.code == 0, r.err
     assert r.json() == [
         {"key": "k1", "value": "v1-new", "seq": 8, "ts": T0 + 2_000, "expire_ts": None},  # from the WAL
@@ -32,7 +32,7 @@ def test_scan_json_reads_through_the_engine(small_db: Path) -> None:
 
 
 def test_scan_and_get_tables(small_db: Path) -> None:
-    r = run_lsm("scan", "--at", "2023-11-14T22:13:25Z", small_db)
+    r = run_lsm("scan", "--expiry-at", "2023-11-14T22:13:25Z", small_db)
     assert r.code == 0, r.err
     lines = r.out.splitlines()
     assert lines[0].split() == ["key", "seq", "ts", "expire_ts", "value"]
@@ -50,7 +50,7 @@ def test_scan_and_get_tables(small_db: Path) -> None:
 
 
 def test_get_json_expiry_and_not_found(small_db: Path) -> None:
-    r = run_lsm("get", "--json", "--at", T0 + 10_000, small_db, "k3")  # visible at now == expire_ts
+    r = run_lsm("get", "--json", "--expiry-at", T0 + 10_000, small_db, "k3")  # visible at now == expire_ts
     assert r.code == 0 and r.json() == {
         "key": "k3",
         "value": "v3",
@@ -58,7 +58,7 @@ def test_get_json_expiry_and_not_found(small_db: Path) -> None:
         "ts": T0,
         "expire_ts": T0 + 10_000,
     }
-    r = run_lsm("get", "--json", "--at", T0 + 10_001, small_db, "k3")
+    r = run_lsm("get", "--json", "--expiry-at", T0 + 10_001, small_db, "k3")
     assert one_line_error(r, 1) == "lsm: error: key k3 not found (absent, deleted or expired)"
     assert r.out == "null\n"
     assert run_lsm("get", "--include-expired", small_db, "k3").code == 0
@@ -165,7 +165,7 @@ def _by_level(d: dict) -> dict:
 def test_du_classifies_rows_by_the_read_path(tmp_path: Path) -> None:
     db = tmp_path / "db"
     build_runs_db(db)
-    r = run_lsm("du", "--json", "--at", T0 + 1_000, db)
+    r = run_lsm("du", "--json", "--expiry-at", T0 + 1_000, db)
     assert r.code == 0, r.err
     d = r.json()
     assert d["at"] == T0 + 1_000 and d["at_rfc3339"] == "2023-11-14T22:13:21.000Z"
@@ -185,12 +185,12 @@ def test_du_classifies_rows_by_the_read_path(tmp_path: Path) -> None:
     assert lv["L0"]["files"] == 1 and lv["run 2"]["files"] == 2
     assert d["total"]["size"] == sum(x["size"] for x in d["levels"])
     # earlier, f has not expired yet
-    early = _by_level(run_lsm("du", "--json", "--at", "2023-11-14T22:13:20.400Z", db).json())
+    early = _by_level(run_lsm("du", "--json", "--expiry-at", "2023-11-14T22:13:20.400Z", db).json())
     assert early["run 2"]["live_rows"] == 3 and early["run 2"]["expired_rows"] == 0
 
 
 def test_du_table(small_db: Path) -> None:
-    r = run_lsm("du", "--at", T0, small_db)
+    r = run_lsm("du", "--expiry-at", T0, small_db)
     assert r.code == 0, r.err
     lines = r.out.splitlines()
     assert lines[0] == f"expiry judged at 2023-11-14T22:13:20.000Z ({T0})"
@@ -212,8 +212,8 @@ def test_du_table(small_db: Path) -> None:
     counts = [[int(n) for n in re.findall(r"\((\d+)\)", ln)] for ln in lines[2:-1]]
     # wal: k1@8, k5 live. L0: k2@5, k3 live; k4@6 tombstone; k1@1 (under the WAL), k2@2, k4@4 shadowed
     assert counts == [[2, 0, 0, 0], [2, 0, 1, 3], [4, 0, 1, 3]]
-    assert one_line_error(run_lsm("du", "--at", "yesterday", small_db), 2).startswith(
-        "lsm: error: du: argument --at"
+    assert one_line_error(run_lsm("du", "--expiry-at", "yesterday", small_db), 2).startswith(
+        "lsm: error: du: argument --expiry-at"
     )
 
 
@@ -241,7 +241,7 @@ def test_bad_numbers_and_times_are_usage_errors(small_db: Path) -> None:
     for cmd in (("scan", small_db), ("sst", "scan", sorted((small_db / "sst").iterdir())[0])):
         r = run_lsm(*cmd, "--limit", "-1")
         assert r.code == 2 and "argument --limit: '-1' is negative" in r.err, r.err
-    r = run_lsm("du", "--at", "2023-11-14T22:13:20", small_db)
+    r = run_lsm("du", "--expiry-at", "2023-11-14T22:13:20", small_db)
     assert r.code == 2 and "needs a zone: add Z (UTC) or an offset" in r.err, r.err
-    assert run_lsm("du", "--json", "--at", "2023-11-14T23:13:20+01:00", small_db).json()["at"] == T0
+    assert run_lsm("du", "--json", "--expiry-at", "2023-11-14T23:13:20+01:00", small_db).json()["at"] == T0
 

@@ -26,6 +26,7 @@ from typing import Any
 from tools import render
 
 EXIT_NONE = 1
+MAX_INTERVAL_MS = 3_600_000  # an hour: a longer poll is no tail, and the wait must stay a representable time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ing.add_argument("--name", required=True, help="the remap name (one per source)")
     ing.add_argument("--follow", action="store_true", help="keep tailing the log until Ctrl-C")
     ing.add_argument(
-        "--interval", type=render.int_arg(1), default=200, metavar="MS", help="--follow polls every MS (200)"
+        "--interval",
+        type=render.int_arg(1, MAX_INTERVAL_MS),
+        default=200,
+        metavar="MS",
+        help=f"--follow polls every MS (200; at most {MAX_INTERVAL_MS})",
     )
     ing.add_argument(
         "--batch-records",
@@ -163,14 +168,24 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     import os
 
     import lsm
+    from lsm.remap_store import check_name
     from lsm.sources import PartitionedLog
 
+    # Everything that can be refused is refused before the store is opened: opening it writable fences a
+    # running writer, and creates the database directory when there is none.
+    check_name(args.name)
     if not os.path.isdir(args.log):
         raise ValueError(f"{args.log}: no such log directory")
-    if args.engine != "stream":
-        return _bulk(args)
-    if args.master is not None or args.tasks is not None:
+    if args.engine == "stream" and (args.master is not None or args.tasks is not None):
         raise ValueError("--master and --tasks apply to --engine local or spark only")
+    log = PartitionedLog(args.log)
+    # index every partition now (what the ingest does first anyway, on this same instance, so it costs
+    # nothing twice): a partition that cannot be read (not a regular file, damaged, unreadable) fails here
+    end_of = log.end if args.engine == "stream" else log.plan_end
+    for p in log.partitions():
+        end_of(p)
+    if args.engine != "stream":
+        return _bulk(args, log)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -181,7 +196,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         with lsm.DB.open(args.path, lsm.DbOptions(history_retention=args.history_retention)) as db:
-            log = PartitionedLog(args.log)
             left = args.max_records
             while True:
                 stats = db.ingest(
@@ -236,13 +250,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bulk(args: argparse.Namespace) -> int:
-    """``--engine local|spark``: one bulk load (lsm.bulk), then the same summary as a streaming ingest."""
+def _bulk(args: argparse.Namespace, log_source: Any) -> int:
+    """``--engine local|spark``: one bulk load (lsm.bulk) of `log_source` (the checked PartitionedLog),
+    then the same summary as a streaming ingest."""
     import os
     import tempfile
 
     import lsm
-    from lsm.sources import PartitionedLog
     from tools.common import SparkCompactionError, SparkStartError, start_spark, stderr_to
 
     if args.follow or args.max_records is not None:
@@ -265,7 +279,7 @@ def _bulk(args: argparse.Namespace) -> int:
                 finally:
                     os.close(fd)
             stats = db.ingest(
-                PartitionedLog(args.log),
+                log_source,
                 name=args.name,
                 ttl_base=args.ttl_base,
                 engine=args.engine,

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     w.add_argument("dir", metavar="DIR")
     w.add_argument(
-        "--partition", type=render.int_arg(0), default=0, metavar="P", help="for lines without one (0)"
+        "--partition", type=_partition_arg, default=0, metavar="P", help="for lines without one (0)"
     )
     w.add_argument("--sync", action="store_true", help="fsync after every record (else once at the end)")
     w.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -62,11 +62,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "record).",
     )
     sh.add_argument("dir", metavar="DIR")
-    sh.add_argument("--partition", type=render.int_arg(0), metavar="P", help="only partition P")
+    sh.add_argument("--partition", type=_partition_arg, metavar="P", help="only partition P")
     sh.add_argument("--from", dest="start", type=render.int_arg(0), default=0, metavar="OFFSET")
     sh.add_argument("--limit", type=render.int_arg(0), metavar="N", help="at most N records per partition")
     render.add_output_args(sh)
     sh.set_defaults(func=cmd_show)
+
+
+def _partition_arg(text: str) -> int:
+    from lsm.sources.protocol import MAX_PARTITION
+
+    return render.int_arg(0, MAX_PARTITION)(text)
 
 
 # -- write ----------------------------------------------------------------------------------------------
@@ -103,6 +109,8 @@ def parse_line(line: str, default_partition: int) -> tuple[int, int | None, dict
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not JSON: {e.msg} at column {e.colno}") from None
+    except RecursionError:  # (no record nests at all: a hostile or broken line)
+        raise ValueError("JSON nested too deeply (a record is one flat object)") from None
     if not isinstance(obj, dict):
         raise ValueError("a record must be a JSON object")
     unknown = sorted(set(obj) - FIELDS)

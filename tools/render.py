@@ -144,9 +144,9 @@ def time_arg(text: str) -> int:
     return ms
 
 
-def int_arg(minimum: int | None):
-    """argparse `type=` for an integer option of at least `minimum` (None: any integer, e.g. a seed):
-    bad input is a usage error."""
+def int_arg(minimum: int | None, maximum: int | None = None):
+    """argparse `type=` for an integer option of at least `minimum` (None: any integer, e.g. a seed) and
+    at most `maximum` (None: no bound): bad input is a usage error."""
 
     def parse(text: str) -> int:
         try:
@@ -155,6 +155,8 @@ def int_arg(minimum: int | None):
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if minimum is not None and v < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} is negative" if v < 0 else f"{text!r} is below {minimum}")
+        if maximum is not None and v > maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} is above {maximum}")
         return v
 
     return parse

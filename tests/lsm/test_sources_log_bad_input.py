@@ -41,7 +41,12 @@ def test_a_fifo_partition_is_refused_by_reader_and_writer(tmp_path: Path) -> Non
     os.mkfifo(partition_path(str(tmp_path), 0))
     log = PartitionedLog(tmp_path)
     assert log.partitions() == [0]
-    for call in (lambda: log.end(0), lambda: log.plan_end(0), lambda: list(log.read(0, 0)), lambda: log.torn_bytes(0)):
+    for call in (
+        lambda: log.end(0),
+        lambda: log.plan_end(0),
+        lambda: list(log.read(0, 0)),
+        lambda: log.torn_bytes(0),
+    ):
         with pytest.raises(SourceError, match="0.log: a FIFO, not a partition file"):
             _in_thread(call)
     with LogWriter(tmp_path) as w, pytest.raises(SourceError, match="a FIFO"):

@@ -31,7 +31,9 @@ def test_a_fifo_partition_fails_show_and_ingest_at_once_and_creates_no_database(
 def test_partition_ids_beyond_64_bits_are_refused_by_write_and_by_ingest(tmp_path) -> None:
     log, db = tmp_path / "log", tmp_path / "db"
     big = MAX_PARTITION + 1
-    msg = one_line_error(lsm_in(f'{{"partition": {big}, "key": "a", "value": "b"}}\n', "log", "write", log), 2)
+    msg = one_line_error(
+        lsm_in(f'{{"partition": {big}, "key": "a", "value": "b"}}\n', "log", "write", log), 2
+    )
     assert "stdin line 1" in msg and "at most 2**64-1" in msg
     assert not (log / f"{big}.log").exists()
     one_line_error(run_lsm("log", "write", log, "--partition", big), 2)  # (stdin empty: refused anyway)

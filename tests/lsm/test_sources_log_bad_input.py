@@ -113,3 +113,15 @@ def test_a_log_writer_refuses_a_database_directory(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="an lsm-sim database directory, not a partitioned log"):
         LogWriter(db_dir)
     assert sorted(os.listdir(db_dir)) == before
+
+
+def test_a_bulk_load_slice_of_a_file_swapped_for_a_fifo_is_refused(tmp_path: Path) -> None:
+    from lsm.sources.slices import LogSlice
+
+    path = partition_path(str(tmp_path), 0)
+    os.mkfifo(path)
+    piece = LogSlice("log", path, (0, 0), 0, 0, 1, 6, 40)  # as planned from the regular file it replaced
+    with pytest.raises(SourceError, match="a FIFO"):
+        _in_thread(lambda: list(piece.records()))
+    with pytest.raises(SourceError, match="a FIFO"):
+        _in_thread(piece.plain)

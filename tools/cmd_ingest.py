@@ -174,6 +174,40 @@ class _Progress:
 def cmd_ingest(args: argparse.Namespace) -> int:
     import os
 
+    fresh = not os.path.lexists(args.path)
+    try:
+        return _ingest(args)
+    except BaseException:
+        if fresh:  # a run that fails before it commits anything leaves no database of its own behind
+            _remove_unused_store(args.path)
+        raise
+
+
+def _remove_unused_store(path: str) -> None:
+    """Remove the store at `path`, which this run created, if it still holds nothing: no seq committed,
+    no SST, every WAL segment empty, nothing but the store's own directories. Anything else (a store some
+    other process wrote to meanwhile) is left alone."""
+    import os
+    import shutil
+
+    from lsm.errors import LsmError
+    from lsm.inspect import DB_ENTRIES, latest_manifest
+
+    try:
+        _mid, m = latest_manifest(path)
+        wal = os.path.join(path, "wal")
+        if m.last_seq or m.l0 or m.runs or set(os.listdir(path)) - DB_ENTRIES:
+            return
+        if any(os.path.getsize(os.path.join(wal, n)) for n in os.listdir(wal)):
+            return
+    except (OSError, LsmError):  # not (or no longer) a store this run made: leave it
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    import os
+
     import lsm
     from lsm.remap_store import check_name
     from lsm.sources import PartitionedLog

@@ -89,3 +89,31 @@ def test_log_write_refuses_a_database_and_check_warns_about_foreign_files(tmp_pa
     assert r.out.endswith("OK, with 1 warning\n")
     j = run_lsm("check", db, "--json").json()
     assert j["ok"] and len(j["warnings"]) == 1 and "0.log" in j["warnings"][0]
+
+
+def test_an_ingest_that_fails_before_its_first_commit_leaves_no_new_store(tmp_path) -> None:
+    log = tmp_path / "log"
+    with LogWriter(log) as w:  # a record the log holds but the store cannot: its expiry overflows
+        w.append(0, b"k", b"v", ttl=2**63 - 1)
+    for engine in ("stream", "local"):
+        db = tmp_path / f"new-{engine}"
+        assert "does not fit" in one_line_error(
+            run_lsm("ingest", db, log, "--name", "s", "--engine", engine), 2
+        )
+        assert not db.exists()
+    old = tmp_path / "old"  # a store that existed before the run is never removed, even if empty
+    lsm.DB.open(old).close()
+    one_line_error(run_lsm("ingest", old, log, "--name", "s"), 2)
+    assert sorted(os.listdir(old)) == ["manifest", "sst", "wal"]
+
+
+def test_an_ingest_that_fails_after_committing_keeps_what_it_committed(tmp_path) -> None:
+    log, db = tmp_path / "log", tmp_path / "db"
+    with LogWriter(log) as w:
+        for i in range(10):
+            w.append(0, b"k%d" % i, b"v")
+        w.append(0, b"bad", b"v", ttl=2**63 - 1)
+    r = run_lsm("ingest", db, log, "--name", "s", "--batch-records", "5")
+    assert r.code == 2 and r.err.splitlines()[-1].startswith("lsm: error: ")  # (after progress lines)
+    with lsm.DB.open(db, read_only=True) as d:
+        assert len(list(d.scan())) == 10 and d.remap("s").frontier == {0: 10}

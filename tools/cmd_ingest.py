@@ -28,7 +28,6 @@ from typing import Any
 from tools import render
 
 EXIT_NONE = 1
-MAX_INTERVAL_MS = 3_600_000  # an hour: a longer poll is no tail, and the wait must stay a representable time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,13 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ing.add_argument("log", metavar="DIR", help="the directory of the partitioned log")
     ing.add_argument("--name", required=True, help="the remap name (one per source)")
     ing.add_argument("--follow", action="store_true", help="keep tailing the log until Ctrl-C")
-    ing.add_argument(
-        "--interval",
-        type=render.int_arg(1, MAX_INTERVAL_MS),
-        default=200,
-        metavar="MS",
-        help=f"--follow polls every MS (200; at most {MAX_INTERVAL_MS})",
-    )
+    render.add_interval_arg(ing)
     ing.add_argument(
         "--batch-records",
         type=render.int_arg(1),

@@ -40,7 +40,6 @@ from typing import Any
 from tools import render
 
 SHOW_COLUMNS = ("partition", "offset", "op", "key", "value", "ttl", "event_ts", "tx")
-MAX_INTERVAL_MS = 3_600_000  # (as lsm ingest --follow: a longer poll is no tail)
 FIELDS = frozenset(
     ("partition", "offset", "key", "key_hex", "value", "value_hex", "ttl", "event_ts", "tx", "tx_end")
 )
@@ -81,13 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="then print records as they are appended, one per line (JSON Lines with --json), until Ctrl-C",
     )
-    sh.add_argument(
-        "--interval",
-        type=render.int_arg(1, MAX_INTERVAL_MS),
-        default=200,
-        metavar="MS",
-        help=f"--follow looks for new records every MS (200; at most {MAX_INTERVAL_MS})",
-    )
+    render.add_interval_arg(sh)
     render.add_output_args(sh)
     sh.set_defaults(func=cmd_show)
 

@@ -227,6 +227,21 @@ def properties(pairs: Iterable[tuple[str, Any]]) -> str:
     return "\n".join(f"{k.ljust(w)}  {v}".rstrip() for k, v in pairs)
 
 
+# A --follow poll interval: longer than an hour is no tail, and the wait must stay a representable time
+MAX_INTERVAL_MS = 3_600_000
+
+
+def add_interval_arg(p: argparse.ArgumentParser) -> None:
+    """--interval MS, how often a --follow looks for new records (200 ms; 1 to `MAX_INTERVAL_MS`)."""
+    p.add_argument(
+        "--interval",
+        type=int_arg(1, MAX_INTERVAL_MS),
+        default=200,
+        metavar="MS",
+        help=f"--follow looks for new records every MS (200; at most {MAX_INTERVAL_MS})",
+    )
+
+
 # -- output -----------------------------------------------------------------------------------------
 def add_output_args(p: argparse.ArgumentParser, *, bytes_args: bool = True) -> None:
     """--json, and --hex/--utf8 for commands that show keys or values."""

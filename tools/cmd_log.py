@@ -69,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the complete records of a partitioned log, and any torn tail",
         description="Print the complete records of the partitioned log in DIR, partition by partition in "
         "offset order, and where a partition ends in a torn record (a producer mid-append: not yet a "
-        "record).",
+        "record). With --follow, then print each record as it is appended (partitions created later "
+        "included) until Ctrl-C or SIGTERM, which exits 0.",
     )
     sh.add_argument("dir", metavar="DIR")
     sh.add_argument("--partition", type=_partition_arg, metavar="P", help="only partition P")

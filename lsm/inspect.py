@@ -7,8 +7,10 @@ Both work on the files, not through an open `DB`: they never fence a running wri
   has the SsTableInfo the manifest records; sorted runs are sorted and do not overlap; newer L0 SSTs and
   runs hold only newer seqs than older sources whose keys they overlap; ``last_seq``, the clock watermark
   and ``next_sst_id`` cover every SST; the WAL segments from the replay point decode. Unreferenced SSTs
-  and torn WAL tails are notes, not problems. A writer committing meanwhile can make a file vanish
-  between listing and reading; the check is then run again (up to `attempts` times).
+  and torn WAL tails are notes, not problems; entries other than manifest/, sst/ and wal/ at the top of
+  the directory (put there by something else) are warnings, not problems either. A writer committing
+  meanwhile can make a file vanish between listing and reading; the check is then run again (up to
+  `attempts` times).
 - `space_usage(path, now) -> SpaceReport`: per level (the unflushed WAL, L0, each sorted run), the bytes
   and rows that are live (the newest version of a key, visible), expired (the newest version, past its
   expire_ts at `now`), tombstones (the newest version, a delete) and shadowed (an older version no reader
@@ -47,6 +49,17 @@ class CheckError(LsmError):
 
 
 # -- locating the database ----------------------------------------------------------------------------
+# What lsm-sim keeps at the top of a database directory (lsm.db creates them); anything else there was put
+# by someone else (a log written into the wrong directory, say) and `check_database` notes it.
+DB_ENTRIES = frozenset(("manifest", "sst", "wal"))
+
+
+def is_database_dir(path: str | os.PathLike[str]) -> bool:
+    """True if `path` is a directory holding an lsm-sim database, or one being created (its manifest/
+    directory exists): what must not be used as anything else, e.g. a partitioned log."""
+    return os.path.isdir(os.path.join(path, "manifest"))
+
+
 def database_dir(path: str) -> str:
     """Check that `path` is an lsm-sim database directory (NotADatabaseError if not); return it."""
     from lsm.errors import NotADatabaseError
@@ -55,7 +68,7 @@ def database_dir(path: str) -> str:
         raise NotADatabaseError(f"{path}: no such file or directory")
     if not os.path.isdir(path):
         raise NotADatabaseError(f"{path}: is a file, not a database directory")
-    if not os.path.isdir(os.path.join(path, "manifest")):
+    if not is_database_dir(path):
         raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest/ directory)")
     from lsm.manifest import ManifestStore
 
@@ -96,6 +109,9 @@ class CheckReport:
     wal_segments: int = 0
     wal_records: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)  # unreferenced SSTs, torn WAL tails
+    # files lsm-sim did not put there (e.g. a log written into the database directory): the store's own
+    # files are sound, so not a problem, but someone is using the directory for something else
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict."""
@@ -174,6 +190,13 @@ def _check_once(path: str) -> CheckReport:
                 f"collection): {', '.join(orphans[:5])}{' ...' if len(orphans) > 5 else ''}"
             )
     _check_wal(path, m, rep)
+    foreign = sorted(set(os.listdir(path)) - DB_ENTRIES)
+    if foreign:
+        rep.warnings.append(
+            f"{len(foreign)} unexpected entr{'y' if len(foreign) == 1 else 'ies'} in {path} (not lsm-sim's: "
+            f"it keeps only {', '.join(sorted(DB_ENTRIES))} there): {', '.join(foreign[:5])}"
+            + (" ..." if len(foreign) > 5 else "")
+        )
     return rep
 
 

@@ -65,7 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "SsTableInfo the manifest records; sorted runs are sorted and do not overlap; newer L0 SSTs and runs "
         "hold newer seqs than older ones they overlap; last_seq, the clock watermark and next_sst_id cover "
         "every SST; the WAL segments from the replay point decode. Unreferenced SSTs and torn WAL tails are "
-        "reported as notes. Exits 1 naming the first problem.",
+        "reported as notes, files that are not the store's (anything beside manifest/, sst/ and wal/) as "
+        "warnings; neither is a problem. Exits 1 naming the first problem.",
     )
     check.add_argument("path", metavar="PATH")
     render.add_output_args(check, bytes_args=False)
@@ -221,8 +222,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         ),
     ]
     rows += [("note", n) for n in rep.notes]
+    rows += [("warning", w) for w in rep.warnings]
     render.print_text(render.properties(rows))
-    render.print_text("OK")
+    n = len(rep.warnings)
+    render.print_text(f"OK, with {n} warning{'s' if n != 1 else ''}" if n else "OK")
     return 0
 
 

@@ -6,11 +6,13 @@ batches, each one atomic with its binding (see lsm/ingest.py). Progress goes to 
 most twice a second); the summary goes to stdout. ``--follow`` keeps tailing the log until interrupted:
 Ctrl-C (SIGINT) or SIGTERM stops it between two batches, closes the database cleanly and exits 0.
 
-``lsm remap DB NAME`` opens DB read-only and prints the progress relation of remap NAME: one row per
-partition per binding, (time, seq, partition, next offset). ``--as-of TIME`` prints the binding in force
-at TIME, ``--offset P:O`` the binding in which record O of partition P became visible; either exits 1
-when there is none (``--json`` still prints the object, with a null binding). Times are printed as RFC
-3339 and epoch ms.
+``lsm remap DB`` opens DB read-only and lists its ingested sources: name, binding count, frontier, since
+and the newest binding's time. ``lsm remap DB NAME`` prints the progress relation of remap NAME: one row
+per partition per binding, (time, seq, partition, next_offset: the next offset to read), oldest binding
+first; ``--limit N`` keeps the newest N bindings, newest first; ``--partition P`` keeps partition P's rows.
+``--as-of TIME`` prints the binding in force at TIME, ``--offset P:O`` the binding in which record O of
+partition P became visible; either exits 1 when there is none (``--json`` still prints the object, with
+a null binding). Times are printed as RFC 3339 and epoch ms.
 """
 
 from __future__ import annotations
@@ -43,9 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ing.add_argument("log", metavar="DIR", help="the directory of the partitioned log")
     ing.add_argument("--name", required=True, help="the remap name (one per source)")
     ing.add_argument("--follow", action="store_true", help="keep tailing the log until Ctrl-C")
-    ing.add_argument(
-        "--interval", type=render.int_arg(1), default=200, metavar="MS", help="--follow polls every MS (200)"
-    )
+    render.add_interval_arg(ing)
     ing.add_argument(
         "--batch-records",
         type=render.int_arg(1),
@@ -88,15 +88,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     rm = sub.add_parser(
         "remap",
-        help="the progress of an ingested source: bindings of store time to source offsets",
-        description="Print the progress relation of remap NAME, oldest binding first: time (RFC 3339 and "
-        "epoch ms), seq, partition and next offset to read, one row per partition per binding. The store "
-        "at a binding's seq holds exactly the records below its offsets. Bindings older than the history "
-        "retention window are consolidated into the first one (its time is 'since'); lookups before since "
-        "fail. Opens the database read-only.",
+        help="the ingested sources of a database, or the progress of one: bindings of store time to offsets",
+        description="Without NAME: list the ingested sources of DB (name, bindings, frontier, since, the "
+        "newest binding's time). With NAME: print the progress relation of remap NAME, oldest binding "
+        "first: time (RFC 3339 and epoch ms), seq, partition and next_offset (the next offset to read), one "
+        "row per partition per binding. The store at a binding's seq holds exactly the records below its "
+        "offsets. Bindings older than the history retention window are consolidated into the first one "
+        "(its time is 'since'); lookups before since fail. Opens the database read-only.",
     )
     rm.add_argument("path", metavar="DB")
-    rm.add_argument("name", metavar="NAME")
+    rm.add_argument("name", metavar="NAME", nargs="?", help="a source (omit it to list the sources)")
+    rm.add_argument(
+        "--limit", type=render.int_arg(1), metavar="N", help="only the newest N bindings, newest first"
+    )
+    rm.add_argument("--partition", type=render.int_arg(0), metavar="P", help="only partition P's rows")
     g = rm.add_mutually_exclusive_group()
     g.add_argument("--as-of", type=render.time_arg, metavar="TIME", help="the binding in force at TIME")
     g.add_argument(
@@ -162,15 +167,59 @@ class _Progress:
 def cmd_ingest(args: argparse.Namespace) -> int:
     import os
 
+    fresh = not os.path.lexists(args.path)
+    try:
+        return _ingest(args)
+    except BaseException:
+        if fresh:  # a run that fails before it commits anything leaves no database of its own behind
+            _remove_unused_store(args.path)
+        raise
+
+
+def _remove_unused_store(path: str) -> None:
+    """Remove the store at `path`, which this run created, if it still holds nothing: no seq committed,
+    no SST, every WAL segment empty, nothing but the store's own directories. Anything else (a store some
+    other process wrote to meanwhile) is left alone."""
+    import os
+    import shutil
+
+    from lsm.errors import LsmError
+    from lsm.inspect import DB_ENTRIES, latest_manifest
+
+    try:
+        _mid, m = latest_manifest(path)
+        wal = os.path.join(path, "wal")
+        if m.last_seq or m.l0 or m.runs or set(os.listdir(path)) - DB_ENTRIES:
+            return
+        if any(os.path.getsize(os.path.join(wal, n)) for n in os.listdir(wal)):
+            return
+    except (OSError, LsmError):  # not (or no longer) a store this run made: leave it
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    import os
+
     import lsm
+    from lsm.remap_store import check_name
     from lsm.sources import PartitionedLog
 
+    # Everything that can be refused is refused before the store is opened: opening it writable fences a
+    # running writer, and creates the database directory when there is none.
+    check_name(args.name)
     if not os.path.isdir(args.log):
         raise ValueError(f"{args.log}: no such log directory")
-    if args.engine != "stream":
-        return _bulk(args)
-    if args.master is not None or args.tasks is not None:
+    if args.engine == "stream" and (args.master is not None or args.tasks is not None):
         raise ValueError("--master and --tasks apply to --engine local or spark only")
+    log = PartitionedLog(args.log)
+    # index every partition now (what the ingest does first anyway, on this same instance, so it costs
+    # nothing twice): a partition that cannot be read (not a regular file, damaged, unreadable) fails here
+    end_of = log.end if args.engine == "stream" else log.plan_end
+    for p in log.partitions():
+        end_of(p)
+    if args.engine != "stream":
+        return _bulk(args, log)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -181,7 +230,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         with lsm.DB.open(args.path, lsm.DbOptions(history_retention=args.history_retention)) as db:
-            log = PartitionedLog(args.log)
             left = args.max_records
             while True:
                 stats = db.ingest(
@@ -236,12 +284,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bulk(args: argparse.Namespace) -> int:
-    """``--engine local|spark``: one bulk load (lsm.bulk), then the same summary as a streaming ingest."""
+def _bulk(args: argparse.Namespace, log_source: Any) -> int:
+    """``--engine local|spark``: one bulk load (lsm.bulk) of `log_source` (the checked PartitionedLog),
+    then the same summary as a streaming ingest."""
     import contextlib
 
     import lsm
-    from lsm.sources import PartitionedLog
     from tools.common import spark_session_for
 
     if args.follow or args.max_records is not None:
@@ -257,7 +305,7 @@ def _bulk(args: argparse.Namespace) -> int:
                 run = spark_session_for(args.master or "local[*]", "ingest", progress=not args.json)
                 session = stack.enter_context(run).session
             stats = db.ingest(
-                PartitionedLog(args.log),
+                log_source,
                 name=args.name,
                 ttl_base=args.ttl_base,
                 engine=args.engine,
@@ -311,9 +359,16 @@ def _binding_json(b: Any) -> dict[str, Any] | None:
 def cmd_remap(args: argparse.Namespace) -> int:
     from tools.cmd_time import open_read_only
 
+    lookup = args.as_of is not None or args.offset is not None
+    if args.name is None and (lookup or args.limit is not None or args.partition is not None):
+        raise ValueError("--as-of, --offset, --limit and --partition need a source NAME")
+    if lookup and (args.limit is not None or args.partition is not None):
+        raise ValueError("--limit and --partition select rows of the relation, not with --as-of or --offset")
     with open_read_only(args.path) as db:
+        if args.name is None:
+            return _list_sources(args, [db.remap(n) for n in db.sources()])
         r = db.remap(args.name)
-    if args.as_of is not None or args.offset is not None:
+    if lookup:
         if args.as_of is not None:
             b = r.as_of(args.as_of)
             query: dict[str, Any] = {"as_of": args.as_of, "as_of_rfc3339": render.rfc3339(args.as_of)}
@@ -342,7 +397,17 @@ def cmd_remap(args: argparse.Namespace) -> int:
                 render.error(missing)
             return EXIT_NONE
         return 0
-    rows = [(b.ts, b.seq, p, off) for b in r.bindings() for p, off in sorted(b.frontier.items())]
+    bindings = r.bindings()
+    if args.partition is not None:  # (a partition, once in a frontier, is in every later one)
+        bindings = [b for b in bindings if args.partition in b.frontier]
+    if args.limit is not None:
+        bindings = bindings[::-1][: args.limit]
+    rows = [
+        (b.ts, b.seq, p, off)
+        for b in bindings
+        for p, off in sorted(b.frontier.items())
+        if args.partition is None or p == args.partition
+    ]
     if args.json:
         render.print_json(
             {
@@ -351,27 +416,73 @@ def cmd_remap(args: argparse.Namespace) -> int:
                 "since_rfc3339": render.rfc3339(r.since),
                 "frontier": {str(p): o for p, o in sorted(r.frontier.items())},
                 "bindings": len(r),
+                "limit": args.limit,
+                "partition": args.partition,
                 "rows": [
-                    {"ts": ts, "ts_rfc3339": render.rfc3339(ts), "seq": seq, "partition": p, "offset": off}
+                    {"ts": ts, "ts_rfc3339": render.rfc3339(ts), "seq": seq, "partition": p, "next_offset": off}
                     for ts, seq, p, off in rows
                 ],
             }
         )
         return 0
+    notes = []
+    if args.limit is not None:
+        notes.append("the newest, newest first")
+    if args.partition is not None:
+        notes.append(f"those with partition {args.partition}")
+    shown = f" ({len(bindings)} shown: {'; '.join(notes)})" if notes else ""
     head = render.properties(
         [
             ("name", args.name),
-            ("bindings", len(r)),
+            ("bindings", f"{len(r)}{shown}"),
             ("frontier", _frontier_text(r.frontier)),
             ("since", render.time_detail(r.since)),
         ]
     )
     body = render.table(
-        ("time", "ts_ms", "seq", "partition", "offset"),
+        ("time", "ts_ms", "seq", "partition", "next_offset"),
         [(render.rfc3339(ts), ts, s, p, o) for ts, s, p, o in rows],
     )
-    render.print_text(head + "\n\n" + body)
+    render.print_text(head + ("\n\n" + body if rows else ""))
     return 0
+
+
+def _list_sources(args: argparse.Namespace, remaps: list[Any]) -> int:
+    """``lsm remap DB``: one line per ingested source (its remap), by name."""
+    if args.json:
+        render.print_json(
+            {
+                "sources": [
+                    {
+                        "name": r.name,
+                        "bindings": len(r),
+                        "frontier": {str(p): o for p, o in sorted(r.frontier.items())},
+                        "since": r.since,
+                        "since_rfc3339": render.rfc3339(r.since),
+                        "latest": _binding_json(r.latest),
+                    }
+                    for r in remaps
+                ]
+            }
+        )
+        return 0
+    if not remaps:
+        render.print_text(f"no ingested sources in {args.path}")
+        return 0
+    render.print_text(
+        render.table(
+            ("name", "bindings", "frontier", "since", "latest"),
+            [
+                (r.name, len(r), _frontier_text(r.frontier), render.time_cell(r.since), _latest_time(r))
+                for r in remaps
+            ],
+        )
+    )
+    return 0
+
+
+def _latest_time(r: Any) -> str:
+    return render.time_cell(None if r.latest is None else r.latest.ts)
 
 
 def _frontier_text(frontier: dict[int, int]) -> str:

@@ -19,17 +19,27 @@ A bad line stops the command (exit 2) naming the line; the lines before it were 
 ``lsm log show DIR`` prints the complete records (partition, offset, op, key, value, ttl, event_ts, tx),
 and notes a torn tail (a record a producer is still appending). ``--json`` prints a JSON array of the
 record objects above, each with its ``offset``.
+
+``lsm log show DIR --follow`` prints the records there are, then each record as it is appended, like
+``kafka-console-consumer``: a header line, then one tab-separated line per record (``--json``: one JSON
+object per line, JSON Lines, no header), partitions that appear later included, polling every
+``--interval`` ms. Ctrl-C (SIGINT) or SIGTERM ends it between two records: it prints how many records
+it showed to stderr and exits 0, the normal end of a follow.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from tools import render
 
+SHOW_COLUMNS = ("partition", "offset", "op", "key", "value", "ttl", "event_ts", "tx")
 FIELDS = frozenset(
     ("partition", "offset", "key", "key_hex", "value", "value_hex", "ttl", "event_ts", "tx", "tx_end")
 )
@@ -48,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     w.add_argument("dir", metavar="DIR")
     w.add_argument(
-        "--partition", type=render.int_arg(0), default=0, metavar="P", help="for lines without one (0)"
+        "--partition", type=_partition_arg, default=0, metavar="P", help="for lines without one (0)"
     )
     w.add_argument("--sync", action="store_true", help="fsync after every record (else once at the end)")
     w.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -59,14 +69,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the complete records of a partitioned log, and any torn tail",
         description="Print the complete records of the partitioned log in DIR, partition by partition in "
         "offset order, and where a partition ends in a torn record (a producer mid-append: not yet a "
-        "record).",
+        "record). With --follow, then print each record as it is appended (partitions created later "
+        "included) until Ctrl-C or SIGTERM, which exits 0.",
     )
     sh.add_argument("dir", metavar="DIR")
-    sh.add_argument("--partition", type=render.int_arg(0), metavar="P", help="only partition P")
+    sh.add_argument("--partition", type=_partition_arg, metavar="P", help="only partition P")
     sh.add_argument("--from", dest="start", type=render.int_arg(0), default=0, metavar="OFFSET")
     sh.add_argument("--limit", type=render.int_arg(0), metavar="N", help="at most N records per partition")
+    sh.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print records as they are appended, one per line (JSON Lines with --json), until Ctrl-C",
+    )
+    render.add_interval_arg(sh)
     render.add_output_args(sh)
     sh.set_defaults(func=cmd_show)
+
+
+def _partition_arg(text: str) -> int:
+    from lsm.sources.protocol import MAX_PARTITION
+
+    return render.int_arg(0, MAX_PARTITION)(text)
 
 
 # -- write ----------------------------------------------------------------------------------------------
@@ -103,6 +126,8 @@ def parse_line(line: str, default_partition: int) -> tuple[int, int | None, dict
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not JSON: {e.msg} at column {e.colno}") from None
+    except RecursionError:  # (no record nests at all: a hostile or broken line)
+        raise ValueError("JSON nested too deeply (a record is one flat object)") from None
     if not isinstance(obj, dict):
         raise ValueError("a record must be a JSON object")
     unknown = sorted(set(obj) - FIELDS)
@@ -190,11 +215,29 @@ def record_json(r: Any, mode: str) -> dict[str, Any]:
     return d
 
 
+def _cells(r: Any, mode: str) -> tuple:
+    """The table cells of one record: partition, offset, op, key, value, ttl, event_ts, tx."""
+    return (
+        r.partition,
+        r.offset,
+        "delete" if r.value is None else "put",
+        render.bytes_for_table(r.key, mode),
+        render.bytes_for_table(r.value, mode, render.MAX_VALUE_CHARS),
+        "-" if r.ttl is None else r.ttl,
+        render.time_cell(r.event_ts),
+        "-" if r.tx is None else f"{r.tx}{' (end)' if r.tx_end else ''}",
+    )
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from lsm.sources import PartitionedLog
 
     mode = args.bytes_mode
     log = PartitionedLog(args.dir)
+    if args.follow:
+        if args.limit is not None:
+            raise ValueError("--limit does not apply to --follow (it prints records until Ctrl-C)")
+        return _follow(args, log)
     parts = log.partitions() if args.partition is None else [args.partition]
 
     def records():
@@ -205,23 +248,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         render.print_json_array(record_json(r, mode) for r in records())
         return 0
-    cells = [
-        (
-            r.partition,
-            r.offset,
-            "delete" if r.value is None else "put",
-            render.bytes_for_table(r.key, mode),
-            render.bytes_for_table(r.value, mode, render.MAX_VALUE_CHARS),
-            "-" if r.ttl is None else r.ttl,
-            render.time_cell(r.event_ts),
-            "-" if r.tx is None else f"{r.tx}{' (end)' if r.tx_end else ''}",
-        )
-        for r in records()
-    ]
+    cells = [_cells(r, mode) for r in records()]
     if cells:
-        render.print_text(
-            render.table(("partition", "offset", "op", "key", "value", "ttl", "event_ts", "tx"), cells)
-        )
+        render.print_text(render.table(SHOW_COLUMNS, cells))
     ends = {p: log.end(p) for p in parts}
     total = sum(ends.values())
     render.print_text(
@@ -236,3 +265,57 @@ def cmd_show(args: argparse.Namespace) -> int:
                 "appended (or cut short); it is not a record yet"
             )
     return 0
+
+
+# -- show --follow --------------------------------------------------------------------------------------
+def _follow(args: argparse.Namespace, log: Any) -> int:
+    """Print the records of `log` (from ``--from`` on, in each partition) as they become complete, until
+    SIGINT or SIGTERM. Every poll looks at every partition again, so one created later is followed too."""
+    from lsm.errors import SourceRegressedError
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    shown = 0
+    try:
+        if not args.json:
+            sys.stdout.write("\t".join(SHOW_COLUMNS) + "\n")
+        nxt: dict[int, int] = {}  # partition -> the offset after the last one printed
+        while not stop.is_set():
+            parts = log.partitions() if args.partition is None else [args.partition]
+            for p in parts:
+                start = nxt.get(p, args.start)
+                end = log.end(p)
+                if p in nxt and end < start:  # what was printed is gone: the file was cut or replaced
+                    raise SourceRegressedError(
+                        f"{args.dir}: partition {p} now ends at offset {end}, but offsets up to {start - 1} "
+                        "were shown: the file was truncated or replaced"
+                    )
+                for line in _lines(log, p, start, end, args, stop):
+                    sys.stdout.write(line + "\n")
+                    shown += 1
+                    start += 1
+                    nxt[p] = start
+            sys.stdout.flush()
+            stop.wait(args.interval / 1000)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    sys.stderr.write(f"followed {args.dir}: {shown} record{'s' if shown != 1 else ''} shown\n")
+    return 0
+
+
+def _lines(log: Any, partition: int, start: int, end: int, args: argparse.Namespace, stop: Any) -> Iterator[str]:
+    """The output line of each record of `partition` in [start, end), stopping early once `stop` is set."""
+    if start >= end:
+        return
+    for r in log.read(partition, start, end):
+        if stop.is_set():
+            return
+        if args.json:
+            yield json.dumps(record_json(r, args.bytes_mode), ensure_ascii=False)
+        else:
+            yield "\t".join(str(c) for c in _cells(r, args.bytes_mode))

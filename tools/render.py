@@ -144,9 +144,9 @@ def time_arg(text: str) -> int:
     return ms
 
 
-def int_arg(minimum: int | None):
-    """argparse `type=` for an integer option of at least `minimum` (None: any integer, e.g. a seed):
-    bad input is a usage error."""
+def int_arg(minimum: int | None, maximum: int | None = None):
+    """argparse `type=` for an integer option of at least `minimum` (None: any integer, e.g. a seed) and
+    at most `maximum` (None: no bound): bad input is a usage error."""
 
     def parse(text: str) -> int:
         try:
@@ -155,6 +155,8 @@ def int_arg(minimum: int | None):
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if minimum is not None and v < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} is negative" if v < 0 else f"{text!r} is below {minimum}")
+        if maximum is not None and v > maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} is above {maximum}")
         return v
 
     return parse
@@ -229,6 +231,21 @@ def properties(pairs: Iterable[tuple[str, Any]]) -> str:
     pairs = [(k, "-" if v is None else str(v)) for k, v in pairs]
     w = max((len(k) for k, _ in pairs), default=0)
     return "\n".join(f"{k.ljust(w)}  {v}".rstrip() for k, v in pairs)
+
+
+# A --follow poll interval: longer than an hour is no tail, and the wait must stay a representable time
+MAX_INTERVAL_MS = 3_600_000
+
+
+def add_interval_arg(p: argparse.ArgumentParser) -> None:
+    """--interval MS, how often a --follow looks for new records (200 ms; 1 to `MAX_INTERVAL_MS`)."""
+    p.add_argument(
+        "--interval",
+        type=int_arg(1, MAX_INTERVAL_MS),
+        default=200,
+        metavar="MS",
+        help=f"--follow looks for new records every MS (200; at most {MAX_INTERVAL_MS})",
+    )
 
 
 # -- output -----------------------------------------------------------------------------------------

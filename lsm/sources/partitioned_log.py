@@ -1,10 +1,14 @@
 """A Kafka-like partitioned log on the file system: `PartitionedLog` (the source) and `LogWriter` (producer).
 
-A directory holds one append-only file per partition, ``<partition>.log`` (decimal, no leading zeros),
-in the format of `formats.log`; a record's offset is its index in its file. Files appear atomically:
-the writer creates a file with its header under a temporary name and links it into place, so a reader
-never sees a half-written header. Each append is one write(2), so a reader sees either nothing of a
-record, a prefix of it (a torn tail, not yet a record) or all of it.
+A directory holds one append-only file per partition, ``<partition>.log`` (decimal, no leading zeros,
+0..2**64-1: the ids a remap binding stores), in the format of `formats.log`; a record's offset is its
+index in its file. Files appear atomically: the writer creates a file with its header under a temporary
+name and links it into place, so a reader never sees a half-written header. Each append is one write(2),
+so a reader sees either nothing of a record, a prefix of it (a torn tail, not yet a record) or all of it.
+
+A partition file must be a regular file: a FIFO, a device or a directory under such a name is refused
+with `SourceError` (opened without blocking and checked on the opened descriptor, so nothing waits on a
+FIFO forever). The writer refuses a directory that is an lsm-sim database.
 
 The reader keeps, per partition, the byte position of every complete record it has seen, so `end()` only
 reads what was appended since the last call and `read(p, start)` seeks straight to `start`. A file that
@@ -23,6 +27,7 @@ import fcntl
 import itertools
 import os
 import re
+import stat
 import time
 from array import array
 from bisect import bisect_left
@@ -41,7 +46,7 @@ from formats.log import (
 )
 from lsm.errors import LsmError, SourceError
 from lsm.fsutil import fsync_dir, unlink_quiet, write_all
-from lsm.sources.protocol import SourceRecord, check_range, make_record
+from lsm.sources.protocol import MAX_PARTITION, SourceRecord, check_range, make_record
 
 _FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
 CHUNK = 1 << 20  # bytes read at a time while indexing or reading
@@ -50,11 +55,34 @@ CHUNK = 1 << 20  # bytes read at a time while indexing or reading
 # 2 s on FAT, behind the clock): then what the index verified can be trusted while the stamp holds.
 SETTLED_NS = 3_000_000_000
 _write = os.write  # (tests replace it to fail an append half-way)
+_NOT_A_PARTITION = "not a partition file (partition files are regular files)"
 
 
 def partition_path(directory: str, partition: int) -> str:
     """The file that holds `partition` of the log in `directory`."""
     return os.path.join(directory, f"{partition}.log")
+
+
+def open_partition_file(path: str, flags: int) -> int:
+    """``os.open(path, flags)`` for a partition file, refusing anything but a regular file with
+    `SourceError`: reading a FIFO would wait for a writer forever, and a device or a directory is no log.
+    The open itself does not block (O_NONBLOCK, cleared again for a regular file) and the check is made on
+    the opened descriptor, so a file swapped in after a check of the name cannot slip through.
+    FileNotFoundError passes through."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK)
+    except IsADirectoryError:  # (a directory opened for writing)
+        raise SourceError(f"{path}: a directory, {_NOT_A_PARTITION}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device"
+            raise SourceError(f"{path}: {kind}, {_NOT_A_PARTITION}")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _scan(fd: int, pos: int, path: str, payloads: bool = True) -> tuple[array, int]:
@@ -127,7 +155,13 @@ class PartitionedLog:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             return []
-        return sorted(int(m.group(1)) for n in names if (m := _FILE_NAME.fullmatch(n)))
+        found = sorted(int(m.group(1)) for n in names if (m := _FILE_NAME.fullmatch(n)))
+        if found and found[-1] > MAX_PARTITION:  # (not written by LogWriter, which refuses such ids)
+            raise SourceError(
+                f"{partition_path(self.directory, found[-1])}: partition id beyond 2**64-1, the largest a "
+                "remap binding stores: not a partition of this log (rename or remove it)"
+            )
+        return found
 
     def end(self, partition: int) -> int:
         """Number of complete records of `partition` (0 if its file does not exist)."""
@@ -222,8 +256,8 @@ class PartitionedLog:
         settled then (see SETTLED_NS). Each checksum is then computed once per record, not twice."""
         positions = idx.positions
         n = len(positions)
-        with open(path, "rb", buffering=0) as f:
-            fd = f.fileno()
+        fd = open_partition_file(path, os.O_RDONLY)
+        try:
             i = lo
             while i < hi:
                 first = positions[i]
@@ -234,11 +268,13 @@ class PartitionedLog:
                 verify = not (t0 <= first and last <= t1 and _stamp(os.fstat(fd)) == idx.stamp)
                 yield buf, first, i, j, verify
                 i = j
+        finally:
+            os.close(fd)
 
     def _refresh(self, partition: int, payloads: bool = True) -> _Index | None:
         path = partition_path(self.directory, partition)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_partition_file(path, os.O_RDONLY)
         except FileNotFoundError:
             self._index.pop(partition, None)
             return None
@@ -277,12 +313,17 @@ class LogWriter:
     (durable across a machine crash, not only a killed process). One writer per partition at a time:
     a partition file is locked (flock) while a writer has it open, and a second writer gets `SourceError`.
     Opening an existing partition cuts off a torn tail left by a producer that died mid-append (no reader
-    ever consumed it), so appends continue at the next offset.
+    ever consumed it), so appends continue at the next offset. Partition ids are 0..2**64-1 (ValueError
+    beyond); a `directory` that is an lsm-sim database is refused (SourceError).
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, sync: bool = False) -> None:
+        from lsm.inspect import is_database_dir
+
         self.directory = os.fspath(directory)
         self.sync = sync
+        if is_database_dir(self.directory):  # its files would sit among the store's, unseen by both
+            raise SourceError(f"{self.directory}: an lsm-sim database directory, not a partitioned log")
         os.makedirs(self.directory, exist_ok=True)
         self._files: dict[int, list[int]] = {}  # partition -> [fd, next offset, file size]
 
@@ -361,7 +402,7 @@ class LogWriter:
         path = partition_path(self.directory, partition)
         if not os.path.exists(path):
             self._create(path)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        fd = open_partition_file(path, os.O_RDWR | os.O_APPEND)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -395,4 +436,4 @@ class LogWriter:
         fsync_dir(self.directory)
 
 
-__all__ = ["CHUNK", "LogWriter", "PartitionedLog", "partition_path"]
+__all__ = ["CHUNK", "LogWriter", "PartitionedLog", "open_partition_file", "partition_path"]

@@ -70,7 +70,8 @@ class Source(Protocol):
     """A human-readable name, for error messages (a path, a topic)."""
 
     def partitions(self) -> list[int]:
-        """The partition ids that exist now, ascending. New ones may appear later; none may vanish."""
+        """The partition ids that exist now (0..2**64-1), ascending. New ones may appear later; none may
+        vanish."""
         ...
 
     def end(self, partition: int) -> int:
@@ -87,13 +88,21 @@ class Source(Protocol):
         ...
 
 
+# A remap binding stores partition ids as msgpack unsigned integers (lsm/remap_store.py), which hold at
+# most 64 bits: a larger id could be read but never recorded, so every source refuses it up front.
+MAX_PARTITION = 2**64 - 1
+
+
 def check_range(partition: object, start: object, stop: object) -> None:
-    """Raise TypeError/ValueError unless the arguments of `Source.read` are well formed."""
+    """Raise TypeError/ValueError unless the arguments of `Source.read` are well formed (partition ids
+    0..`MAX_PARTITION`)."""
     for name, v in (("partition", partition), ("start", start)):
         if type(v) is not int:
             raise TypeError(f"{name} must be an int, not {type(v).__name__}")
         if v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
+    if partition > MAX_PARTITION:  # type: ignore[operator]
+        raise ValueError(f"partition must be at most 2**64-1 (what a remap binding stores), got {partition}")
     if stop is not None:
         if type(stop) is not int:
             raise TypeError(f"stop must be an int or None, not {type(stop).__name__}")
@@ -101,4 +110,4 @@ def check_range(partition: object, start: object, stop: object) -> None:
             raise ValueError(f"stop must be >= 0, got {stop}")
 
 
-__all__ = ["Source", "SourceRecord", "check_range", "make_record"]
+__all__ = ["MAX_PARTITION", "Source", "SourceRecord", "check_range", "make_record"]

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 from formats.log import decode_plain, decode_run_end
 from lsm.errors import SourceRegressedError
-from lsm.sources.partitioned_log import CHUNK, PartitionedLog, partition_path
+from lsm.sources.partitioned_log import CHUNK, PartitionedLog, open_partition_file, partition_path
 from lsm.sources.protocol import SourceRecord, make_record
 
 RUN_RECORDS = 4096  # records per run of `SourceSlice.runs`
@@ -46,7 +46,7 @@ class LogSlice:
     def _open_checked(self) -> BinaryIO:
         """The partition file, unbuffered, refused (SourceRegressedError) when it is no longer the file
         the plan indexed or is shorter than the slice."""
-        f = open(self.path, "rb", buffering=0)
+        f = os.fdopen(open_partition_file(self.path, os.O_RDONLY), "rb", buffering=0)  # (no FIFO wait)
         st = os.fstat(f.fileno())
         if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.byte_end:
             f.close()

@@ -36,7 +36,7 @@ def test_ingest_then_remap(tmp_path) -> None:
     assert r.code == 0
     rel = r.json()
     assert rel["bindings"] == 3 and rel["frontier"] == {"0": 13, "1": 12} and rel["since"] is None
-    assert [(x["seq"], x["partition"], x["offset"]) for x in rel["rows"]] == [
+    assert [(x["seq"], x["partition"], x["next_offset"]) for x in rel["rows"]] == [
         (1, 0, 10),
         (2, 0, 10),
         (2, 1, 10),

@@ -1,0 +1,96 @@
+"""``lsm remap DB`` (the sources) and ``lsm remap DB NAME --limit/--partition`` (rows of the relation),
+run as real subprocesses against a store that `lsm ingest` filled."""
+
+from __future__ import annotations
+
+import lsm
+from lsm.sources import LogWriter
+from tests.tools._cli import one_line_error, run_lsm
+
+
+def _ingested(tmp_path):
+    """A store with two sources: "ev" (3 bindings over partitions 0 and 1) and "late" (partition 2 only
+    from its second binding on)."""
+    log, db = tmp_path / "log", tmp_path / "db"
+    with LogWriter(log) as w:
+        for i in range(25):
+            w.append(i % 2, b"k%04d" % i, b"v")
+    assert run_lsm("ingest", db, log, "--name", "ev", "--batch-records", "10").code == 0
+    late = tmp_path / "late"
+    with LogWriter(late) as w:
+        w.append(0, b"x", b"1")
+    assert run_lsm("ingest", db, late, "--name", "late").code == 0
+    with LogWriter(late) as w:
+        w.append(2, b"y", b"2")
+        w.append(2, b"z", b"3")
+    assert run_lsm("ingest", db, late, "--name", "late").code == 0
+    return db
+
+
+def test_remap_without_a_name_lists_the_sources(tmp_path) -> None:
+    db = _ingested(tmp_path)
+    with lsm.DB.open(db, read_only=True) as d:
+        ev, late = d.remap("ev"), d.remap("late")
+    j = run_lsm("remap", db, "--json").json()
+    assert [s["name"] for s in j["sources"]] == ["ev", "late"]
+    first = j["sources"][0]
+    assert first["bindings"] == 3 and first["frontier"] == {"0": 13, "1": 12} and first["since"] is None
+    assert first["latest"]["seq"] == ev.latest.seq and first["latest"]["ts"] == ev.latest.ts
+    assert j["sources"][1]["frontier"] == {"0": 1, "2": 2} and j["sources"][1]["bindings"] == len(late)
+    r = run_lsm("remap", db)
+    assert r.code == 0
+    lines = r.out.splitlines()
+    assert lines[0].split() == ["name", "bindings", "frontier", "since", "latest"]
+    assert lines[1].split()[:5] == ["ev", "3", "0:13", "1:12", "-"]
+    assert lines[2].split()[:4] == ["late", "2", "0:1", "2:2"]
+
+
+def test_remap_listing_of_a_store_without_sources_and_bad_combinations(tmp_path) -> None:
+    db = tmp_path / "db"
+    with lsm.DB.open(db) as d:
+        d.put(b"a", b"1")
+    r = run_lsm("remap", db)
+    assert r.code == 0 and r.out == f"no ingested sources in {db}\n"
+    assert run_lsm("remap", db, "--json").json() == {"sources": []}
+    for extra in (["--limit", "2"], ["--partition", "0"], ["--as-of", "0"], ["--offset", "0:1"]):
+        assert "need a source NAME" in one_line_error(run_lsm("remap", db, *extra), 2)
+    db2 = _ingested(tmp_path / "x")
+    assert "not with --as-of or --offset" in one_line_error(
+        run_lsm("remap", db2, "ev", "--limit", "1", "--offset", "0:1"), 2
+    )
+    one_line_error(run_lsm("remap", db2, "ev", "--limit", "0"), 2)
+    one_line_error(run_lsm("remap", db2, "ev", "--partition", "-1"), 2)
+
+
+def test_limit_and_partition_select_rows_newest_first(tmp_path) -> None:
+    db = _ingested(tmp_path)
+    full = run_lsm("remap", db, "ev", "--json").json()
+    assert [(x["seq"], x["partition"], x["next_offset"]) for x in full["rows"]] == [
+        (1, 0, 10),
+        (2, 0, 10),
+        (2, 1, 10),
+        (3, 0, 13),
+        (3, 1, 12),
+    ]
+    assert full["limit"] is None and full["partition"] is None
+    two = run_lsm("remap", db, "ev", "--limit", "2", "--json").json()
+    assert [(x["seq"], x["partition"]) for x in two["rows"]] == [(3, 0), (3, 1), (2, 0), (2, 1)]
+    assert two["bindings"] == 3 and two["limit"] == 2
+    p1 = run_lsm("remap", db, "ev", "--partition", "1", "--json").json()
+    assert [(x["seq"], x["next_offset"]) for x in p1["rows"]] == [(2, 10), (3, 12)]
+    newest = run_lsm("remap", db, "ev", "--partition", "0", "--limit", "1", "--json").json()
+    assert [(x["seq"], x["partition"], x["next_offset"]) for x in newest["rows"]] == [(3, 0, 13)]
+    late = run_lsm("remap", db, "late", "--partition", "2", "--limit", "5", "--json").json()
+    assert [x["next_offset"] for x in late["rows"]] == [2]  # the first binding had no partition 2
+    none = run_lsm("remap", db, "ev", "--partition", "7", "--json")
+    assert none.code == 0 and none.json()["rows"] == []
+
+    t = run_lsm("remap", db, "ev", "--limit", "1")
+    assert t.code == 0
+    lines = t.out.splitlines()
+    assert "bindings  3 (1 shown: the newest, newest first)" in lines
+    head = next(i for i, line in enumerate(lines) if line.startswith("time"))
+    assert lines[head].split() == ["time", "ts_ms", "seq", "partition", "next_offset"]
+    assert [line.split()[2:] for line in lines[head + 1 :]] == [["3", "0", "13"], ["3", "1", "12"]]
+    t = run_lsm("remap", db, "ev", "--partition", "7")
+    assert t.code == 0 and "bindings  3 (0 shown: those with partition 7)" in t.out and "time" not in t.out

@@ -115,8 +115,15 @@ def _disk(plt: Any, results: Sequence[dict[str, Any]], _c: int) -> tuple[str, An
     n = len(results)
     cols = min(n, 4)
     rows = math.ceil(n / cols)
+    # constrained: the layout keeps the suptitle and the legend outside clear of the panels at any size
     fig, axes = plt.subplots(
-        rows, cols, figsize=(3.6 * cols, 2.9 * rows + 0.6), sharex=True, sharey=True, squeeze=False
+        rows,
+        cols,
+        figsize=(3.6 * cols + 3.2, 2.9 * rows + 0.4),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
     )
     for ax in axes.flat[n:]:
         ax.set_visible(False)
@@ -139,12 +146,10 @@ def _disk(plt: Any, results: Sequence[dict[str, Any]], _c: int) -> tuple[str, An
         polys[::-1],  # the top of the stack first, as it is drawn
         [DESCRIBE[c] for c in CLASSES][::-1],
         title="stacked, top to bottom",
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
+        loc="outside right center",
         frameon=False,
         alignment="left",
     )
-    fig.tight_layout()
     return "disk.png", fig
 
 
@@ -227,7 +232,10 @@ def _comparison(plt: Any, results: Sequence[dict[str, Any]], _c: int) -> tuple[s
     n = len(labels)
     # labels longer than a P-number (the policy names of a spec without a sweep) are turned
     rotate = 30 if max(map(len, labels)) > 4 else 0
-    fig, axes = plt.subplots(1, 3, figsize=(max(12, 0.45 * n * 3), 4.2))
+    if n <= 12:  # the three metrics side by side
+        fig, axes = plt.subplots(1, 3, figsize=(max(12, 0.45 * n * 3), 4.2))
+    else:  # one under the other, each as wide as its bars need
+        fig, axes = plt.subplots(3, 1, figsize=(max(10, 0.42 * n), 9.5))
     metrics = (
         ("write amplification", [r["summary"]["write_amplification"] for r in results]),
         ("space amplification (final)", [r["summary"]["space_amplification_final"] or 0 for r in results]),

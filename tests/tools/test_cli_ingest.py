@@ -164,10 +164,10 @@ def test_progress_on_a_terminal_is_one_line_redrawn_per_batch(tmp_path) -> None:
     from tests.tools._pty import run_lsm_tty
 
     log, db = tmp_path / "log", tmp_path / "db"
-    write_log(log, 200)
+    write_log(log, 1000)  # 500 commits: long enough for tqdm to redraw (at most every 0.1 s)
     r = run_lsm_tty("ingest", db, log, "--name", "ev", "--batch-records", "2")
     assert r.code == 0, r.err
-    assert "batches     100" in r.out  # stdout: the summary alone
+    assert "batches     500" in r.out  # stdout: the summary alone
     draws = [d.strip() for d in r.err.split("\r") if d.strip()]
     assert draws and all(d.startswith("ingest ev: ") for d in draws), draws[:3]
     assert "\n" not in r.err.strip()  # redrawn in place, never a new line per batch

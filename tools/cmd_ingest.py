@@ -125,43 +125,77 @@ def _offset_arg(text: str) -> tuple[int, int]:
 
 
 # -- ingest -------------------------------------------------------------------------------------------
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    """``1 batch``, ``3 batches``."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 class _Progress:
-    """Progress lines on stderr, at most every `every` seconds (JSON lines with --json)."""
+    """Progress of an ingest on stderr after every batch: records, batches, records per second and the
+    frontier. On a terminal one line redrawn in place (a tqdm counter, `tools.bench.harness.progress_bar`),
+    cleared by `close`; otherwise (a pipe, a log, or JSON lines with --json) a line at most every `every`
+    seconds and one after the last batch of every pass, so the end is always shown."""
 
     def __init__(self, name: str, as_json: bool, every: float = 0.5) -> None:
         self.name, self.as_json, self.every = name, as_json, every
         self.base_records = self.base_batches = 0
         self.last = 0.0
+        self.shown = (0, 0)  # the totals of the last line: the end of a pass is not shown twice
         self.t0 = time.monotonic()
+        self.bar: Any = None
+        if not as_json and sys.stderr.isatty():
+            from tools.bench.harness import _NoBar, progress_bar
 
-    def __call__(self, stats: Any, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < self.every:
+            bar = progress_bar(True, None, f"ingest {name}", unit="rec")
+            self.bar = None if isinstance(bar, _NoBar) else bar  # no tqdm: lines
+
+    def __call__(self, stats: Any) -> None:
+        """db.ingest's callback after each batch, with the totals of its pass so far."""
+        self._show(self.base_records + stats.records, self.base_batches + stats.batches, stats.frontier)
+
+    def _show(self, records: int, batches: int, frontier_d: dict[int, int], force: bool = False) -> None:
+        frontier = " ".join(f"{p}:{o}" for p, o in sorted(frontier_d.items())) or "-"
+        if self.bar is not None:  # every batch: tqdm redraws at most every 0.1 s itself
+            self.bar.set_postfix_str(
+                f"{_plural(batches, 'batch', 'batches')}, frontier {frontier}", refresh=False
+            )
+            self.bar.update(records - self.bar.n)
             return
-        self.last = now
-        records = self.base_records + stats.records
-        batches = self.base_batches + stats.batches
+        now = time.monotonic()
+        if (not force and now - self.last < self.every) or (records, batches) == self.shown:
+            return
+        self.last, self.shown = now, (records, batches)
         if self.as_json:
             line = json.dumps(
                 {
                     "progress": self.name,
                     "records": records,
                     "batches": batches,
-                    "frontier": {str(p): o for p, o in stats.frontier.items()},
+                    "frontier": {str(p): o for p, o in frontier_d.items()},
                 }
             )
         else:
             rate = records / max(now - self.t0, 1e-9)
             line = (
-                f"ingest {self.name}: {records} records, {batches} batches, {rate:,.0f} rec/s, frontier "
-                + (" ".join(f"{p}:{o}" for p, o in sorted(stats.frontier.items())) or "-")
+                f"ingest {self.name}: {_plural(records, 'record')}, {_plural(batches, 'batch', 'batches')}, "
+                f"{rate:,.0f} rec/s, frontier {frontier}"
             )
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
     def add(self, stats: Any) -> None:
+        """One pass of db.ingest ended with `stats`: count it, and show where it ended (when it applied
+        anything: an idle poll of --follow stays quiet)."""
         self.base_records += stats.records
         self.base_batches += stats.batches
+        if stats.records:
+            self._show(self.base_records, self.base_batches, stats.frontier, force=True)
+
+    def close(self) -> None:
+        """Clear the terminal's progress line (the summary follows)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -253,6 +287,7 @@ def _ingest(args: argparse.Namespace) -> int:
             frontier = stats.frontier
             seq = db.seq
     finally:
+        progress.close()
         for s, h in old.items():
             signal.signal(s, h)
     elapsed = time.monotonic() - t0

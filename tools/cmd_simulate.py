@@ -1,8 +1,9 @@
 """``lsm simulate SPEC --out DIR``: replay a workload spec against the engine, policy by policy.
 
 The spec (TOML, docs/simulate.md) is checked in full before any work: a bad field is one line naming it
-and exit status 2. While running, a progress bar on stderr (when it is a terminal and tqdm is installed)
-shows simulated days and engine operations per wall second. Then the summary table (or ``--json``, the
+and exit status 2. While running, progress bars on stderr (when it is a terminal and tqdm is installed)
+show the simulations done out of all of them and, for each running one (several with ``--jobs N``),
+simulated days and engine operations per wall second. Then the summary table (or ``--json``, the
 summary.json object) on stdout; the files are in DIR. Without matplotlib one line on stderr says how to
 get the plots. ``--engine spark`` runs each simulation of the grid as one Spark task (the JVM's output
 goes to a log file, `tools.common.spark_session_for`; a progress line shows the tasks done).
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1,
         metavar="N",
         help="with the local engine, run N simulations at a time in worker processes (default 1; the "
-        "results are the same; no per-simulation progress bar when N > 1)",
+        "results are the same)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     render.add_output_args(p, bytes_args=False)
@@ -57,10 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 class _Bars:
-    """One tqdm bar per simulation: simulated days done, engine operations per wall second."""
+    """A bar of simulations done / total, and one bar per running simulation: simulated days done,
+    engine operations per wall second (with --jobs N, N of them at once)."""
 
     def __init__(self, enabled: bool) -> None:
         self.tqdm = None
+        self.overall: Any = None
         if enabled and sys.stderr.isatty():
             try:
                 from tqdm import tqdm
@@ -69,6 +72,11 @@ class _Bars:
             except ImportError:
                 pass
 
+    def begin(self, n: int) -> None:
+        """`tools.simulate.run` says how many simulations there are."""
+        if self.tqdm is not None and n > 1:
+            self.overall = self.tqdm(total=n, desc="simulations", unit="sim", file=sys.stderr, leave=False)
+
     def __call__(self, cell: Any) -> Any:
         if self.tqdm is None:
             return None
@@ -76,15 +84,25 @@ class _Bars:
 
         total_ms = parse_spec(cell.raw).duration_ms
         bar = self.tqdm(
-            total=round(total_ms / DAY_MS, 2), desc=cell.name, unit="day", file=sys.stderr, leave=False
+            total=round(total_ms / DAY_MS, 2),
+            desc=cell.label or cell.name,  # a sweep's P3, not its 75-character name
+            unit="day",
+            file=sys.stderr,
+            leave=False,
         )
         t0 = time.perf_counter()
 
         def update(sim_ms: int, ops: int) -> None:
+            if bar.disable:  # closed: a late sample from a worker
+                return
             bar.set_postfix_str(f"{ops / max(time.perf_counter() - t0, 1e-9):,.0f} ops/s", refresh=False)
             bar.update(round(sim_ms / DAY_MS, 2) - bar.n)  # redraws at most every mininterval
             if sim_ms >= total_ms:
                 bar.close()
+                if self.overall is not None:
+                    self.overall.update(1)
+                    if self.overall.n >= self.overall.total:
+                        self.overall.close()
 
         return update
 
@@ -124,8 +142,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         render.print_json(summary)
     else:
+        key = output.key_table(summary["policies"])
+        if key is not None:  # a sweep: what P1, P2, ... stand for, before the rows that use them
+            render.print_text(key + "\n\n")
         render.print_text(output.summary_table(summary["policies"]))
-        files = ["summary.json", "timeseries.csv", *summary["plots"]]
+        files = ["summary.json", "timeseries.csv", "policies.csv", *summary["plots"]]
         render.print_text(f"wrote {', '.join(files)} in {args.out}")
     if not summary["plots"]:
         sys.stdout.flush()

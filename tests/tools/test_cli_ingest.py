@@ -70,7 +70,9 @@ def test_remap_lookups_without_an_answer_and_bad_input(tmp_path) -> None:
     assert r.code == 1 and r.json()["binding"] is None
     assert "no ingested source named 'nope'" in one_line_error(run_lsm("remap", db, "nope"), 2)
     assert "PARTITION:OFFSET" in one_line_error(run_lsm("remap", db, "ev", "--offset", "3"), 2)
-    assert "no such log directory" in one_line_error(run_lsm("ingest", db, tmp_path / "none", "--name", "x"), 2)
+    assert "no such log directory" in one_line_error(
+        run_lsm("ingest", db, tmp_path / "none", "--name", "x"), 2
+    )
     one_line_error(run_lsm("ingest", db, log), 2)  # --name is required
     one_line_error(run_lsm("remap", tmp_path / "nodb", "ev"), 2)
 
@@ -137,3 +139,36 @@ def test_bulk_ingest_with_the_local_engine(tmp_path) -> None:
         ("--engine", "local", "--tasks", "0"),
     ):
         one_line_error(run_lsm("ingest", db, log, "--name", "ev", *bad), 2)
+
+
+def test_progress_shows_where_each_pass_ends_in_words_that_agree(tmp_path) -> None:
+    log, db = tmp_path / "log", tmp_path / "db"
+    write_log(log, 25)
+    r = run_lsm("ingest", db, log, "--name", "ev", "--batch-records", "10")
+    assert r.code == 0, r.err
+    lines = r.err.splitlines()
+    # the first batch at once, then (however fast the rest) the end of the pass: 3 batches, 25 records
+    assert lines[0].startswith("ingest ev: 10 records, 1 batch, ") and lines[0].endswith("frontier 0:10")
+    assert lines[-1].startswith("ingest ev: 25 records, 3 batches, ") and lines[-1].endswith(
+        "frontier 0:13 1:12"
+    )
+    r = run_lsm("ingest", tmp_path / "db2", log, "--name", "ev", "--batch-records", "100", "--json")
+    assert r.code == 0, r.err
+    # one batch took everything: its line once, not again as the end of the pass
+    assert [json.loads(x) for x in r.err.splitlines()] == [
+        {"progress": "ev", "records": 25, "batches": 1, "frontier": {"0": 13, "1": 12}}
+    ]
+
+
+def test_progress_on_a_terminal_is_one_line_redrawn_per_batch(tmp_path) -> None:
+    from tests.tools._pty import run_lsm_tty
+
+    log, db = tmp_path / "log", tmp_path / "db"
+    write_log(log, 1000)  # 500 commits: long enough for tqdm to redraw (at most every 0.1 s)
+    r = run_lsm_tty("ingest", db, log, "--name", "ev", "--batch-records", "2")
+    assert r.code == 0, r.err
+    assert "batches     500" in r.out  # stdout: the summary alone
+    draws = [d.strip() for d in r.err.split("\r") if d.strip()]
+    assert draws and all(d.startswith("ingest ev: ") for d in draws), draws[:3]
+    assert "\n" not in r.err.strip()  # redrawn in place, never a new line per batch
+    assert any("rec/s" in d and "batches, frontier 0:" in d for d in draws)

@@ -261,7 +261,7 @@ def test_cli_writes_summary_timeseries_and_plots(tmp_path) -> None:
     lines = r.out.splitlines()
     assert lines[0].split()[:4] == ["policy", "ops", "wall", "s"]
     assert lines[1].startswith("p ") and lines[2].startswith("tiered ")
-    assert lines[-1].startswith("wrote summary.json, timeseries.csv, disk.png")
+    assert lines[-1].startswith("wrote summary.json, timeseries.csv, policies.csv, disk.png")
 
 
 def test_cli_bad_spec_is_one_line_naming_the_field(tmp_path) -> None:
@@ -295,7 +295,7 @@ def test_cli_without_matplotlib_still_writes_everything_else(tmp_path) -> None:
     )
     assert p.returncode == 0, p.stderr
     assert p.stderr.strip() == "lsm: note: no plots: plots need matplotlib: pip install 'lsm-sim[sim]'"
-    assert sorted(os.listdir(out)) == ["summary.json", "timeseries.csv"]
+    assert sorted(os.listdir(out)) == ["policies.csv", "summary.json", "timeseries.csv"]
     assert json.loads((out / "summary.json").read_text())["plots"] == []
 
 

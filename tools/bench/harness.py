@@ -188,15 +188,25 @@ class _NoBar:
         pass
 
 
-def progress_bar(enabled: bool, total: int | None, desc: str) -> Any:
-    """A tqdm bar on stderr when enabled, stderr is a terminal and tqdm is installed; else a no-op."""
+def progress_bar(enabled: bool, total: int | None, desc: str, unit: str = "op") -> Any:
+    """A tqdm bar on stderr when enabled, stderr is a terminal and tqdm is installed; else a no-op
+    (`_NoBar`). `total` None: a counter with a rate, no bar."""
     if not enabled or not sys.stderr.isatty():
         return _NoBar()
     try:
         from tqdm import tqdm
     except ImportError:
         return _NoBar()
-    return tqdm(total=total, desc=desc, unit="op", unit_scale=True, file=sys.stderr, leave=False)
+    # a counter without a total counts whole units: "126 rec", not "126.0rec"
+    scale = total is not None
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit if scale else f" {unit}",
+        unit_scale=scale,
+        file=sys.stderr,
+        leave=False,
+    )
 
 
 # -- CPU time from /proc ---------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 ``run(spec, out_dir)`` is the Python entry point (a stable API, docs/simulate.md): it checks the
 spec, runs every simulation of its grid (`sweep.grid`: the policies, times the ``[sweep]`` values),
-serially or as one Spark batch, writes ``summary.json``, ``timeseries.csv`` and (with matplotlib) the
-PNG plots into `out_dir`, and returns the summary. The parts:
+serially or as one Spark batch, writes ``summary.json``, ``timeseries.csv``, ``policies.csv`` (the key of
+the plots' short labels) and (with matplotlib) the PNG plots into `out_dir`, and returns the summary. The parts:
 
 * `spec`: the TOML spec and its checks; `workload`: the seeded operation generator;
 * `runner`: one simulation (`Simulation`); `accounting`: the incremental du classes;
@@ -38,9 +38,12 @@ def run(
     """Simulate every cell of `spec` (a dict shaped like the TOML spec), write the outputs, return the summary.
 
     engine "local" runs the simulations one after another in this process, or with jobs > 1 that many
-    at a time in worker processes (no progress callbacks then); "spark" runs each as one Spark task
-    (`master`, or an existing `session`). The results do not depend on either. SpecError (naming the
-    field) before any work."""
+    at a time in worker processes; "spark" runs each as one Spark task (`master`, or an existing
+    `session`). The results do not depend on either. SpecError (naming the field) before any work.
+
+    ``progress_for(cell)`` (local engine) returns a callable that gets each sample's (simulated ms
+    since the start, operations done) of that cell, or None; if `progress_for` also has a ``begin``
+    method, it is called first with the number of simulations."""
     if engine not in ("local", "spark"):
         raise ValueError(f"unknown engine {engine!r}: use 'local' or 'spark'")
     if type(jobs) is not int or jobs < 1:
@@ -48,10 +51,12 @@ def run(
     base, cells = grid(spec)
     out = os.fspath(out_dir)
     os.makedirs(out, exist_ok=True)
+    if engine == "local" and progress_for is not None and hasattr(progress_for, "begin"):
+        progress_for.begin(len(cells))
     if engine == "spark":
         results = run_cells_spark(cells, master=master, session=session)
     elif jobs > 1 and len(cells) > 1:
-        results = run_cells_parallel(cells, min(jobs, len(cells)))
+        results = run_cells_parallel(cells, min(jobs, len(cells)), progress_for)
     else:
         results = run_cells(cells, progress_for)
     from tools.simulate import output
@@ -66,6 +71,7 @@ def run(
         "plots": [],
     }
     output.write_timeseries(os.path.join(out, "timeseries.csv"), results)
+    output.write_key(os.path.join(out, "policies.csv"), summary["policies"])
     if plots and plot_mod.available():
         summary["plots"] = plot_mod.write_plots(out, results, base.compact_every_ms)
     output.write_summary(os.path.join(out, "summary.json"), summary)

@@ -4,6 +4,9 @@
   simulation], "plots": [PNG file names]}``; each policy object has the fixed fields that docs/simulate.md
   lists under "summary.json", and a few more.
 * ``timeseries.csv``: one row per sample per simulation: ``policy`` then `runner.SAMPLE_FIELDS`.
+* ``policies.csv``: the key of the short labels the plots and the table use (``P1``.. in a sweep):
+  one row per simulation, ``label``, ``name``, ``policy``, one column per ``[sweep]`` path with the
+  simulation's value, and ``options`` (its DbOptions overrides as JSON).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +33,67 @@ def write_timeseries(path: str, results: Sequence[dict[str, Any]]) -> None:
             name = r["summary"]["name"]
             for s in r["samples"]:
                 w.writerow((name, *("" if s[k] is None else s[k] for k in SAMPLE_FIELDS)))
+
+
+def sweep_paths(policies: Sequence[dict[str, Any]]) -> list[str]:
+    """The ``[sweep]`` paths of the simulations, in the spec's order (empty without a sweep)."""
+    return list(dict.fromkeys(k for p in policies for k in p.get("params", {})))
+
+
+def short_paths(paths: Sequence[str]) -> dict[str, str]:
+    """Each path's last step (``workload.phases[0].ops_per_sec`` -> ``ops_per_sec``), or the whole path
+    where two paths share their last step."""
+    last = {p: p.rsplit(".", 1)[-1] for p in paths}
+    taken = Counter(last.values())
+    return {p: (s if taken[s] == 1 else p) for p, s in last.items()}
+
+
+def label(p: dict[str, Any]) -> str:
+    """The simulation's short label (summaries written before labels existed: its name)."""
+    return p.get("label") or p["name"]
+
+
+def legend_entry(p: dict[str, Any], paths: Sequence[str]) -> str:
+    """``P3: tiered, zipfian, 4``: the label, the policy and the sweep's values in `paths` order; the
+    name alone without a sweep. `legend_title` names the parts."""
+    if not paths:
+        return label(p)
+    return f"{label(p)}: " + ", ".join([p["policy"], *(str(p["params"].get(k, "-")) for k in paths)])
+
+
+def legend_title(paths: Sequence[str]) -> str | None:
+    """What the parts of a `legend_entry` are: ``label: policy, key_distribution, ...`` (None: no sweep)."""
+    if not paths:
+        return None
+    short = short_paths(paths)
+    return "label: " + ", ".join(["policy", *(short[k] for k in paths)])
+
+
+def _options_text(p: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in p.get("options", {}).items()) or "-"
+
+
+def write_key(path: str, policies: Sequence[dict[str, Any]]) -> None:
+    """policies.csv: each simulation's label, name, policy, sweep values and DbOptions overrides."""
+    paths = sweep_paths(policies)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("label", "name", "policy", *paths, "options"))
+        for p in policies:
+            values = [p["params"].get(k, "") for k in paths]
+            w.writerow((label(p), p["name"], p["policy"], *values, json.dumps(p.get("options", {}))))
+
+
+def key_table(policies: Sequence[dict[str, Any]]) -> str | None:
+    """The labels' key for the terminal (a sweep's ``P1``.. with their policy and values); None when
+    every label is the simulation's own name."""
+    if all(label(p) == p["name"] for p in policies):
+        return None
+    paths = sweep_paths(policies)
+    rows = [
+        (label(p), p["policy"], *(p["params"].get(k, "-") for k in paths), _options_text(p)) for p in policies
+    ]
+    return render.table(("label", "policy", *paths, "options"), rows)
 
 
 def write_summary(path: str, summary: dict[str, Any]) -> None:
@@ -56,7 +121,7 @@ def _ms(v: int | None) -> str:
 def summary_table(policies: Sequence[dict[str, Any]]) -> str:
     """One row per simulation: space, write amplification, purge lag and what was left unpurged."""
     headers = (
-        "policy",
+        "policy" if all(label(p) == p["name"] for p in policies) else "label",
         "ops",
         "wall s",
         "disk",
@@ -80,7 +145,7 @@ def summary_table(policies: Sequence[dict[str, Any]]) -> str:
         sa = p["space_amplification_final"]
         rows.append(
             (
-                p["name"],
+                label(p),
                 p["ops"],
                 f"{p['wall_s']:.1f}",
                 hb(p["disk_bytes_final"]),
@@ -100,4 +165,13 @@ def summary_table(policies: Sequence[dict[str, Any]]) -> str:
     return render.table(headers, rows)
 
 
-__all__ = ["write_timeseries", "write_summary", "summary_table"]
+__all__ = [
+    "write_timeseries",
+    "write_summary",
+    "write_key",
+    "summary_table",
+    "key_table",
+    "legend_entry",
+    "legend_title",
+    "sweep_paths",
+]

@@ -1,6 +1,10 @@
 """PNG plots of a simulation, policies side by side (matplotlib, the optional extra ``sim``).
 
-* ``disk.png``: disk bytes by du class over simulated days, one panel per simulation (stacked areas);
+Each simulation appears under its short label (``P3`` in a sweep, else its policy's name); a sweep's
+legends spell out each label's policy and values (``P3: tiered, zipfian, 4``), right of the panels.
+
+* ``disk.png``: disk bytes by du class over simulated days, one panel per simulation (stacked areas:
+  live + expired + tombstone + shadowed = the disk's row bytes);
 * ``amplification.png``: space amplification and cumulative write amplification over time;
 * ``purge_lag.png``: the purge-lag distribution (share of purged rows purged within x, from the
   histogram) and the age of the oldest expired row still on disk over time, with each policy's bound
@@ -17,6 +21,8 @@ import math
 import os
 from collections.abc import Sequence
 from typing import Any
+
+from tools.simulate import output
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -43,15 +49,36 @@ def _plt() -> Any:
     return plt
 
 
+# readable at the default size, when a PNG is shown at its pixel width
+_RC = {
+    "font.size": 11,
+    "axes.titlesize": 12,
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
+    "legend.title_fontsize": 10,
+    "figure.titlesize": 13,
+}
+_STYLES = ("-", "--", ":", "-.")  # past 10 simulations the colours repeat with another line style
+DESCRIBE = {
+    "live": "live (the newest version, not expired)",
+    "expired": "expired (TTL passed, not purged yet)",
+    "tombstone": "tombstone (deletes)",
+    "shadowed": "shadowed (older versions of a key)",
+}
+
+
 def write_plots(out_dir: str, results: Sequence[dict[str, Any]], compact_every_ms: int) -> list[str]:
     """Write the four PNGs into `out_dir`; return their file names."""
     plt = _plt()
     names = []
-    for fn in (_disk, _amplification, _purge_lag, _comparison):
-        name, fig = fn(plt, results, compact_every_ms)
-        fig.savefig(os.path.join(out_dir, name), dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        names.append(name)
+    with plt.rc_context(_RC):
+        for fn in (_disk, _amplification, _purge_lag, _comparison):
+            name, fig = fn(plt, results, compact_every_ms)
+            fig.savefig(os.path.join(out_dir, name), dpi=110, bbox_inches="tight")
+            plt.close(fig)
+            names.append(name)
     return names
 
 
@@ -59,40 +86,92 @@ def _days(samples: list[dict[str, Any]]) -> list[float]:
     return [s["day"] for s in samples]
 
 
+def _style(i: int) -> dict[str, Any]:
+    return {"color": f"C{i % 10}", "linestyle": _STYLES[(i // 10) % len(_STYLES)]}
+
+
+def _entries(results: Sequence[dict[str, Any]]) -> tuple[list[str], str | None]:
+    """Each simulation's legend entry (``P3: tiered, zipfian, 4``) and the legend's title."""
+    summaries = [r["summary"] for r in results]
+    paths = output.sweep_paths(summaries)
+    return [output.legend_entry(p, paths) for p in summaries], output.legend_title(paths)
+
+
+def _legend_right(fig: Any, handles: list[Any], entries: list[str], title: str | None) -> None:
+    """One legend for the figure, right of the panels (never over the data); long lists in columns."""
+    fig.legend(
+        handles,
+        entries,
+        title=title,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        ncols=max(1, math.ceil(len(entries) / 24)),
+        frameon=False,
+        alignment="left",
+    )
+
+
 def _disk(plt: Any, results: Sequence[dict[str, Any]], _c: int) -> tuple[str, Any]:
     n = len(results)
     cols = min(n, 4)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), sharey=True, squeeze=False)
+    # constrained: the layout keeps the suptitle and the legend outside clear of the panels at any size
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(3.6 * cols + 3.2, 2.9 * rows + 0.4),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
     for ax in axes.flat[n:]:
         ax.set_visible(False)
-    for ax, r in zip(axes.flat, results, strict=False):
+    entries, title = _entries(results)
+    polys: list[Any] = []
+    for ax, r, entry in zip(axes.flat, results, entries, strict=False):
         s = r["samples"]
         ys = [[x[f"{c}_bytes"] / 2**20 for x in s] for c in CLASSES]
-        ax.stackplot(_days(s), *ys, labels=CLASSES, colors=[COLORS[c] for c in CLASSES], alpha=0.85)
-        ax.set_title(r["summary"]["name"], fontsize=9)
-        ax.set_xlabel("simulated days")
+        polys = ax.stackplot(_days(s), *ys, colors=[COLORS[c] for c in CLASSES], alpha=0.85)
+        # the label and the policy on one line, the sweep's values under it
+        head, _, rest = entry.partition(", ")
+        ax.set_title(head if not rest else f"{head}\n{rest}", fontsize=11)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("MiB (row bytes)")
-    axes[0][0].legend(loc="upper left", fontsize=8)
-    fig.suptitle("Disk bytes by class")
+    for ax in axes[-1]:
+        ax.set_xlabel("simulated days")
+    for row in axes:
+        row[0].set_ylabel("MiB")
+    fig.suptitle("Disk bytes by class, stacked: live + expired + tombstone + shadowed = disk (row bytes)")
+    fig.legend(
+        polys[::-1],  # the top of the stack first, as it is drawn
+        [DESCRIBE[c] for c in CLASSES][::-1],
+        title="stacked, top to bottom",
+        loc="outside right center",
+        frameon=False,
+        alignment="left",
+    )
     return "disk.png", fig
 
 
 def _amplification(plt: Any, results: Sequence[dict[str, Any]], _c: int) -> tuple[str, Any]:
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
-    for r in results:
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.4))
+    entries, title = _entries(results)
+    lines = []
+    for i, r in enumerate(results):
         s = r["samples"]
-        name = r["summary"]["name"]
-        a1.plot(_days(s), [x["space_amplification"] for x in s], label=name)
-        a2.plot(_days(s), [x["write_amplification"] for x in s], label=name)
-    a1.set_title("space amplification (disk / live bytes)")
+        a1.plot(_days(s), [x["space_amplification"] for x in s], **_style(i))
+        lines += a2.plot(_days(s), [x["write_amplification"] for x in s], **_style(i))
+    a1.set_title("space amplification (disk / live bytes, log)")
     a2.set_title("cumulative write amplification (engine)")
     for a in (a1, a2):
         a.set_xlabel("simulated days")
         a.grid(alpha=0.3)
     a1.set_yscale("log")
-    a2.legend(fontsize=8)
+    plain = plt.FuncFormatter(lambda v, _pos: f"{v:g}")  # 1.5, not 1.5 x 10^0
+    a1.yaxis.set_major_formatter(plain)
+    a1.yaxis.set_minor_formatter(plain)
+    fig.tight_layout()
+    _legend_right(fig, lines, entries, title)
     return "amplification.png", fig
 
 
@@ -102,9 +181,11 @@ def _bound(r: dict[str, Any], compact_every_ms: int) -> float | None:
 
 
 def _purge_lag(plt: Any, results: Sequence[dict[str, Any]], compact_every_ms: int) -> tuple[str, Any]:
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.4))
+    entries, title = _entries(results)
+    lines = []
     for i, r in enumerate(results):
-        color = f"C{i % 10}"
+        style = _style(i)
         summ = r["summary"]
         hist = {int(k): v for k, v in summ["purge_lag_histogram"].items()}
         total = sum(hist.values())
@@ -114,43 +195,61 @@ def _purge_lag(plt: Any, results: Sequence[dict[str, Any]], compact_every_ms: in
                 acc += hist[lower]
                 xs.append(max(lower, 1) / HOUR_MS)
                 ys.append(acc / total)
-            a1.step(xs, ys, where="post", color=color, label=summ["name"])
+            a1.step(xs, ys, where="post", **style)
         s = r["samples"]
         ages = [
             None if x["oldest_unpurged_expired_ms"] is None else x["oldest_unpurged_expired_ms"] / HOUR_MS
             for x in s
         ]
-        a2.plot(_days(s), [0 if a is None else a for a in ages], color=color, label=summ["name"])
+        lines += a2.plot(_days(s), [0 if a is None else a for a in ages], **style)
         b = _bound(r, compact_every_ms)
         if b is not None:
-            a1.axvline(b, color=color, linestyle="--", linewidth=1)
-            a2.axhline(b, color=color, linestyle="--", linewidth=1)
+            a1.axvline(b, color=style["color"], linestyle=(0, (2, 3)), linewidth=1)
+            a2.axhline(b, color=style["color"], linestyle=(0, (2, 3)), linewidth=1)
     a1.set_xscale("log")
-    a1.set_xlabel("purge lag (hours after expiry or delete, log)")
+    a1.set_xlabel("purge lag: hours after expiry or delete (log)")
     a1.set_ylabel("share of purged rows")
-    a1.set_title("purge-lag distribution (dashed: bound P + compact_every)")
+    a1.set_title("purge-lag distribution")
     a2.set_xlabel("simulated days")
     a2.set_ylabel("hours")
-    a2.set_title("oldest expired row still on disk, age since expiry")
+    a2.set_title("age of the oldest expired row on disk")
     for a in (a1, a2):
         a.grid(alpha=0.3)
-    a2.legend(fontsize=8)
+    fig.text(
+        0.5,
+        -0.02,
+        "dotted: a periodic policy's bound, periodic_compaction_interval + compact_every",
+        ha="center",
+    )
+    fig.tight_layout()
+    _legend_right(fig, lines, entries, title)
     return "purge_lag.png", fig
 
 
 def _comparison(plt: Any, results: Sequence[dict[str, Any]], _c: int) -> tuple[str, Any]:
-    names = [r["summary"]["name"] for r in results]
-    fig, axes = plt.subplots(1, 3, figsize=(max(11, 0.9 * len(names) * 3), 4.2))
+    labels = [output.label(r["summary"]) for r in results]
+    entries, title = _entries(results)
+    n = len(labels)
+    # labels longer than a P-number (the policy names of a spec without a sweep) are turned
+    rotate = 30 if max(map(len, labels)) > 4 else 0
+    if n <= 12:  # the three metrics side by side
+        fig, axes = plt.subplots(1, 3, figsize=(max(12, 0.45 * n * 3), 4.2))
+    else:  # one under the other, each as wide as its bars need
+        fig, axes = plt.subplots(3, 1, figsize=(max(10, 0.42 * n), 9.5))
     metrics = (
         ("write amplification", [r["summary"]["write_amplification"] for r in results]),
         ("space amplification (final)", [r["summary"]["space_amplification_final"] or 0 for r in results]),
         ("purge lag p99 (hours)", [(r["summary"]["purge_lag_ms"]["p99"] or 0) / HOUR_MS for r in results]),
     )
-    for ax, (title, vals) in zip(axes, metrics, strict=True):
-        ax.bar(range(len(names)), vals, color=[f"C{i % 10}" for i in range(len(names))])
-        ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
-        ax.set_title(title)
+    bars = None
+    for ax, (name, vals) in zip(axes, metrics, strict=True):
+        bars = ax.bar(range(n), vals, color=[f"C{i % 10}" for i in range(n)])
+        ax.set_xticks(range(n), labels, rotation=rotate, ha="right" if rotate else "center")
+        ax.set_title(name)
         ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    if title is not None:  # a sweep: the P-labels' key beside the bars
+        _legend_right(fig, list(bars), entries, title)
     return "comparison.png", fig
 
 

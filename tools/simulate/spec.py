@@ -25,6 +25,10 @@ Shape (docs/simulate.md has every field; durations are ms integers or strings "2
 
 A phase may also override ``key_distribution`` and ``value_bytes``. `parse_spec` returns a `Spec`; any
 problem raises `SpecError` whose one-line message names the field (``workload.phases[1].mix``).
+
+A spec must also fit what one simulation can do in memory and time (the ``MAX_*`` limits below): a spec
+past one is refused up front, naming the field and the limit, instead of generating operations for
+hours. The limits are far beyond the studies in docs/simulate.md (52k operations, 240 samples).
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -57,6 +63,22 @@ _RESERVED = frozenset(
         "compaction_process",
     }
 )
+# Limits of one simulation. The operations are generated up front into arrays of ~33 bytes each, so
+# 10^8 of them take ~3.3 GB and hours to replay at the engine's ~10-50k operations per second.
+MAX_OPS = 10**8
+# zipfian and latest sum 1/i**theta over every key before the first operation (~8 s at 10^8 keys)
+MAX_KEYS = 10**8
+# values are cut from one random buffer twice the largest value, and every put copies one
+MAX_VALUE_BYTES = 16 * 2**20
+# every sample keeps a row of ~30 fields in memory and in timeseries.csv, and is a point of every plot
+MAX_SAMPLES = 10**6
+# each compaction tick is a db.compact() call (~2 us when there is nothing to do)
+MAX_COMPACT_TICKS = 10**8
+# simulated time (start, durations, TTLs) stays within what RFC 3339 can write: 9999-12-31T23:59:59.999Z,
+# and an expiry (a time plus a TTL) then stays far inside the engine's signed 64-bit milliseconds
+MAX_TIME_MS = 253_402_300_799_999
+# zipf_theta past this overflows the float i**theta of the generator's zeta sum
+MAX_ZIPF_THETA = 30.0
 _DURATION_OPTIONS = frozenset(
     {"periodic_compaction_interval", "default_ttl", "history_retention", "gc_grace_ms"}
 )
@@ -135,16 +157,26 @@ def parse_duration(value: object, field: str, *, allow_zero: bool = True) -> int
         raise SpecError(f"{field}: expected a duration (ms or '90s', '6h', '30d'), got {value!r}")
     if ms < 0 or (ms == 0 and not allow_zero):
         raise SpecError(f"{field}: must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if ms > MAX_TIME_MS:
+        raise SpecError(f"{field}: must be <= {MAX_TIME_MS} ms (about 8000 years), got {value!r}")
     return ms
 
 
 def load_spec(path: str) -> dict[str, Any]:
-    """Read a TOML spec file into its dict (SpecError on a TOML syntax error)."""
-    with open(path, "rb") as f:
+    """Read a TOML spec file into its dict (SpecError on a TOML syntax error or a path that is not a
+    regular file: a FIFO or a device would block the read, or never end)."""
+    # O_NONBLOCK: opening a FIFO without a writer would block; the fstat below then refuses it
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SpecError(f"{path}: not a regular file")
+    with os.fdopen(fd, "rb") as f:
         try:
             return tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise SpecError(f"{path}: not valid TOML: {e}") from None
+        except RecursionError:
+            raise SpecError(f"{path}: not valid TOML: nested too deeply") from None
 
 
 def _check_keys(d: Mapping[str, Any], allowed: set[str] | frozenset[str], where: str) -> None:
@@ -157,13 +189,22 @@ def _check_keys(d: Mapping[str, Any], allowed: set[str] | frozenset[str], where:
 
 
 def _number(
-    v: object, field: str, *, minimum: float = 0.0, integer: bool = False, strict: bool = False
+    v: object,
+    field: str,
+    *,
+    minimum: float = 0.0,
+    integer: bool = False,
+    strict: bool = False,
+    maximum: float | None = None,
 ) -> Any:
     ok = isinstance(v, int) if integer else isinstance(v, int | float)
     if isinstance(v, bool) or not ok or (isinstance(v, float) and not math.isfinite(v)):
         raise SpecError(f"{field}: expected {'an integer' if integer else 'a number'}, got {v!r}")
     if v < minimum or (strict and v == minimum):
         raise SpecError(f"{field}: must be {'>' if strict else '>='} {minimum:g}, got {v!r}")
+    if maximum is not None and v > maximum:
+        limit = int(maximum) if float(maximum).is_integer() else maximum
+        raise SpecError(f"{field}: must be <= {limit}, got {v!r}")
     return v
 
 
@@ -177,7 +218,7 @@ def _fractions(items: list[tuple[Any, object]], field: str) -> None:
 
 def _value_size(v: object, field: str) -> ValueSize:
     if isinstance(v, int) and not isinstance(v, bool):
-        return ValueSize("constant", _number(v, field, integer=True))
+        return ValueSize("constant", _value_bytes(v, field))
     if not isinstance(v, Mapping):
         raise SpecError(f"{field}: expected bytes (int) or a table with a distribution, got {v!r}")
     dist = v.get("distribution", "constant")
@@ -187,22 +228,26 @@ def _value_size(v: object, field: str) -> ValueSize:
         )
     if dist == "constant":
         _check_keys(v, {"distribution", "mean"}, field)
-        return ValueSize("constant", _number(v.get("mean", 100), f"{field}.mean", integer=True))
+        return ValueSize("constant", _value_bytes(v.get("mean", 100), f"{field}.mean"))
     if dist == "uniform":
         _check_keys(v, {"distribution", "min", "max"}, field)
         lo = _number(v.get("min", 0), f"{field}.min", integer=True)
-        hi = _number(v.get("max", 0), f"{field}.max", integer=True)
+        hi = _value_bytes(v.get("max", 0), f"{field}.max")
         if hi < lo:
             raise SpecError(f"{field}.max: must be >= min ({lo}), got {hi}")
         return ValueSize("uniform", (lo + hi) / 2, lo, hi)
     _check_keys(v, {"distribution", "mean", "stddev"}, field)
-    return ValueSize(
-        "normal",
-        _number(v.get("mean", 100), f"{field}.mean"),
-        0,
-        0,
-        _number(v.get("stddev", 0), f"{field}.stddev"),
-    )
+    mean = _number(v.get("mean", 100), f"{field}.mean")
+    stddev = _number(v.get("stddev", 0), f"{field}.stddev")
+    if mean + 8 * stddev > MAX_VALUE_BYTES:  # the generator sizes its buffer for mean + 8 stddev
+        raise SpecError(
+            f"{field}: mean + 8 stddev must be <= {MAX_VALUE_BYTES} bytes (16 MiB), got {mean + 8 * stddev:g}"
+        )
+    return ValueSize("normal", mean, 0, 0, stddev)
+
+
+def _value_bytes(v: object, field: str) -> int:
+    return _number(v, field, integer=True, maximum=MAX_VALUE_BYTES)
 
 
 def _phase(d: object, i: int, wl: Mapping[str, Any]) -> Phase:
@@ -281,13 +326,39 @@ def _policy(d: object, i: int) -> Policy:
     return Policy(name, tuple(opts))
 
 
+def _check_size(start: int, phases: tuple[Phase, ...], sample_every: int, compact_every: int) -> None:
+    """Refuse a spec past the MAX_* limits of one simulation, naming the field and the figure."""
+    duration = sum(p.duration_ms for p in phases)
+    if start + duration > MAX_TIME_MS:
+        raise SpecError(
+            f"workload.phases: start + the phases' duration = {start + duration} ms, past the latest "
+            f"simulated time {MAX_TIME_MS} (9999-12-31T23:59:59.999Z)"
+        )
+    ops = sum(p.duration_ms / 1000 * p.ops_per_sec for p in phases)  # floats: 1e300 stays a number
+    if ops > MAX_OPS:
+        raise SpecError(
+            f"workload.phases: the phases ask for {ops:.3g} operations (duration x ops_per_sec), more than "
+            f"the simulator's limit of {MAX_OPS}: lower ops_per_sec or shorten the phases"
+        )
+    if duration / sample_every > MAX_SAMPLES:
+        raise SpecError(
+            f"sample_every: {duration / sample_every:.3g} samples over the phases' duration, more than the "
+            f"limit of {MAX_SAMPLES}: raise sample_every or shorten the phases"
+        )
+    if duration / compact_every > MAX_COMPACT_TICKS:
+        raise SpecError(
+            f"compact_every: {duration / compact_every:.3g} compaction ticks over the phases' duration, more "
+            f"than the limit of {MAX_COMPACT_TICKS}: raise compact_every or shorten the phases"
+        )
+
+
 def parse_spec(raw: Mapping[str, Any]) -> Spec:
     """Check a whole spec dict; SpecError naming the first bad field. No simulation work is done."""
     _check_keys(raw, {"seed", "sample_every", "compact_every", "start", "workload", "policy", "sweep"}, "")
     seed = _number(raw.get("seed", 0), "seed", integer=True)
     sample_every = parse_duration(raw.get("sample_every", "1h"), "sample_every", allow_zero=False)
     compact_every = parse_duration(raw.get("compact_every", "5m"), "compact_every", allow_zero=False)
-    start = _number(raw.get("start", DEFAULT_START), "start", integer=True)
+    start = _number(raw.get("start", DEFAULT_START), "start", integer=True, maximum=MAX_TIME_MS)
     if "workload" not in raw:
         raise SpecError("workload: missing")
     wl = raw["workload"]
@@ -296,15 +367,18 @@ def parse_spec(raw: Mapping[str, Any]) -> Spec:
         {"keys", "key_distribution", "zipf_theta", "value_bytes", "scan_rows", "ttl", "phases"},
         "workload",
     )
-    keys = _number(wl.get("keys", 100_000), "workload.keys", minimum=1, integer=True)
-    theta = _number(wl.get("zipf_theta", 0.99), "workload.zipf_theta", strict=True)
+    keys = _number(wl.get("keys", 100_000), "workload.keys", minimum=1, integer=True, maximum=MAX_KEYS)
+    theta = _number(wl.get("zipf_theta", 0.99), "workload.zipf_theta", strict=True, maximum=MAX_ZIPF_THETA)
     if theta == 1.0:
         raise SpecError("workload.zipf_theta: must not be 1 (the generator needs theta != 1)")
-    scan_rows = _number(wl.get("scan_rows", 10), "workload.scan_rows", minimum=1, integer=True)
+    scan_rows = _number(
+        wl.get("scan_rows", 10), "workload.scan_rows", minimum=1, integer=True, maximum=MAX_KEYS
+    )
     phases_l = wl.get("phases")
     if not isinstance(phases_l, list) or not phases_l:
         raise SpecError("workload.phases: expected a non-empty list of [[workload.phases]] tables")
     phases = tuple(_phase(p, i, wl) for i, p in enumerate(phases_l))
+    _check_size(start, phases, sample_every, compact_every)
     pol_l = raw.get("policy")
     if not isinstance(pol_l, list) or not pol_l:
         raise SpecError("policy: expected a non-empty list of [[policy]] tables")

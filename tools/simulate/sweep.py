@@ -11,7 +11,9 @@ Each ``[sweep]`` entry maps a path in the spec to the list of values it takes::
 
 The combinations are taken in the order the entries are written (the last one varies fastest), and for
 each combination every policy in order: 2 x 2 x 2 x 2 values x 2 policies = 32 simulations, each named
-``<policy> <path>=<value> ...``. Every cell is checked (`parse_spec`) before any simulation runs.
+``<policy> <path>=<value> ...`` and labelled ``P1`` .. ``P32`` in that order (the plots and the table
+use the labels; ``policies.csv`` maps them to the names and values). Without a ``[sweep]`` a cell's
+label is its policy's name. Every cell is checked (`parse_spec`) before any simulation runs.
 
 `run_cells` runs them one after another in this process; `run_cells_spark` makes each cell one Spark
 task (``parallelize(cells, len(cells))``): the task generates the cell's operations, simulates in its
@@ -37,12 +39,14 @@ _STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)")
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """One simulation of the grid: a spec dict without [sweep], the index of its policy, its label."""
+    """One simulation of the grid: its name, a spec dict without [sweep], the index of its policy, the
+    sweep's (path, value) pairs, and the short label the plots use (``P3``, or the policy's name)."""
 
     name: str
     raw: dict[str, Any]
     policy: int
     params: tuple[tuple[str, Any], ...]
+    label: str = ""
 
 
 def _set_path(d: dict[str, Any], path: str, value: Any) -> None:
@@ -97,7 +101,8 @@ def grid(raw: Mapping[str, Any]) -> tuple[Spec, list[Cell]]:
             raise SpecError(f"sweep ({label}): {e}") from None
         for i, pol in enumerate(cell_spec.policies):
             name = f"{pol.name} {label}" if label else pol.name
-            cells.append(Cell(name, cell_raw, i, tuple(combo)))
+            short = f"P{len(cells) + 1}" if sweep else pol.name
+            cells.append(Cell(name, cell_raw, i, tuple(combo), short))
     return spec, cells
 
 
@@ -122,7 +127,13 @@ def _simulate(spec: Spec, policy, ops, cell: Cell, progress) -> dict[str, Any]:
             sim.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    summary = {**res.summary, "name": cell.name, "policy": policy.name, "params": dict(cell.params)}
+    summary = {
+        **res.summary,
+        "name": cell.name,
+        "label": cell.label or cell.name,
+        "policy": policy.name,
+        "params": dict(cell.params),
+    }
     summary["options"] = options_summary(policy)
     return {"summary": summary, "samples": res.samples}
 
@@ -145,15 +156,62 @@ def run_cells(
     return out
 
 
-def run_cells_parallel(cells: Sequence[Cell], jobs: int) -> list[dict[str, Any]]:
+def run_cells_parallel(
+    cells: Sequence[Cell], jobs: int, progress_for: Callable[[Cell], Any] | None = None
+) -> list[dict[str, Any]]:
     """Every cell in its own worker process, `jobs` at a time (`run_cell`: each generates its workload
-    from the spec's seed, so the results are those of `run_cells`); results in cell order."""
+    from the spec's seed, so the results are those of `run_cells`); results in cell order.
+
+    With `progress_for`, the workers send each sample's (simulated ms, operations) back on a queue and
+    this process feeds them to ``progress_for(cell)``'s callable, as `run_cells` does."""
     import concurrent.futures
     import multiprocessing
+    from queue import Empty
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a parent that may hold threads
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        return list(pool.map(run_cell, cells))
+    if progress_for is None:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            return list(pool.map(run_cell, cells))
+    queue = ctx.Queue()
+    updates: dict[int, Any] = {}
+
+    def drain() -> None:
+        while True:
+            try:
+                i, sim_ms, ops = queue.get_nowait()
+            except Empty:
+                return
+            if i not in updates:
+                updates[i] = progress_for(cells[i])
+            if updates[i] is not None:
+                updates[i](sim_ms, ops)
+
+    results: list[dict[str, Any] | None] = [None] * len(cells)
+    with concurrent.futures.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=ctx, initializer=_set_queue, initargs=(queue,)
+    ) as pool:
+        pending = {pool.submit(_reporting_task, (i, c)) for i, c in enumerate(cells)}
+        while pending:
+            done, pending = concurrent.futures.wait(pending, timeout=0.25)
+            drain()
+            for f in done:
+                i, r = f.result()
+                results[i] = r
+    drain()
+    return results  # type: ignore[return-value]
+
+
+_queue: Any = None  # a worker's queue back to the parent (run_cells_parallel with progress)
+
+
+def _set_queue(queue: Any) -> None:
+    global _queue
+    _queue = queue
+
+
+def _reporting_task(item: tuple[int, Cell]) -> tuple[int, dict[str, Any]]:
+    i, cell = item
+    return i, run_cell(cell, lambda sim_ms, ops: _queue.put((i, sim_ms, ops)))
 
 
 def run_cells_spark(

@@ -125,11 +125,6 @@ def _offset_arg(text: str) -> tuple[int, int]:
 
 
 # -- ingest -------------------------------------------------------------------------------------------
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    """``1 batch``, ``3 batches``."""
-    return f"{n} {word if n == 1 else plural or word + 's'}"
-
-
 class _Progress:
     """Progress of an ingest on stderr after every batch: records, batches, records per second and the
     frontier. On a terminal one line redrawn in place (a tqdm counter, `tools.bench.harness.progress_bar`),
@@ -157,7 +152,7 @@ class _Progress:
         frontier = " ".join(f"{p}:{o}" for p, o in sorted(frontier_d.items())) or "-"
         if self.bar is not None:  # every batch: tqdm redraws at most every 0.1 s itself
             self.bar.set_postfix_str(
-                f"{_plural(batches, 'batch', 'batches')}, frontier {frontier}", refresh=False
+                f"{render.plural(batches, 'batch', 'batches')}, frontier {frontier}", refresh=False
             )
             self.bar.update(records - self.bar.n)
             return
@@ -177,7 +172,7 @@ class _Progress:
         else:
             rate = records / max(now - self.t0, 1e-9)
             line = (
-                f"ingest {self.name}: {_plural(records, 'record')}, {_plural(batches, 'batch', 'batches')}, "
+                f"ingest {self.name}: {render.plural(records, 'record')}, {render.plural(batches, 'batch', 'batches')}, "
                 f"{rate:,.0f} rec/s, frontier {frontier}"
             )
         sys.stderr.write(line + "\n")

@@ -111,8 +111,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
         render.print_json(summary)
     else:
         render.print_text(
-            f"dumped {summary['records']} records ({summary['tombstones']} tombstones, {summary['with_ttl']} "
-            f"with a TTL) of {args.path} at seq {summary['seq']} to {args.out}"
+            f"dumped {render.plural(summary['records'], 'record')} "
+            f"({render.plural(summary['tombstones'], 'tombstone')}, {summary['with_ttl']} with a TTL) of {args.path} at seq {summary['seq']} to {args.out}"
         )
     return 0
 
@@ -166,7 +166,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         render.print_text(f"loaded 0 records into {args.path}: the dump is empty, nothing was written")
     else:
         render.print_text(
-            f"loaded {summary['records']} records ({tombstones} tombstones) into {args.path} as one commit, "
+            f"loaded {render.plural(summary['records'], 'record')} ({render.plural(tombstones, 'tombstone')}) into {args.path} as one commit, "
             f"seq {summary['seq']} (dump of {dump.header['source']} at seq {dump.header['seq']})"
         )
     return 0

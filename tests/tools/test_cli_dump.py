@@ -115,7 +115,7 @@ def test_dump_and_load_from_the_command_line(tmp_path: Path) -> None:
     out = tmp_path / "src.dump"
     r = run_lsm("dump", src, "--out", out)
     assert r.code == 0, r.err
-    assert r.out == f"dumped 3 records (1 tombstones, 1 with a TTL) of {src} at seq 5 to {out}\n"
+    assert r.out == f"dumped 3 records (1 tombstone, 1 with a TTL) of {src} at seq 5 to {out}\n"
     lines = out.read_bytes().splitlines()
     header = json.loads(lines[0])
     assert {k: header[k] for k in ("format", "version", "source", "seq")} == {
@@ -137,7 +137,7 @@ def test_dump_and_load_from_the_command_line(tmp_path: Path) -> None:
     r = run_lsm("load", dst, out, "--create")
     assert r.code == 0, r.err
     assert (
-        r.out == f"loaded 3 records (1 tombstones) into {dst} as one commit, seq 1 (dump of {src} at seq 5)\n"
+        r.out == f"loaded 3 records (1 tombstone) into {dst} as one commit, seq 1 (dump of {src} at seq 5)\n"
     )
     for args in (["--include-expired"], ["--expiry-at", T0 + 1_000], []):
         rows = [

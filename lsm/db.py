@@ -131,7 +131,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         mem, max_ts, last_seg = self._replay_wal(man)
         self._seq = max(man.last_seq, mem.max_seq)
         self._last_commit_ts = max(man.clock_watermark, max_ts)
-        self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts))
+        self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts), options.max_clock_skew_ms)
         vs.open_state(mem)
         self._closed = False
         if read_only:

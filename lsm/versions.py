@@ -115,12 +115,12 @@ class VersionSet:
             if man is None:
                 if self.read_only:
                     raise NotADatabaseError(f"{self.path}: no manifest: not an lsm-sim database")
-                store.try_create(1, Manifest())
+                _try_create(store, 1, Manifest())
                 continue
             if self.read_only:
                 return mid, man
             bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1)
-            if store.try_create(mid + 1, bumped):
+            if _try_create(store, mid + 1, bumped):
                 self.token = FenceToken(store.dir)
                 self.token.publish(bumped.writer_epoch)
                 self.token_bytes = self.token.view
@@ -314,4 +314,15 @@ def max_sst_number(sst_dir: str) -> int:
     return best
 
 
+def _try_create(store: ManifestStore, mid: int, m: Manifest) -> bool:
+    """`store.try_create` for an open: a publication whose outcome is unknown raises its OSError, as any
+    other I/O error of an open does (the next open finds the version published or not and bumps past
+    it), instead of the internal signal a live handle's failed state is built from."""
+    try:
+        return store.try_create(mid, m)
+    except PublishUnknownError as e:
+        raise e.error from None
+
+
 __all__ = ["Run", "State", "VersionSet", "max_sst_number"]
+

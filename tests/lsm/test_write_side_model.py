@@ -21,7 +21,7 @@ whole with the next seq, or absent; an ingest batch or a bulk load there with it
 and nothing else. Everything runs in the test's thread (``background_flush=False``) on a `ManualClock`,
 so an example replays exactly.
 
-Examples: a few in ``make test`` (about 15 s); ``LSM_MODEL_EXAMPLES=500`` runs more (docs/reliability.md).
+Examples: 40 in ``make test`` (about 10 s); ``LSM_MODEL_EXAMPLES=500`` runs more (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ class WriteSide(RuleBasedStateMachine):
 
 TestWriteSideModel = WriteSide.TestCase
 TestWriteSideModel.settings = settings(
-    max_examples=int(os.environ.get("LSM_MODEL_EXAMPLES", "8")),
+    max_examples=int(os.environ.get("LSM_MODEL_EXAMPLES", "40")),
     stateful_step_count=int(os.environ.get("LSM_MODEL_STEPS", "50")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

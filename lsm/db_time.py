@@ -111,7 +111,8 @@ class TimeMixin:
         """Mend a store whose clock watermark is in the future (a far-future clock reading was once
         accepted): every row stamped after `to_ms` (default: the host's wall clock now) is restamped at
         `to_ms` with its expire_ts moved back as much, remap times are clamped likewise, the seq tracker
-        forgets the pairs after it and the time bins are reset; then the watermark becomes `to_ms`. Seqs
+        forgets the pairs after it and the time bins are reset; then the watermark becomes `to_ms` (or the
+        handle's clock, if later). Seqs
         and the order of versions are unchanged. A full compaction does the rewrite. Returns a
         `lsm.clock_repair.ClockRepair`; with nothing after `to_ms` it changes nothing (docs/time.md)."""
         return clock_repair.repair_clock(self, to_ms)  # type: ignore[arg-type]

@@ -54,7 +54,7 @@ class DbOptions:
     `lsm.ClockError` naming the reading, the host time and the option, and nothing is written (a read
     ignores such a reading). `SystemClock` is the host's clock and `ManualClock` is moved on purpose, so
     neither is checked; ``None`` turns the check off. A store whose watermark is already in the future is
-    mended by `lsm.repair_clock` (docs/time.md).
+    mended by `DB.repair_clock` (docs/time.md).
     """
 
     clock: Clock = dataclasses.field(default_factory=SystemClock)

@@ -184,6 +184,9 @@ class CompactionJob:
     # note in stats.changed_rows what became of each key's newest input version when it did not come
     # out unchanged (an accounting event listener asks for it: lsm.events.EventListener.wants_changed_rows)
     report_changes: bool = False
+    # applied to every merged batch (rows (key, seq, ts, expire_ts, value)) before resolution; must keep
+    # keys and seqs as they are. Used by lsm.clock_repair to move far-future timestamps back; picklable
+    row_map: Callable[[list[tuple]], list[tuple]] | None = None
 
     @property
     def input_bytes(self) -> int:
@@ -542,7 +545,10 @@ def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) ->
                 protected_prefix=job.protected_prefix,
             )
             out = SstOutput(job.output, job.tick)
-            outputs = out.write_batches(resolver.run_batches(merge_batches(sources)))
+            batches = merge_batches(sources)
+            if job.row_map is not None:
+                batches = map(job.row_map, batches)
+            outputs = out.write_batches(resolver.run_batches(batches))
             stats.write_seconds = out.write_seconds
             stats.read_seconds = sum(s.read_seconds for s in sources)
     finally:

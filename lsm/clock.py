@@ -90,18 +90,36 @@ def _check_ms(v: object) -> int:
 class MonotonicClock:
     """The engine's view of a user clock: never goes back.
 
-    `tick()` (for writes) raises ClockError when the user clock reads below a time already used;
-    `read()` (for reads) returns max(user clock, last used) and never raises. A time a read used counts
+    `tick()` (for writes) raises ClockError when the user clock reads below a time already used, or
+    (`max_skew_ms`) more than that far ahead of the host's wall clock; `read()` (for reads) returns
+    max(user clock, last used), ignoring a reading tick would refuse, and never raises. A time a read used counts
     as used: expiry was judged by it, so a row once seen expired never comes back when the clock steps
     back, and a later write may not be stamped before it.
     """
 
-    def __init__(self, clock: Clock, floor: int = 0) -> None:
+    def __init__(self, clock: Clock, floor: int = 0, max_skew_ms: int | None = None) -> None:
         self.clock = clock
         self.last = floor
         self._lock = threading.Lock()
         self._now = clock.now  # bound once: tick runs on every write
         self._system = type(clock) is SystemClock  # tick reads it inline, without a method call
+        # The skew guard (DbOptions.max_clock_skew_ms): a user clock's reading more than max_skew_ms ahead of
+        # the host's wall clock is refused, so that one glitch cannot become the floor of every later write.
+        # SystemClock IS the host clock and a ManualClock moves on purpose: neither is judged. `_limit` is
+        # the highest reading accepted without looking at the host clock: host time when last looked at,
+        # plus the skew. The host clock moves on, so the cached limit is only ever stricter than the true
+        # one, and it is refreshed (one time_ns call) only when a reading passes it: a write on a user
+        # clock pays one comparison, and SystemClock none (its limit is I64_MAX, the check tick already does).
+        self._skew = None if self._system or isinstance(clock, ManualClock) else max_skew_ms
+        self._limit = I64_MAX
+        if self._skew is not None:
+            self._refresh_limit()
+
+    def _refresh_limit(self) -> int:
+        """Host time now (ms); moves `_limit` to it plus the skew (capped at I64_MAX)."""
+        host = _time_ns() // 1_000_000
+        self._limit = min(host + self._skew, I64_MAX)  # type: ignore[operator]
+        return host
 
     def tick(self) -> int:
         """The time for a write: the user clock, which must not be below any time already used
@@ -118,15 +136,16 @@ class MonotonicClock:
         lock.acquire()  # not `with`: this runs on every write, and acquire/release is cheaper
         try:
             now = _time_ns() // 1_000_000 if self._system else self._now()
-            if type(now) is not int or not self.last <= now <= I64_MAX:
-                self._refuse(now)
+            if type(now) is not int or not self.last <= now <= self._limit:
+                self._refuse(now)  # returns when only the cached skew limit was stale
             self.last = now
         finally:
             lock.release()
         return now
 
     def _refuse(self, now: object) -> None:
-        """Raise the ClockError for a reading `tick` cannot use."""
+        """Raise the ClockError for a reading `tick` cannot use; return if it can after all (it only
+        passed a stale skew limit)."""
         if type(now) is not int:
             raise ClockError(f"clock {self.clock!r} returned {now!r}, not int milliseconds")
         if not I64_MIN <= now <= I64_MAX:  # refused before it is used or becomes the watermark
@@ -134,13 +153,26 @@ class MonotonicClock:
                 f"clock {self.clock!r} returned {now} ms, which does not fit a signed 64-bit integer; "
                 "nothing was written"
             )
-        raise ClockError(f"clock went back: {now} ms is below {self.last} ms already used; nothing was written")
+        if now < self.last:
+            raise ClockError(f"clock went back: {now} ms is below {self.last} ms already used; nothing was written")
+        if self._too_far_ahead(now):
+            host = self._refresh_limit()
+            raise ClockError(
+                f"clock {self.clock!r} returned {now} ms, {now - host} ms ahead of the host's wall clock "
+                f"({host} ms), more than DbOptions.max_clock_skew_ms={self._skew}; nothing was written "
+                "(max_clock_skew_ms=None turns this check off)"
+            )
+
+    def _too_far_ahead(self, now: int) -> bool:
+        """The skew guard: whether `now` lies beyond max_skew_ms ahead of the host clock (which is
+        looked at only when `now` passes the cached limit)."""
+        return now > self._limit and now > self._refresh_limit() + self._skew  # type: ignore[operator]
 
     def read(self) -> int:
         """The time for a read: max(user clock, last used time); never raises (a clock returning a
         non-int leaves time where it was, for `tick` to report)."""
         now = self.clock.now()
-        if type(now) is not int or not I64_MIN <= now <= I64_MAX:
+        if type(now) is not int or not I64_MIN <= now <= I64_MAX or (now > self._limit and self._too_far_ahead(now)):
             return self.last  # tick() reports the bad clock; a read just does not move time
         if now == self.last:  # time has not moved: nothing to store
             return now

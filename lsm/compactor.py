@@ -134,8 +134,11 @@ class DbCompactor:
             self._run(plan, None, background=True, planned=time.perf_counter() - t0)
             return True
 
-    def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
-        """Run what the scheduler picks until nothing is due (or, with full=True, merge everything)."""
+    def compact(
+        self, full: bool = False, executor: str | None = None, row_map: Callable[[list[tuple]], list[tuple]] | None = None
+    ) -> CompactionStats:
+        """Run what the scheduler picks until nothing is due (or, with full=True, merge everything).
+        `row_map` (full only, never a trivial move): see CompactionJob.row_map."""
         if executor not in (None, "local", "spark"):
             raise ValueError(f"unknown executor {executor!r}: use 'local' or 'spark'")
         total = CompactionStats()
@@ -147,7 +150,7 @@ class DbCompactor:
                 m = self.versions.manifest
                 plan = scheduler.pick_full(m.l0, m.runs)
                 if plan is not None:
-                    total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
+                    total.add(self._run(plan, executor, planned=time.perf_counter() - t0, row_map=row_map))
                 return total
             for _ in range(10_000):
                 t0 = time.perf_counter()
@@ -179,12 +182,17 @@ class DbCompactor:
         )
 
     def _run(
-        self, plan: scheduler.Plan, executor: str | None, background: bool = False, planned: float = 0.0
+        self,
+        plan: scheduler.Plan,
+        executor: str | None,
+        background: bool = False,
+        planned: float = 0.0,
+        row_map: Callable[[list[tuple]], list[tuple]] | None = None,
     ) -> CompactionStats:
         """Run one job and commit it, with the compaction events around it (lsm.events)."""
         listeners = self.db.options.event_listeners
         if not listeners:
-            return self._run_job(plan, executor, background, planned, None)[0]
+            return self._run_job(plan, executor, background, planned, None, row_map)[0]
         begun: list[CompactionInfo] = []  # the begin event's info, once the job is planned
 
         def on_begin(info: CompactionInfo) -> None:
@@ -192,7 +200,7 @@ class DbCompactor:
             notify(listeners, "on_compaction_begin", info)
 
         try:
-            stats, outputs = self._run_job(plan, executor, background, planned, on_begin)
+            stats, outputs = self._run_job(plan, executor, background, planned, on_begin, row_map)
         except BaseException as e:
             if begun:
                 notify(listeners, "on_compaction_end", dataclasses.replace(begun[0], error=e))
@@ -207,17 +215,20 @@ class DbCompactor:
         background: bool,
         planned: float,
         on_begin: Callable[[CompactionInfo], None] | None,
+        row_map: Callable[[list[tuple]], list[tuple]] | None = None,
     ) -> tuple[CompactionStats, tuple[str, ...]]:
         db, vs = self.db, self.versions
         db.check_writable()
         t0 = time.perf_counter()
         tick = db.now()
         m = vs.manifest
-        if executor is None:
+        if executor is None and row_map is None:
             moved = self._move(plan, m, tick, planned, t0, on_begin)
             if moved is not None:
                 return moved
         job = self.make_job(plan, m, tick)
+        if row_map is not None:
+            job = dataclasses.replace(job, row_map=row_map)
         run = self._executor(job, executor, background)
         input_names = [e.name for s in plan.input_entries(m.l0, m.runs) for e in s]
         if on_begin is not None:

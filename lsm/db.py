@@ -135,7 +135,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         # abandons what an earlier handle left (below), a read-only one holds back as the manifest says
         self._reserved: tuple[tuple[int, int], ...] = man.seq_reservations if read_only else ()
         self._last_commit_ts = max(man.clock_watermark, max_ts)
-        self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts))
+        self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts), options.max_clock_skew_ms)
         vs.open_state(mem)
         self._closed = False
         if read_only:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from lsm import clock_repair
+from lsm.clock_repair import ClockRepair
 from lsm.errors import RetentionError
 from lsm.options import ReadOptions
 from lsm.readpath import changed_rows
@@ -111,6 +113,16 @@ class TimeMixin:
         """(RFC 3339 bin start, number of updates) oldest first, from the decaying time bins."""
         self._check_open()
         return self._timeline.histogram(self._seq)
+
+    def repair_clock(self, to_ms: int | None = None) -> ClockRepair:
+        """Mend a store whose clock watermark is in the future (a far-future clock reading was once
+        accepted): every row stamped after `to_ms` (default: the host's wall clock now) is restamped at
+        `to_ms` with its expire_ts moved back as much, remap times are clamped likewise, the seq tracker
+        forgets the pairs after it and the time bins are reset; then the watermark becomes `to_ms` (or the
+        handle's clock, if later). Seqs
+        and the order of versions are unchanged. A full compaction does the rewrite. Returns a
+        `lsm.clock_repair.ClockRepair`; with nothing after `to_ms` it changes nothing (docs/time.md)."""
+        return clock_repair.repair_clock(self, to_ms)  # type: ignore[arg-type]
 
     def reset_time_seq(self) -> None:
         """Forget the time bins (after a clock mishap); committed to the manifest at once."""

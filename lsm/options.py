@@ -48,6 +48,13 @@ class DbOptions:
     """How a DB behaves. Sizes in bytes, times in ms.
 
     The first block of fields is pinned by the design; the rest tune compaction and caching.
+
+    ``max_clock_skew_ms`` (default one day) guards the write path against a clock glitch: a reading of
+    `clock` more than that far ahead of the host's wall clock (``time.time()``) makes the write raise
+    `lsm.ClockError` naming the reading, the host time and the option, and nothing is written (a read
+    ignores such a reading). `SystemClock` is the host's clock and `ManualClock` is moved on purpose, so
+    neither is checked; ``None`` turns the check off. A store whose watermark is already in the future is
+    mended by `DB.repair_clock` (docs/time.md).
     """
 
     clock: Clock = dataclasses.field(default_factory=SystemClock)
@@ -99,6 +106,11 @@ class DbOptions:
     # complete last record with a bad checksum; "absolute_consistency" refuses either; "point_in_time"
     # replays up to the first damaged record of any segment and ignores everything after it
     wal_recovery_mode: str = "tolerate_truncated_tail"
+    # a reading of `clock` more than this many ms ahead of the host's wall clock (time.time()) is refused
+    # with ClockError and nothing is written: one far-future glitch would otherwise become the floor of
+    # every later write (docs/time.md, "Clock mishaps"). Not applied to SystemClock (it is the host's
+    # clock) nor to ManualClock (moved on purpose); None turns the check off
+    max_clock_skew_ms: int | None = 86_400_000
 
     def __post_init__(self) -> None:
         if not callable(getattr(self.clock, "now", None)):
@@ -135,6 +147,7 @@ class DbOptions:
                 raise TypeError(f"compaction filter factory {f!r} has no create(ctx) method")
         self.compaction_filters = tuple(self.compaction_filters)
         self.event_listeners = check_listeners(self.event_listeners)
+        _positive("max_clock_skew_ms", self.max_clock_skew_ms, allow_none=True, minimum=0)
         if self.wal_recovery_mode not in RECOVERY_MODES:
             raise ValueError(
                 f"DbOptions.wal_recovery_mode must be one of {', '.join(RECOVERY_MODES)}, "

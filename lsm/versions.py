@@ -118,6 +118,11 @@ class VersionSet:
         def try_create(manifest_id: int, m: Manifest) -> bool:
             try:
                 return store.try_create(manifest_id, m)
+            except PublishUnknownError as e:
+                # an open's publication whose outcome is unknown raises its OSError, as any other I/O
+                # error of an open does (the next open finds the version published or not and bumps past
+                # it), instead of the internal signal a live handle's failed state is built from
+                raise e.error from None
             except OSError as e:
                 # a concurrent opener published first and removed our temporary file as a leftover:
                 # we lost the race as with FileExistsError (lsm.manifest), so read its version

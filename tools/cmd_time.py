@@ -1,10 +1,11 @@
-"""``lsm seq-to-ts|ts-to-seq|time-seq|changes``: the database's seq<->time maps and what changed since.
+"""``lsm seq-to-ts|ts-to-seq|time-seq|changes|repair-clock``: the database's seq<->time maps, what changed
+since, and the repair of a clock watermark in the future (``DB.repair_clock``).
 
 Two maps live in the manifest (see lsm/timeline.py and docs/time.md): the seq tracker (a (seq, second)
 pair at most every 30 s, downsampled when full; both directions, explicit rounding) and the decaying
 time bins (60 bins of 3 hours and longer; the histogram and "changes since a time").
 
-Every command but ``time-seq --reset`` opens the database read-only (``lsm.DB.open(path,
+Every command but ``time-seq --reset`` and ``repair-clock`` opens the database read-only (``lsm.DB.open(path,
 read_only=True)``): no writer is fenced, the WAL is replayed in memory only. ``time-seq --reset`` opens
 it writable, which fences a running writer (its next write fails with FencedError), forgets the bins and
 commits that to the manifest.
@@ -81,6 +82,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     render.add_output_args(ts, bytes_args=False)
     ts.set_defaults(func=cmd_time_seq)
+
+    rc = sub.add_parser(
+        "repair-clock",
+        help="move rows stamped in the future back to now and lower the clock watermark (fences a writer)",
+        description="Mend a database whose clock watermark lies in the future (a far-future clock reading "
+        "was once accepted, so every write fails with 'clock went back'): every row stamped after TIME "
+        "(default: now) is restamped at TIME with its expiry moved back as much, remap times likewise, the "
+        "seq tracker forgets the pairs after TIME and the time bins are reset; then the watermark becomes "
+        "TIME. Keys, values, seqs and their order are unchanged. The rewrite is a full compaction. Opens "
+        "the database WRITABLE: a process writing to PATH is fenced. Nothing after TIME: nothing changes.",
+    )
+    rc.add_argument("path", metavar="PATH")
+    rc.add_argument("--to", type=render.time_arg, metavar="TIME", help="the repair time (default: now)")
+    render.add_output_args(rc, bytes_args=False)
+    rc.set_defaults(func=cmd_repair_clock)
 
     ch = sub.add_parser(
         "changes",
@@ -222,6 +238,38 @@ def _reset(args: argparse.Namespace) -> int:
         render.print_text(
             f"{args.path}: time bins reset ({before} histogram entries before, seq {seq}); any writer that "
             "had the database open is now fenced"
+        )
+    return 0
+
+
+# -- repair-clock ----------------------------------------------------------------------------------------
+def cmd_repair_clock(args: argparse.Namespace) -> int:
+    from lsm.db import DB
+    from lsm.options import DbOptions
+    from tools.common import db_dir
+
+    with DB.open(db_dir(args.path), DbOptions(block_cache_bytes=0, background_compaction=False)) as db:
+        r = db.repair_clock(args.to)
+    if args.json:
+        render.print_json(
+            {
+                "path": args.path,
+                "repaired": r.repaired,
+                "watermark_before": r.watermark_before,
+                "watermark_after": r.watermark_after,
+                "rows_moved": r.rows_moved,
+            }
+        )
+    elif r.repaired:
+        render.print_text(
+            f"{args.path}: clock watermark {render.time_detail(r.watermark_before)} -> "
+            f"{render.time_detail(r.watermark_after)}; {r.rows_moved} rows moved back; any writer that had "
+            "the database open is now fenced"
+        )
+    else:
+        render.print_text(
+            f"{args.path}: nothing stamped after the repair time (watermark "
+            f"{render.time_detail(r.watermark_before)}): nothing to repair"
         )
     return 0
 

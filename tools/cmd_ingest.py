@@ -206,9 +206,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _remove_unused_store(path: str) -> None:
-    """Remove the store at `path`, which this run created, if it still holds nothing: no seq committed,
-    no SST, every WAL segment empty, nothing but the store's own directories. Anything else (a store some
-    other process wrote to meanwhile) is left alone."""
+    """Remove the store at `path`, which this run created, if it still holds nothing: no SST, every WAL
+    segment empty (so no commit: each lives in one or the other), nothing but the store's own
+    directories. Its manifest's last_seq may be above 0 without a commit: a bulk load that failed gave
+    its reserved seqs up. Anything else (a store some other process wrote to meanwhile) is left alone."""
     import os
     import shutil
 
@@ -218,7 +219,7 @@ def _remove_unused_store(path: str) -> None:
     try:
         _mid, m = latest_manifest(path)
         wal = os.path.join(path, "wal")
-        if m.last_seq or m.l0 or m.runs or set(os.listdir(path)) - DB_ENTRIES:
+        if m.l0 or m.runs or set(os.listdir(path)) - DB_ENTRIES:
             return
         if any(os.path.getsize(os.path.join(wal, n)) for n in os.listdir(wal)):
             return

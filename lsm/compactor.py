@@ -1,4 +1,8 @@
-"""The DB's side of compaction: turn scheduler plans into jobs, run them, commit the result.
+"""The DB's side of compaction: turn the policy's plans into jobs, run them, commit the result.
+
+The policy (`compaction.policy`, ``DbOptions.compaction_policy``) says what to compact and how the
+result changes the shape; this module carries a plan out as a merge on an executor, a trivial move, or
+a drop of whole SSTs (no merge), and commits ``policy.apply``.
 
 `compaction` knows nothing of the DB: it takes a `CompactionJob` and returns output SSTs. This module
 turns a plan into a job, chooses the executor, and hands the result to the version set
@@ -22,9 +26,11 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from compaction import scheduler
+from compaction.drop import drop_stats
 from compaction.filter import Reason
 from compaction.local import BackgroundCompactor, run_in_worker, run_local
 from compaction.merge import CompactionJob, CompactionStats, MergeResult
+from compaction.policy import CompactionPolicy, make_policy
 from compaction.purge_lag import accumulate
 from compaction.scheduler import apply_plan
 from compaction.trivial_move import DistinctKeys, movable
@@ -75,23 +81,15 @@ class CompactionHost(Protocol):
 
 
 class DbCompactor:
-    """The DB's compaction driver: picks plans (scheduler), builds jobs, runs them on an executor,
+    """The DB's compaction driver: picks plans (the policy), builds jobs, runs them on an executor,
     commits their result, and owns the background compaction thread. Jobs run one at a time."""
 
     def __init__(self, db: CompactionHost) -> None:
         self.db = db
         self.versions = db.versions
         o = db.options
-        self.sched = scheduler.SchedulerOptions(
-            l0_compaction_threshold=o.l0_compaction_threshold,
-            size_ratio=o.size_ratio,
-            max_merge_inputs=o.max_merge_inputs,
-            min_merge_width=o.min_merge_width,
-            wide_merge_min_bytes=o.target_sst_bytes,
-            periodic_compaction_interval=o.periodic_compaction_interval,
-            periodic_compaction_jitter=o.periodic_compaction_jitter,
-            periodic_compaction_max_bytes=o.periodic_compaction_max_bytes,
-        )
+        # what to compact next and how a result changes the shape (compaction/policy.py)
+        self.policy: CompactionPolicy = make_policy(o)
         self.stats = CompactionStats()
         self.distinct_keys = DistinctKeys()  # which SSTs hold one version per key (trivial moves)
         # one job at a time (plan, run, commit); taken before the version set's commit and state locks,
@@ -99,10 +97,7 @@ class DbCompactor:
         self._lock = threading.Lock()
         self.background: BackgroundCompactor | None = None
         if o.background_compaction:
-            poll = None
-            if o.periodic_compaction_interval is not None:
-                poll = min(60.0, max(0.05, o.periodic_compaction_interval / 4000))
-            self.background = BackgroundCompactor(self.step, poll)
+            self.background = BackgroundCompactor(self.step, self.policy.poll_seconds())
 
     # -- executors ---------------------------------------------------------------------------------
     def _executor(self, job: CompactionJob, requested: str | None, background: bool = False) -> Executor:
@@ -128,7 +123,7 @@ class DbCompactor:
         with self._lock:
             t0 = time.perf_counter()
             m = self.versions.manifest
-            plan = scheduler.pick(m.l0, m.runs, db.now(), self.sched)
+            plan = self._pick(m, db.now())
             if plan is None:
                 return False
             self._run(plan, None, background=True, planned=time.perf_counter() - t0)
@@ -155,11 +150,19 @@ class DbCompactor:
             for _ in range(10_000):
                 t0 = time.perf_counter()
                 m = self.versions.manifest
-                plan = scheduler.pick(m.l0, m.runs, self.db.now(), self.sched)
+                plan = self._pick(m, self.db.now())
                 if plan is None:
                     break
                 total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
         return total
+
+    def _expired_before(self, tick: int) -> int:
+        """Rows with an expire_ts before this are expired for every reader (as in the merge)."""
+        cutoff = self.db.retention_cutoff(tick)
+        return tick if cutoff is None else min(tick, cutoff)
+
+    def _pick(self, m: Manifest, tick: int) -> scheduler.Plan | None:
+        return self.policy.pick(m, tick, self._expired_before(tick))
 
     # -- running -----------------------------------------------------------------------------------
     def make_job(self, plan: scheduler.Plan, m: Manifest, tick: int) -> CompactionJob:
@@ -222,6 +225,8 @@ class DbCompactor:
         t0 = time.perf_counter()
         tick = db.now()
         m = vs.manifest
+        if plan.drop:
+            return self._drop(plan, m, tick, planned, t0, on_begin)
         if executor is None and row_map is None:
             moved = self._move(plan, m, tick, planned, t0, on_begin)
             if moved is not None:
@@ -254,7 +259,7 @@ class DbCompactor:
             except OSError as e:
                 raise db.fail(e) from e
             vs.commit(
-                lambda cur: with_purge_lag(apply_plan(cur, plan, outputs, tick, stats.history_floor), stats),
+                lambda cur: with_purge_lag(self.policy.apply(cur, plan, outputs, tick, stats.history_floor), stats),
                 vs.install,
             )
         except BaseException as e:
@@ -302,7 +307,7 @@ class DbCompactor:
         before = copy.deepcopy(self.stats)
         self.stats.add(stats)
         try:
-            vs.commit(lambda cur: apply_plan(cur, plan, entries, tick), vs.install)
+            vs.commit(lambda cur: self.policy.apply(cur, plan, entries, tick), vs.install)
         except BaseException:
             self.stats = before  # nothing was written, so there is nothing to remove
             raise
@@ -312,6 +317,44 @@ class DbCompactor:
         self.stats.commit_seconds += stats.commit_seconds
         self.stats.seconds += stats.seconds
         return stats, names
+
+    def _drop(
+        self,
+        plan: scheduler.Plan,
+        m: Manifest,
+        tick: int,
+        planned: float,
+        t0: float,
+        on_begin: Callable[[CompactionInfo], None] | None,
+    ) -> tuple[CompactionStats, tuple[str, ...]]:
+        """Carry out a drop plan (compaction/drop.py): one manifest edit without its SSTs, then retire
+        their files. Nothing is read or written, whatever executor was asked for."""
+        vs = self.versions
+        wanted = set(plan.drop)
+        entries = [e for e in m.all_ssts() if e.name in wanted]
+        if on_begin is not None:
+            on_begin(CompactionInfo(str(plan.reason), "drop", plan.drop))
+        t1 = time.perf_counter()
+        stats = drop_stats(entries, tick, self._expired_before(tick))
+        stats.plan_seconds = planned + (t1 - t0)
+        before = copy.deepcopy(self.stats)
+        self.stats.add(stats)
+        try:
+            vs.commit(
+                lambda cur: with_purge_lag(self.policy.apply(cur, plan, (), tick, stats.history_floor), stats),
+                vs.install,
+            )
+        except BaseException:
+            self.stats = before  # nothing was written, so there is nothing to remove
+            raise
+        vs.retire_files(list(plan.drop))
+        self.distinct_keys.forget(plan.drop)
+        t2 = time.perf_counter()
+        stats.commit_seconds = t2 - t1
+        stats.seconds = t2 - t0
+        self.stats.commit_seconds += stats.commit_seconds
+        self.stats.seconds += stats.seconds
+        return stats, ()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from compaction.policy import POLICIES
 from lsm.clock import I64_MAX, Clock, SystemClock
 from lsm.events import check_listeners
 from lsm.wal import RECOVERY_MODES
@@ -70,6 +71,8 @@ class DbOptions:
     spark_offload_min_bytes: int | None = None
     history_retention: int = 0
     compression: str | None = None
+    # what to compact next (compaction/policy.py POLICIES): "tiered" (size-tiered), or another policy
+    compaction_policy: str = "tiered"
     # -- tuning beyond the pinned names --
     block_cache_bytes: int = 64 << 20
     target_sst_bytes: int = 8 << 20
@@ -84,6 +87,12 @@ class DbOptions:
     trivial_move_min_bytes: int | None = 1 << 20
     periodic_compaction_jitter: float = 0.0  # fraction of the interval, deterministic per SST
     periodic_compaction_max_bytes: int | None = None  # cap on input bytes of one periodic job
+    # compaction_policy="leveled" (compaction/leveled.py): the top level's target is at most the base;
+    # each level targets 1/multiplier of the one below it
+    max_bytes_for_level_base: int = 16 << 20
+    max_bytes_for_level_multiplier: float = 10.0
+    # compaction_policy="fifo": the oldest SSTs are dropped while all SSTs add up to more (None: no cap)
+    fifo_max_bytes: int | None = None
     spark_session: Any = None
     spark_master: str = "local[*]"
     spark_tasks: int | None = None
@@ -124,6 +133,11 @@ class DbOptions:
             raise ValueError(f"DbOptions.sst_format_version must be 0 or 1, got {self.sst_format_version!r}")
         if self.sst_format_version == 0 and self.default_ttl is not None:
             raise ValueError("format version 0 has no TimeToLive attribute: it cannot be used with default_ttl")
+        if not isinstance(self.compaction_policy, str) or self.compaction_policy not in POLICIES:
+            raise ValueError(
+                f"DbOptions.compaction_policy must be one of {', '.join(sorted(POLICIES))}, "
+                f"got {self.compaction_policy!r}"
+            )
         _positive("l0_compaction_threshold", self.l0_compaction_threshold, minimum=2)
         _positive("periodic_compaction_interval", self.periodic_compaction_interval, allow_none=True)
         _positive("spark_offload_min_bytes", self.spark_offload_min_bytes, allow_none=True, minimum=0)
@@ -137,6 +151,14 @@ class DbOptions:
         _positive("min_merge_width", self.min_merge_width, minimum=2)
         if self.min_merge_width > self.max_merge_inputs:
             raise ValueError("DbOptions.min_merge_width must be <= max_merge_inputs")
+        _positive("max_bytes_for_level_base", self.max_bytes_for_level_base)
+        if not (
+            type(self.max_bytes_for_level_multiplier) in (int, float) and self.max_bytes_for_level_multiplier >= 2
+        ):
+            raise ValueError(
+                f"DbOptions.max_bytes_for_level_multiplier must be a number >= 2, got {self.max_bytes_for_level_multiplier!r}"
+            )
+        _positive("fifo_max_bytes", self.fifo_max_bytes, allow_none=True)
         _positive("trivial_move_min_bytes", self.trivial_move_min_bytes, allow_none=True, minimum=0)
         if not self.size_ratio >= 1:
             raise ValueError("DbOptions.size_ratio must be >= 1")

@@ -17,8 +17,9 @@ Rules, in the order they apply:
    "arrival"``) or in which they and every transaction with an earlier end marker have
    (``"commit"``). Until then their records wait in the source's TEMP collection, rows in the reserved
    key space written in the same commit as the binding that read them, so the frontier moves on and a
-   resume neither reads them again nor loses them. Within one binding the batch's plain records apply
-   first, then the transactions it emits in end-marker order, each in (partition, offset) order.
+   resume neither reads them again nor loses them. Within one binding the batch's records outside
+   transactions apply first, then the transactions it emits in end-marker order, each in (partition,
+   offset) order (so a bulk load, whose transactions carry its binding's seq, gives the same rows).
 4. A partition enters the frontier in the first binding that reads it (from offset 0); no partition
    ever leaves it.
 5. TTL counts from the commit ts (``ttl_base="commit"``) or from the record's ``event_ts``
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN
 from lsm.clock import I64_MAX, I64_MIN
 from lsm.errors import SourceRegressedError
-from lsm.ingest_tx import TX_ORDERS, TxState, check_tx_record
+from lsm.ingest_tx import TX_ORDERS, TxOutcome, TxState, check_tx_record
 from lsm.options import NO_TTL, check_ttl
 from lsm.remap import Binding, IngestStats, Remap
 from lsm.remap_store import (
@@ -301,6 +302,12 @@ def split_tx(source: Source, records: list[tuple], ttl_base: str, default_ttl: i
     return txs
 
 
+def emitted_records(outcome: TxOutcome) -> list[tuple]:
+    """The records of the transactions `outcome` emits, in the order they apply (after the binding's
+    records outside transactions)."""
+    return [r for recs in outcome.emitted for r in recs]
+
+
 def _batch_rows(
     db: DB,
     source: Source,
@@ -391,7 +398,7 @@ def ingest(
                     o = db.options
                     tx_recs = split_tx(source, records, ttl_base, o.default_ttl, o.sst_format_version == 0)
                     outcome = txs.apply(tx_recs, tx_order)
-                    records += outcome.emitted
+                    records += emitted_records(outcome)
                     temp_ops = outcome.temp_ops
                 seq, ts = host(db).commit_rows(
                     _batch_rows(db, source, name, records, new_frontier, ttl_base, temp_ops), sync
@@ -454,6 +461,7 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
 
 __all__ = [
     "BATCH_RECORDS",
+    "emitted_records",
     "split_tx",
     "tx_state",
     "REMAP_COMPACT_EVERY",

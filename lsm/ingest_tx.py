@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -109,10 +108,11 @@ class _Marker:
 
 @dataclasses.dataclass
 class TxOutcome:
-    """What one binding does to the transactions: records to write as rows (emitted, in order) and TEMP
-    rows to put ``(key, value)`` or delete (value None)."""
+    """What one binding does to the transactions: the transactions it emits, in emission order (each
+    as its records in (partition, offset) order), and TEMP rows to put ``(key, value)`` or delete
+    (value None)."""
 
-    emitted: list[tuple]
+    emitted: list[list[tuple]]
     temp_ops: list[tuple[bytes, bytes | None]]
     transactions: int  # how many were emitted
 
@@ -204,7 +204,7 @@ class TxState:
             self.waiting.setdefault(tx, []).append(m)
         return m
 
-    def _offer(self, pos: Pos, tx: Any) -> bool:
+    def _offer(self, pos: Pos, tx: Any) -> _Marker | None:
         """Give a newly read record to the oldest incomplete marker of `tx` that still needs its partition."""
         for m in self.waiting.get(tx, ()):
             if m.pos[0] != pos[0] and m.need.get(pos[0], 0) > 0:
@@ -214,55 +214,66 @@ class TxState:
                     self.waiting[tx].remove(m)
                     if not self.waiting[tx]:
                         del self.waiting[tx]
-                return True
-        return False
+                return m
+        return None
 
     # -- one binding -------------------------------------------------------------------------------
-    def apply(self, records: Iterable[tuple], tx_order: str) -> TxOutcome:
+    def apply(self, records: list[tuple], tx_order: str) -> TxOutcome:
         """Read the transactional `records` (SourceRecord fields, in (partition, offset) order, all below
-        the new frontier) and emit what completes: the binding's outcome."""
-        new: set[Pos] = set()
+        the new frontier) and emit what becomes emittable: the binding's outcome."""
+        self._new: set[Pos] = set()
+        self._out: list[list[tuple]] = []
+        self._gone: set[Pos] = set()
+        self._ops: list[tuple[bytes, bytes | None]] = []
         last: tuple[int, int] | None = None
         n = 0
+        self._emit(tx_order)  # complete ones left waiting by an earlier call in commit order
         for rec in records:
             p, off = rec[0], rec[1]
             n = n + 1 if last == (p, off) else 0
             last = (p, off)
             pos = (p, off, n)
             self.records[pos] = rec
-            new.add(pos)
+            self._new.add(pos)
             if rec[7] is not False and rec[7] is not None:
-                self._marker(self.next_ordinal, pos)
+                m = self._marker(self.next_ordinal, pos)
                 self.next_ordinal += 1
-            elif not self._offer(pos, rec[6]):
-                self._pool(rec[6], p).append(pos)
-        emitted: list[tuple] = []
-        ops: list[tuple[bytes, bytes | None]] = []
-        gone: set[Pos] = set()
-        count = 0
-        for ordinal in sorted(self.markers):
-            m = self.markers[ordinal]
-            if not m.complete:
-                if tx_order == "commit":
-                    break
-                continue
-            del self.markers[ordinal]
-            count += 1
-            if m.pos not in new:
-                ops.append((marker_key(self.name, ordinal), None))
-            for pos in sorted(m.claimed):
-                emitted.append(self.records.pop(pos))
-                gone.add(pos)
-                if pos not in new:
-                    ops.append((record_key(self.name, pos), None))
-        for pos in sorted(new - gone):
+                if m.complete:
+                    self._emit(tx_order)
+            else:
+                m2 = self._offer(pos, rec[6])
+                if m2 is None:
+                    self._pool(rec[6], p).append(pos)
+                elif m2.complete:
+                    self._emit(tx_order)
+        ops = self._ops
+        for pos in sorted(self._new - self._gone):
             rec = self.records[pos]
             value = msgpack.packb([rec[6], rec[2], rec[3], rec[4], rec[5], _encode_end(rec[7])])
             ops.append((record_key(self.name, pos), value))
         for ordinal, m in self.markers.items():
-            if m.pos in new:
+            if m.pos in self._new:
                 ops.append((marker_key(self.name, ordinal), msgpack.packb(list(m.pos))))
-        return TxOutcome(emitted, ops, count)
+        return TxOutcome(self._out, ops, len(self._out))
+
+    def _emit(self, tx_order: str) -> None:
+        """Emit every transaction that may be: complete ones (arrival), or the complete ones at the head
+        of the marker order (commit)."""
+        ready = [o for o, m in self.markers.items() if m.complete]  # (ordinal order: insertion order)
+        if tx_order == "commit":
+            head = [o for o, m in self.markers.items() if not m.complete][:1]
+            ready = [o for o in ready if not head or o < head[0]]
+        for ordinal in ready:
+            m = self.markers.pop(ordinal)
+            if m.pos not in self._new:
+                self._ops.append((marker_key(self.name, ordinal), None))
+            recs = []
+            for pos in sorted(m.claimed):
+                recs.append(self.records.pop(pos))
+                self._gone.add(pos)
+                if pos not in self._new:
+                    self._ops.append((record_key(self.name, pos), None))
+            self._out.append(recs)
 
     # -- reporting ---------------------------------------------------------------------------------
     @property

@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Apply the records of the partitioned log in DIR that remap NAME has not applied yet, "
         "in batches, each one atomic commit of its rows and its binding (time, seq, {partition: next "
         "offset}): a crash at any point loses nothing and applies nothing twice, and the next run resumes "
-        "from the durable frontier. Records of one transaction land in one batch; an unfinished trailing "
-        "transaction waits. Opens DB writable: a process writing to it is fenced. Progress goes to stderr, "
+        "from the durable frontier. A transaction, even one across partitions, becomes visible whole in one "
+        "batch once complete; until then its records wait in the store (lsm remap shows them). Opens DB writable: a process writing to it is fenced. Progress goes to stderr, "
         "the summary to stdout.",
     )
     ing.add_argument("path", metavar="DB")

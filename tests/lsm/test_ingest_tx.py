@@ -105,7 +105,8 @@ def model(events, bindings, tx_order: str):
             visible_tx.append(tx)
         state = {k: k for (_p, k, tx, _e), _o in below if tx is None or tx in vis}
         pending = Pending(sum(n for tx, n in recs_below.items() if tx not in vis), len(set(recs_below) - vis))
-        out.append((state, pending))
+        waiting = {k for (_p, k, tx, _e), _o in below if tx is not None and tx not in vis}
+        out.append((state, pending, waiting))
     return out, visible_tx, marker_at
 
 
@@ -169,11 +170,12 @@ def test_every_binding_shows_complete_transactions_only_and_temp_holds_the_rest(
             return
         want, order, marker_at = model(events, bindings, tx_order)
         seen: list[str] = []
-        for b, (state, pending) in zip(bindings, want, strict=True):
+        for b, (state, pending, waiting) in zip(bindings, want, strict=True):
             snap = db.snapshot_at_seq(b.seq)
             got = dict(snap.scan())
             assert got == state, (b, got, state)
             assert load_pending(db, "s", b.seq) == pending
+            assert {r[2] for r in TxState.load(db, "s", b.seq).records.values()} == waiting  # TEMP itself
             for tx in order:  # the order transactions became visible in
                 if tx not in seen and all(e[1] in got for e in events if e[2] == tx):
                     seen.append(tx)

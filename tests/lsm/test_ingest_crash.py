@@ -19,6 +19,7 @@ transaction, exactly once, over at least 12 kills.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import select
@@ -27,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import lsm
 import lsm.ingest_tx
@@ -140,13 +142,28 @@ def check_bindings(db: lsm.DB, records: dict[int, list], bindings: list) -> None
                 assert snap.get_entry(k).seq == seq, f"{k!r} at binding {b}: applied twice?"
 
 
-def test_sigkill_while_ingesting_a_growing_log() -> None:
+@contextlib.contextmanager
+def producing(mode: str, count: int) -> Iterator[tuple[random.Random, str, str, subprocess.Popen]]:
+    """(rng, db path, log dir, the producer process running `mode`) in a fresh temporary directory,
+    removed (and the producer killed if still running) at the end."""
     rng = random.Random(int(os.environ.get("LSM_CRASH_SEED", "0")) or None)
     base = fast_tmp("lsm-ingest-crash-")
     db_path, log_dir = os.path.join(base, "db"), os.path.join(base, "log")
     os.makedirs(log_dir)  # an empty log until the producer's first append
-    producer = spawn("produce", log_dir, RECORDS, rng.randrange(1 << 30))
+    producer = spawn(mode, log_dir, count, rng.randrange(1 << 30))
     try:
+        yield rng, db_path, log_dir, producer
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+        for f in (producer.stdout, producer.stderr):
+            f.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_sigkill_while_ingesting_a_growing_log() -> None:
+    with producing("produce", RECORDS) as (rng, db_path, log_dir, producer):
         kill_rounds(rng, db_path, log_dir, producer)
         records = read_log(log_dir)
         assert set(records) == {0, 1, 2, 3}
@@ -165,22 +182,10 @@ def test_sigkill_while_ingesting_a_growing_log() -> None:
             db.compact(full=True)  # the remap and the data survive a full compaction too
             assert db.remap("events").bindings() == bindings
             check_exact(db, records, "events")
-    finally:
-        if producer.poll() is None:
-            producer.kill()
-            producer.wait()
-        for f in (producer.stdout, producer.stderr):
-            f.close()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_sigkill_with_transactions_across_partitions() -> None:
-    rng = random.Random(int(os.environ.get("LSM_CRASH_SEED", "0")) or None)
-    base = fast_tmp("lsm-ingest-crash-tx-")
-    db_path, log_dir = os.path.join(base, "db"), os.path.join(base, "log")
-    os.makedirs(log_dir)
-    producer = spawn("produce_tx", log_dir, RECORDS // 2, rng.randrange(1 << 30))
-    try:
+    with producing("produce_tx", RECORDS // 2) as (rng, db_path, log_dir, producer):
         assert kill_rounds(rng, db_path, log_dir, producer) >= 12
         records = read_log(log_dir)
         txs: dict = {}
@@ -210,10 +215,3 @@ def test_sigkill_with_transactions_across_partitions() -> None:
                     spans += 1
             assert spans > 0, "no binding left a transaction waiting in TEMP: nothing was tested"
             assert dict(db.scan()) == {r.key: r.value for recs in records.values() for r in recs}
-    finally:
-        if producer.poll() is None:
-            producer.kill()
-            producer.wait()
-        for f in (producer.stdout, producer.stderr):
-            f.close()
-        shutil.rmtree(base, ignore_errors=True)

@@ -12,6 +12,10 @@ All integers are big-endian and fixed width. A partition file is a header follow
         "ets" int              event timestamp, ms (omitted: none)
         "tx"  int | str        transaction id (omitted: none)
         "end" true             this record closes its transaction (omitted: false; needs "tx")
+        "txe" map uint -> uint this record closes a transaction spanning partitions: its records per
+                               partition, this one included (needs "tx"; never with "end"). Added
+                               after the first release of version 1: a reader from before it refuses
+                               such a record with FormatVersionError naming the field, never misreads it
 
 A record's offset is its index in the file (0, 1, 2, ...); it is not stored. The header checksum makes the
 length trustworthy on its own, so reading needs no guessing (unlike a WAL without one):
@@ -45,7 +49,8 @@ FILE_HEADER = struct.Struct(">4sH")
 RECORD_HEADER = struct.Struct(">IQI")  # payload_len, xxh3_64(payload), head_check
 _LEN_AND_SUM = struct.Struct(">IQ")
 MAX_PAYLOAD = 0x7FFFFFFF
-_FIELDS = frozenset(("k", "v", "ttl", "ets", "tx", "end"))
+_FIELDS = frozenset(("k", "v", "ttl", "ets", "tx", "end", "txe"))
+MAX_PARTITION = 2**64 - 1
 _xxh3 = xxhash.xxh3_64_intdigest
 _unpack_header = RECORD_HEADER.unpack_from
 _unpackb = msgpack.unpackb
@@ -61,7 +66,7 @@ class LogEntry(NamedTuple):
     ttl: int | None
     event_ts: int | None
     tx: int | str | None
-    tx_end: bool
+    tx_end: bool | dict[int, int]
 
 
 def encode_file_header() -> bytes:
@@ -86,9 +91,12 @@ def encode_record(
     ttl: int | None = None,
     event_ts: int | None = None,
     tx: int | str | None = None,
-    tx_end: bool = False,
+    tx_end: bool | dict[int, int] = False,
 ) -> bytes:
-    """Encode one record (header and payload); raise TypeError/ValueError on fields the format cannot hold."""
+    """Encode one record (header and payload); raise TypeError/ValueError on fields the format cannot hold.
+
+    `tx_end` True closes the record's transaction in its partition ("end"); a dict {partition: records}
+    closes a transaction spanning partitions ("txe", `check_tx_counts`)."""
     check_key(key)
     if value is not None:
         check_value(value)
@@ -107,10 +115,15 @@ def encode_record(
         if type(tx) not in (int, str):
             raise TypeError(f"tx must be an int, a str or None, not {type(tx).__name__}")
         d["tx"] = tx
-    if tx_end:
+    if tx_end is not False and tx_end is not None:
         if tx is None:
             raise ValueError("tx_end needs a tx: only a transaction can be closed")
-        d["end"] = True
+        if isinstance(tx_end, dict):
+            d["txe"] = check_tx_counts(tx_end)
+        elif tx_end is True:
+            d["end"] = True
+        else:
+            raise TypeError(f"tx_end must be a bool or a dict {{partition: records}}, not {type(tx_end).__name__}")
     try:
         payload = msgpack.packb(d, use_bin_type=True)
     except (OverflowError, ValueError) as e:  # ints beyond 64 bits, strings too long
@@ -119,6 +132,18 @@ def encode_record(
         raise ValueError(f"record payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
     head = _LEN_AND_SUM.pack(len(payload), _xxh3(payload))
     return head + (_xxh3(head) & 0xFFFFFFFF).to_bytes(4, "big") + payload
+
+
+def check_tx_counts(counts: object) -> dict[int, int]:
+    """`counts` of an end marker, checked: a non-empty dict {partition (0..2**64-1): records (>= 0)};
+    TypeError/ValueError otherwise. (That its own partition counts at least the marker itself is checked
+    where the partition is known, `LogWriter.append`.)"""
+    if type(counts) is not dict or not counts:
+        raise ValueError(f"tx_end counts must be a non-empty dict {{partition: records}}, got {counts!r:.80}")
+    for p, n in counts.items():
+        if type(p) is not int or not 0 <= p <= MAX_PARTITION or type(n) is not int or n < 0:
+            raise ValueError(f"tx_end counts must map partitions 0..2**64-1 to records >= 0, got {p!r}: {n!r}")
+    return counts
 
 
 def record_extent(buf: bytes, pos: int, base: int, path: str, verify: bool = True) -> int | None:
@@ -159,7 +184,7 @@ def _payload_fields(payload: bytes, path: str, at: int) -> tuple:
 
     Raises CorruptionError(path, at) unless it is a well-formed record map."""
     try:
-        d = _unpackb(payload, raw=False)
+        d = _unpackb(payload, raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several unrelated types for malformed input
         raise CorruptionError(path, at, f"malformed partition log record: {e}") from None
     if type(d) is not dict or "k" not in d or "v" not in d:
@@ -178,12 +203,19 @@ def _payload_fields(payload: bytes, path: str, at: int) -> tuple:
     if len(d) == 2:
         return key, value, None, None, None, False
     ttl, ets, tx, tx_end = d.get("ttl"), d.get("ets"), d.get("tx"), d.get("end", False)
+    if "txe" in d:
+        tx_end = d["txe"]
+        try:
+            if "end" in d:
+                raise ValueError("both 'end' and 'txe'")
+            check_tx_counts(tx_end)
+        except ValueError as e:
+            raise CorruptionError(path, at, f"partition log record has a bad transaction end: {e}") from None
     if (
         not (ttl is None or (type(ttl) is int and ttl >= 0))
         or not (ets is None or type(ets) is int)
         or not (tx is None or type(tx) in (int, str))
-        or tx_end is not True
-        and tx_end is not False
+        or (tx_end is not True and tx_end is not False and type(tx_end) is not dict)
         or (tx_end and tx is None)
     ):
         raise CorruptionError(path, at, f"partition log record has fields of the wrong type: {d!r}")
@@ -520,6 +552,7 @@ __all__ = [
     "encode_record",
     "record_extent",
     "byte_windows",
+    "check_tx_counts",
     "scan_heads",
     "scan_records",
 ]

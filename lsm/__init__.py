@@ -34,7 +34,7 @@ from lsm.errors import (
     UnknownSourceError,
 )
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions
-from lsm.remap import Binding, IngestStats, Remap
+from lsm.remap import Binding, IngestStats, Pending, Remap
 from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
 
@@ -42,6 +42,7 @@ __all__ = [
     "DB",
     "Binding",
     "IngestStats",
+    "Pending",
     "Remap",
     "UnknownSourceError",
     "NO_TTL",

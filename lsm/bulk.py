@@ -18,13 +18,12 @@ Driver, in order:
    clock at the reservation. Seqs are a function of the plan, so a retried task writes the same rows.
 4. The tasks (lsm.bulk_task), on Spark executors or in threads of this process: each reads its slice from
    the files, resolves it and writes sorted SSTs under attempt-unique names, returning metadata only.
-5. Cuts. Records of a transaction must land in one binding and an unfinished trailing transaction waits,
-   exactly as in streaming ingest. Slices may split a transaction (they all commit together); only each
-   partition's END must lie at a cut. The tasks report the transactions they saw; the driver joins them
-   per partition and, if one is still open at the end, moves that partition's end back to its last cut
-   (before the earliest open transaction, and before any closed one spanning that point), then runs the
-   affected slices again, shortened (rare: only when a producer is mid-transaction).
-6. One tiny SST with the binding row (seq ``last``), then ONE manifest edit (`DB.commit_bulk`) adds the
+5. Transactions. The tasks do not write records that carry a ``tx``; they return them, and the driver
+   passes them, in (partition, offset) order, through the source's transactions exactly as streaming
+   ingest does with one batch (lsm.ingest_tx): what completes is written at the binding's seq, what
+   does not goes to the TEMP collection in the same commit. Every partition's frontier is its end: an
+   incomplete transaction at the end of a load waits in TEMP, it does not hold the frontier back.
+6. One tiny SST with the binding row, the completed transactions' rows and the TEMP rows (seq ``last``), then ONE manifest edit (`DB.commit_bulk`) adds the
    new SSTs to L0 in seq order together with that binding. A job that fails, or a driver that dies,
    commits nothing: the manifest, the remap and the frontier are as before, the reserved seqs stay
    unused (the failed load gives them up, `DB.abandon_seqs`; after a dead driver, the next writable open
@@ -70,7 +69,17 @@ from formats.sst import SsTableInfo
 from lsm.bulk_task import BulkTask, run_task
 from lsm.errors import BulkLoadConflictError, LsmError
 from lsm.fsutil import unlink_quiet
-from lsm.ingest import TTL_BASES, _state, check_frontier, durable_head
+from lsm.ingest import (
+    TTL_BASES,
+    _state,
+    check_frontier,
+    durable_head,
+    emitted_records,
+    resolve_tuples,
+    split_tx,
+    tx_state,
+)
+from lsm.ingest_tx import TX_ORDERS
 from lsm.remap import Binding, IngestStats
 from lsm.remap_store import binding_key, check_name, encode_binding
 from lsm.sources.slices import SourceSlice, cut_slices
@@ -93,33 +102,6 @@ def plan_slices(source: Source, frontier: dict[int, int], ends: dict[int, int], 
     for p in sorted(ends):
         out += cut_slices(source, p, frontier.get(p, 0), ends[p], per)
     return out
-
-
-def last_cut(start: int, stop: int, results: list[dict]) -> int:
-    """The end of a partition read from `start` to `stop` by the tasks `results` (in offset order): `stop`,
-    or, if a transaction is still open there, the last cut before it (see the module docstring, step 5)."""
-    carry: dict[Any, list] = {}
-    closed: list[tuple[int, int]] = []
-    for res in results:
-        for tx, first, last, ended in res["episodes"]:
-            prev = carry.pop(tx, None)
-            if prev is not None:
-                first = prev[0]
-            if ended:
-                closed.append((first, last))
-            else:
-                carry[tx] = [first, last]
-    if not carry:
-        return stop
-    cut = min(first for first, _ in carry.values())
-    moved = True
-    while moved:
-        moved = False
-        for first, last in closed:
-            if first < cut <= last:
-                cut = first
-                moved = True
-    return max(start, cut)
 
 
 def place_bulk(m: Manifest, entries: list[SstEntry], base: int, last: int) -> tuple:
@@ -233,6 +215,7 @@ def bulk_ingest(
     master: str | None = None,
     tasks: int | None = None,
     ttl_base: str = "commit",
+    tx_order: str = "arrival",
 ) -> IngestStats:
     """Load what `source` holds beyond the durable frontier of `name` as one bulk commit (module docstring).
 
@@ -243,6 +226,8 @@ def bulk_ingest(
         raise ValueError(f"unknown bulk engine {engine!r}: use one of {ENGINES}")
     if ttl_base not in TTL_BASES:
         raise ValueError(f"ttl_base must be one of {TTL_BASES}, got {ttl_base!r}")
+    if tx_order not in TX_ORDERS:
+        raise ValueError(f"tx_order must be one of {TX_ORDERS}, got {tx_order!r}")
     if tasks is not None and (type(tasks) is not int or tasks < 1):
         raise ValueError(f"tasks must be None or an int >= 1, got {tasks!r}")
     if engine == "local" and (spark is not None or master is not None):
@@ -284,12 +269,23 @@ def bulk_ingest(
         results: list[dict] = []
         try:
             results = runner(plan)
-            results, new_frontier = _cut(source, frontier, ends, plan, results, runner, db)
-            if new_frontier == frontier:  # only unfinished transactions: nothing to commit
-                _unlink_outputs(db, results)
-                return IngestStats(0, 0, frontier)
+            new_frontier = dict(frontier)
+            for p, end in ends.items():
+                if end > 0 or p in frontier:
+                    new_frontier[p] = end
+            txs = tx_state(db, name, st)
+            extra: list[tuple] = []
+            tx_recs = [r for res in sorted(results, key=lambda r: r["index"]) for r in res["tx"]]
+            if tx_recs or txs.markers:
+                v0 = o.sst_format_version == 0
+                outcome = txs.apply(split_tx(source, tx_recs, ttl_base, o.default_ttl, v0), tx_order)
+                rows, _ = resolve_tuples(source, emitted_records(outcome), ts, ttl_base, o.default_ttl, v0)
+                extra = [(k, last, ts, exp, value) for k, (_k, exp, value) in rows.items()]
+                extra += [(k, last, ts, None, value) for k, value in outcome.temp_ops]
             binding = (binding_key(name, last), last, ts, None, encode_binding(ts, new_frontier))
-            outs = SstOutput(dataclasses.replace(spec, prefix=f"{spec.prefix}-binding"), ts).write([binding])
+            outs = SstOutput(dataclasses.replace(spec, prefix=f"{spec.prefix}-binding"), ts).write(
+                sorted([binding, *extra], key=lambda r: r[0])
+            )
             results.append({"index": len(plan), "outputs": [(n, i.to_dict()) for n, i in outs], "records": 0})
             entries = [
                 SstEntry(n, SsTableInfo.from_dict(d))
@@ -298,6 +294,7 @@ def bulk_ingest(
             ]
             db.commit_bulk(entries, base, last, ts)
         except BaseException as e:
+            st.tx = None  # it may have moved past a load that did not commit: read TEMP again
             if not may_be_published(e):  # else a manifest on disk may name them: the next open decides
                 _unlink_outputs(db, results)
             if isinstance(e, FileOpError):  # a task's or the binding's SST write: the failed state
@@ -307,38 +304,4 @@ def bulk_ingest(
         return IngestStats(sum(r["records"] for r in results), 1, new_frontier)
 
 
-def _cut(
-    source: Source,
-    frontier: dict[int, int],
-    ends: dict[int, int],
-    plan: list[BulkTask],
-    results: list[dict],
-    runner: Runner,
-    db: DB,
-) -> tuple[list[dict], dict[int, int]]:
-    """Apply step 5: each partition's end at its last cut; slices past it dropped, the one across it rerun."""
-    by_index = {r["index"]: r for r in results}
-    new_frontier = dict(frontier)
-    rerun: list[BulkTask] = []
-    dropped: list[dict] = []
-    for p, end in ends.items():
-        start = frontier.get(p, 0)
-        mine = [t for t in plan if t.slice.partition == p]
-        cut = last_cut(start, end, [by_index[t.index] for t in mine])
-        if cut > 0 or p in frontier:
-            new_frontier[p] = cut
-        for t in mine:
-            if t.slice.stop <= cut:
-                continue
-            dropped.append(by_index.pop(t.index))
-            if t.slice.start < cut:
-                (sl,) = cut_slices(source, p, t.slice.start, cut, cut - t.slice.start)
-                rerun.append(BulkTask(t.index, sl, t.seq, t.ts, t.ttl_base, t.default_ttl, t.v0, t.output))
-    _unlink_outputs(db, dropped)
-    if rerun:
-        for r in runner(rerun):
-            by_index[r["index"]] = r
-    return list(by_index.values()), new_frontier
-
-
-__all__ = ["ENGINES", "MAX_SLICE_RECORDS", "bulk_ingest", "last_cut", "place_bulk", "plan_slices"]
+__all__ = ["ENGINES", "MAX_SLICE_RECORDS", "bulk_ingest", "place_bulk", "plan_slices"]

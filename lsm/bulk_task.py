@@ -7,8 +7,9 @@ of a key within the slice wins, a delete becomes a tombstone, TTLs count from th
 record's event_ts), and writes the rows, sorted by key, through THE SST writer (`compaction.merge.SstOutput`)
 under names unique to the attempt: ``<job prefix>-t<task>-<random>-<n>.sst``. Every row of the task gets
 the task's seq (the plan's base seq + the task's position in the plan) and the load's ts, so a retried
-attempt writes exactly the same rows. It returns metadata only: its SsTableInfo, its record count and the
-transactions it saw (which the driver needs to find each partition's last cut).
+attempt writes exactly the same rows. It returns metadata only: its SsTableInfo and its record count, and
+the slice's records that carry a ``tx``, which it does not write: the driver passes them through the
+source's transactions (lsm.ingest_tx), as streaming ingest does.
 """
 
 from __future__ import annotations
@@ -45,39 +46,24 @@ class BulkTask:
 
 
 class _Watch:
-    """Counts the slice's records and records its transaction episodes: [tx, first, last, ended]."""
+    """Counts the slice's records and sets its transactional ones apart (the driver handles them)."""
 
     def __init__(self, sl: Any) -> None:
         self.slice = sl
         self.count = 0
-        self.open: dict[Any, list] = {}
-        self.episodes: list[list] = []
+        self.tx: list[tuple] = []
 
     def runs(self) -> Iterator[list[tuple]]:
-        """The slice's records as runs of tuples of the `SourceRecord` fields (`runs()`); only a run that
-        has a transaction is looked at record by record."""
+        """The slice's records without a tx, as runs of tuples of the `SourceRecord` fields (`runs()`);
+        only a run that has a transaction is looked at record by record."""
         n = 0
         for run, has_tx in self.slice.runs():
             n += len(run)
             if has_tx:
-                self._episodes(run)
+                self.tx += [r for r in run if r[6] is not None]
+                run = [r for r in run if r[6] is None]
             yield run
         self.count = n
-
-    def _episodes(self, run: list[tuple]) -> None:
-        open_, episodes = self.open, self.episodes
-        for rec in run:
-            tx = rec[6]
-            if tx is not None:
-                offset = rec[1]
-                ep = open_.get(tx)
-                if ep is None:
-                    ep = open_[tx] = [tx, offset, offset, False]
-                    episodes.append(ep)
-                ep[2] = offset
-                if rec[7]:
-                    ep[3] = True
-                    del open_[tx]
 
 
 def _plain_columns(task: BulkTask) -> tuple[tuple[list[bytes], Any, Any], int, int] | None:
@@ -175,7 +161,7 @@ def run_task(task: BulkTask) -> dict[str, Any]:
         (keys, exps, values), count, nbytes = plain
         outputs = SstOutput(spec, ts).write_columns(keys, seq, ts, exps, values)
         del keys, values
-        episodes: list[list] = []
+        tx: list[tuple] = []
     else:
         watch = _Watch(task.slice)
         rows, nbytes = resolve_tuples(
@@ -184,14 +170,14 @@ def run_task(task: BulkTask) -> dict[str, Any]:
         # sorted by key (keys are unique): one list of output rows, built without a call per row
         out = [(key, seq, ts, exp, value) for key, (_k, exp, value) in sorted(rows.items())]
         del rows
-        count, episodes = watch.count, watch.episodes
+        count, tx = watch.count, watch.tx
         outputs = SstOutput(spec, ts).write(out)
     return {
         "index": task.index,
         "outputs": [(name, info.to_dict()) for name, info in outputs],
         "records": count,
         "bytes": nbytes,
-        "episodes": episodes,
+        "tx": tx,
     }
 
 

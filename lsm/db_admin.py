@@ -89,6 +89,7 @@ class AdminMixin:
         sync: bool = True,
         progress: Callable[[IngestStats], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        tx_order: str = "arrival",
     ) -> IngestStats:
         """Apply the records of `source` (lsm.sources.Source) beyond the durable frontier of remap `name`,
         exactly once: each batch of up to `batch_records` is one atomic commit of its rows and its binding.
@@ -97,6 +98,9 @@ class AdminMixin:
         `progress(stats)` runs after each batch; `should_stop()` is asked before each. Returns
         lsm.IngestStats(records, batches, frontier). See lsm.ingest for the rules.
 
+        tx_order "arrival" makes a transaction visible once it is complete, "commit" once it and every
+        transaction whose end marker came earlier are (lsm.ingest_tx).
+
         engine "local" (threads of this process) or "spark" (`spark=` session or `master=` URL) runs a bulk
         load instead: `tasks` slices written to SSTs in parallel, committed as ONE batch (lsm.bulk)."""
         if engine != "stream":
@@ -104,7 +108,8 @@ class AdminMixin:
                 if max_records is not None:
                     raise ValueError("max_records applies to engine='stream' only: a bulk load takes everything")
                 return bulk_mod.bulk_ingest(
-                    self, source, name, engine=engine, spark=spark, master=master, tasks=tasks, ttl_base=ttl_base
+                    self, source, name, engine=engine, spark=spark, master=master, tasks=tasks, ttl_base=ttl_base,
+                    tx_order=tx_order,
                 )
             raise ValueError(f"unknown ingest engine {engine!r}: use 'stream', 'local' or 'spark'")
         if tasks is not None:
@@ -113,7 +118,7 @@ class AdminMixin:
             raise ValueError("spark= and master= apply to engine='spark' only")
         return ingest_mod.ingest(
             self, source, name, max_records=max_records, batch_records=batch_records, ttl_base=ttl_base,
-            sync=sync, progress=progress, should_stop=should_stop,
+            sync=sync, progress=progress, should_stop=should_stop, tx_order=tx_order,
         )
 
     def bulk_output_spec(self) -> OutputSpec:

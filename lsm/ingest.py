@@ -11,12 +11,15 @@ Rules, in the order they apply:
    ``source.end(p) >= frontier[p]``, else `SourceRegressedError` (the file was truncated or replaced).
 2. The ends of all partitions are read once per call: the call ingests what was complete when it began.
 3. A batch takes up to `batch_records` records, partitions in rotating order so none starves. A cut
-   (a point where a partition's frontier may stop) lies only between offsets (records sharing an
-   offset land together) and where no transaction of the partition is open. A transaction is the set
-   of a partition's records with one ``tx`` id, closed by the record with ``tx_end``; transactions are
-   scoped to their partition. A batch grows past `batch_records` rather than split a transaction, and
-   an incomplete transaction at the end of a partition waits (its records, and every record after its
-   first one, stay unread) until it is closed.
+   (a point where a partition's frontier may stop) lies between offsets (records sharing an offset land
+   together). Records with a ``tx`` do not become rows when read: they belong to transactions
+   (lsm.ingest_tx), which become visible whole, in the binding in which they complete (``tx_order=
+   "arrival"``) or in which they and every transaction with an earlier end marker have
+   (``"commit"``). Until then their records wait in the source's TEMP collection, rows in the reserved
+   key space written in the same commit as the binding that read them, so the frontier moves on and a
+   resume neither reads them again nor loses them. Within one binding the batch's records outside
+   transactions apply first, then the transactions it emits in end-marker order, each in (partition,
+   offset) order (so a bulk load, whose transactions carry its binding's seq, gives the same rows).
 4. A partition enters the frontier in the first binding that reads it (from offset 0); no partition
    ever leaves it.
 5. TTL counts from the commit ts (``ttl_base="commit"``) or from the record's ``event_ts``
@@ -42,6 +45,7 @@ from typing import TYPE_CHECKING
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN
 from lsm.clock import I64_MAX, I64_MIN
 from lsm.errors import SourceRegressedError
+from lsm.ingest_tx import TX_ORDERS, TxOutcome, TxState, check_tx_record
 from lsm.options import NO_TTL, check_ttl
 from lsm.remap import Binding, IngestStats, Remap
 from lsm.remap_store import (
@@ -74,6 +78,14 @@ class _SourceState:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     head: Binding | None | object = _NOT_READ  # the latest binding, cached (the handle is the only writer)
     batches: int | None = None  # bindings since the last compaction attempt (None: not counted yet)
+    tx: TxState | None = None  # the TEMP collection, in memory (None: not loaded yet, or dropped)
+
+
+def tx_state(db: DB, name: str, st: _SourceState) -> TxState:
+    """The pending transactions of `name` (loaded from TEMP once per handle; `st.lock` held)."""
+    if st.tx is None:
+        st.tx = TxState.load(db, name)
+    return st.tx
 
 
 _STATES_LOCK = threading.Lock()
@@ -119,7 +131,7 @@ def _converted(it: Iterator[SourceRecord]) -> Iterator[tuple[list[tuple], bool]]
 class _Cursor:
     """One partition being read in this call: records [start, stop), read a run at a time."""
 
-    __slots__ = ("partition", "pos", "stop", "_runs", "_run", "_i", "_simple", "blocked")
+    __slots__ = ("partition", "pos", "stop", "_runs", "_run", "_i", "_simple", "has_tx")
 
     def __init__(self, source: Source, partition: int, start: int, stop: int) -> None:
         self.partition = partition
@@ -131,22 +143,21 @@ class _Cursor:
         self._run: list[tuple] = []  # the current run; self._run[self._i:] is not taken yet
         self._i = 0
         self._simple = False
-        self.blocked = False  # an incomplete transaction ends the partition for this call
+        self.has_tx = False  # a record with a tx was taken (the batch then sets them apart)
 
     @property
     def done(self) -> bool:
-        return self.blocked or (self._runs is None and self._i >= len(self._run))
+        return self._runs is None and self._i >= len(self._run)
 
     def take(self, budget: int, out: list[tuple]) -> None:
-        """Append whole offsets and whole transactions to `out` until `budget` records are reached at a
-        cut or the partition ends; advance `pos` to the last cut. The hot loop of ingest: a simple run
-        is taken by slices, other records one at a time."""
+        """Append whole offsets to `out` until `budget` records are reached at a cut or the partition
+        ends; advance `pos` to the last cut. The hot loop of ingest: a simple run is taken by slices,
+        other records one at a time."""
         run, i, simple = self._run, self._i, self._simple
         cut = len(out)  # out[:cut] is committed to this batch
         limit = cut + budget
         pos = self.pos
         last = -1
-        open_tx: set = set()
         append = out.append
         while True:
             if i >= len(run):
@@ -154,18 +165,13 @@ class _Cursor:
                 if nxt is None:
                     self._runs = None
                     self._run, self._i = [], 0
-                    if open_tx:  # the trailing transaction waits; its records are read again later
-                        del out[cut:]
-                        self.blocked = True
-                        self.pos = pos
-                    else:
-                        self.pos = self.stop
+                    self.pos = self.stop
                     return
                 run, simple = nxt
                 i = 0
                 if not run:
                     continue
-            if simple and not open_tx:
+            if simple:
                 # every boundary is a cut, starting with the one before run[i]; offsets are consecutive
                 cut = len(out)
                 if last >= 0:
@@ -184,20 +190,15 @@ class _Cursor:
                     raise ValueError(
                         f"partition {self.partition}: offset {off} after {max(last, pos)}: offsets must increase"
                     )
-                if not open_tx:  # a cut: between offsets, no transaction open
-                    cut = len(out)
-                    if last >= 0:
-                        pos = last + 1
-                    if cut >= limit:
-                        break
+                cut = len(out)  # a cut: between offsets
+                if last >= 0:
+                    pos = last + 1
+                if cut >= limit:
+                    break
                 last = off
             append(rec)
-            tx = rec[6]
-            if tx is not None:
-                if rec[7]:
-                    open_tx.discard(tx)
-                else:
-                    open_tx.add(tx)
+            if rec[6] is not None:
+                self.has_tx = True
             i += 1
         self._run, self._i, self._simple = run, i, simple
         self.pos = pos
@@ -288,8 +289,33 @@ def resolve_tuples(
     return rows, nbytes
 
 
+def split_tx(source: Source, records: list[tuple], ttl_base: str, default_ttl: int | None, v0: bool) -> list[tuple]:
+    """Take the transactional records out of `records` (in place) and return them in (partition, offset)
+    order (`TxState.apply`'s input), each checked now: a record the store cannot hold must fail the
+    binding that reads it, not wait in TEMP and fail the one that emits it."""
+    txs = [r for r in records if r[6] is not None]
+    records[:] = [r for r in records if r[6] is None]
+    for r in txs:
+        check_tx_record(source.name, r)
+    resolve_tuples(source, txs, 0, ttl_base, default_ttl, v0)
+    txs.sort(key=lambda r: (r[0], r[1]))  # stable: records sharing an offset keep their order
+    return txs
+
+
+def emitted_records(outcome: TxOutcome) -> list[tuple]:
+    """The records of the transactions `outcome` emits, in the order they apply (after the binding's
+    records outside transactions)."""
+    return [r for recs in outcome.emitted for r in recs]
+
+
 def _batch_rows(
-    db: DB, source: Source, name: str, records: list[tuple], frontier: dict[int, int], ttl_base: str
+    db: DB,
+    source: Source,
+    name: str,
+    records: list[tuple],
+    frontier: dict[int, int],
+    ttl_base: str,
+    temp_ops: list[tuple[bytes, bytes | None]],
 ) -> Callable[[int, int], tuple[list[tuple], int]]:
     default_ttl = db.options.default_ttl
     v0 = db.options.sst_format_version == 0
@@ -298,6 +324,7 @@ def _batch_rows(
         rows, nbytes = resolve_tuples(source, records, ts, ttl_base, default_ttl, v0)
         out = list(rows.values())
         out.append((binding_key(name, seq), None, encode_binding(ts, frontier)))
+        out.extend((key, None, value) for key, value in temp_ops)
         return out, nbytes
 
     return rows_at
@@ -314,6 +341,7 @@ def ingest(
     sync: bool = True,
     progress: Callable[[IngestStats], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    tx_order: str = "arrival",
 ) -> IngestStats:
     """Ingest what `source` holds beyond the durable frontier of `name`; see the module docstring."""
     check_name(name)
@@ -323,6 +351,8 @@ def ingest(
         raise ValueError(f"max_records must be None or an int >= 0, got {max_records!r}")
     if ttl_base not in TTL_BASES:
         raise ValueError(f"ttl_base must be one of {TTL_BASES}, got {ttl_base!r}")
+    if tx_order not in TX_ORDERS:
+        raise ValueError(f"tx_order must be one of {TX_ORDERS}, got {tx_order!r}")
     host(db).check_writable()
     st = _state(db, name)
     with st.lock:
@@ -331,8 +361,10 @@ def ingest(
         check_frontier(source, name, frontier)  # rule 1: nothing is written past a regression
         if st.batches is None:  # rule 7's count, as the stored remap has it (earlier handles' batches too)
             st.batches = bindings_since_compaction(db, name, REMAP_COMPACT_EVERY) if head is not None else 0
+        txs = tx_state(db, name, st)
         parts = sorted(set(source.partitions()) | set(frontier))
         cursors = [_Cursor(source, p, frontier.get(p, 0), source.end(p)) for p in parts]
+        cursors_all = list(cursors)
         records_total = batches = 0
         turn = 0
         while cursors:
@@ -357,10 +389,26 @@ def ingest(
             cursors = [c for c in cursors if not c.done]
             if new_frontier == frontier:  # every cursor ended without a cut: nothing to commit
                 break
-            seq, ts = host(db).commit_rows(_batch_rows(db, source, name, records, new_frontier, ttl_base), sync)
+            n_read = len(records)
+            temp_ops: list[tuple[bytes, bytes | None]] = []
+            try:
+                if any(c.has_tx for c in cursors_all) or txs.markers:
+                    for c in cursors_all:
+                        c.has_tx = False
+                    o = db.options
+                    tx_recs = split_tx(source, records, ttl_base, o.default_ttl, o.sst_format_version == 0)
+                    outcome = txs.apply(tx_recs, tx_order)
+                    records += emitted_records(outcome)
+                    temp_ops = outcome.temp_ops
+                seq, ts = host(db).commit_rows(
+                    _batch_rows(db, source, name, records, new_frontier, ttl_base, temp_ops), sync
+                )
+            except BaseException:
+                st.tx = None  # it moved past a binding that did not commit: read TEMP again
+                raise
             frontier = new_frontier
             st.head = Binding(ts, seq, frontier)
-            records_total += len(records)
+            records_total += n_read
             batches += 1
             st.batches += 1
             if st.batches >= REMAP_COMPACT_EVERY:
@@ -413,6 +461,9 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
 
 __all__ = [
     "BATCH_RECORDS",
+    "emitted_records",
+    "split_tx",
+    "tx_state",
     "REMAP_COMPACT_EVERY",
     "TTL_BASES",
     "check_frontier",

@@ -63,6 +63,15 @@ class IngestStats:
     frontier: dict[int, int]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pending:
+    """What a source's TEMP collection holds: records of transactions not yet visible, and how many
+    transactions they form (lsm.ingest_tx)."""
+
+    records: int = 0
+    transactions: int = 0
+
+
 def check_monotone(prev: Binding | None, new: Binding) -> None:
     """Raise ValueError unless `new` may follow `prev` (ts, seq and every partition's offset monotone)."""
     if prev is None:
@@ -78,8 +87,11 @@ class Remap:
     """The remap of one source: its bindings, oldest first, and `since` (None: never compacted).
 
     Built by `DB.remap(name)` from the store; also usable on plain data (tests, tools). Queries cost
-    O(log n) (as_of, binding_for) or O(n) (bindings, rows) in the number of bindings.
+    O(log n) (as_of, binding_for) or O(n) (bindings, rows) in the number of bindings. `pending`: the
+    records and transactions waiting in the source's TEMP collection (as `DB.remap` read them).
     """
+
+    pending: Pending = Pending()
 
     def __init__(self, name: str, bindings: Iterable[Binding], since: int | None = None) -> None:
         self.name = name
@@ -177,4 +189,4 @@ def frontier_covers(frontier: Mapping[int, int], other: Mapping[int, int]) -> bo
     return all(frontier.get(p, 0) >= off for p, off in other.items())
 
 
-__all__ = ["Binding", "IngestStats", "Remap", "check_monotone", "frontier_covers"]
+__all__ = ["Binding", "IngestStats", "Pending", "Remap", "check_monotone", "frontier_covers"]

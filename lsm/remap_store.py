@@ -152,7 +152,11 @@ def load_remap(db: DB, name: str, max_seq: int | None = None) -> Remap:
         raise UnknownSourceError(
             f"{db.path}: no ingested source named {name!r} (sources: {list_sources(db)})"
         )
-    return Remap(name, bindings, since)
+    remap = Remap(name, bindings, since)
+    from lsm.ingest_tx import load_pending  # (it builds on this module)
+
+    remap.pending = load_pending(db, name, max_seq)
+    return remap
 
 
 def list_sources(db: DB) -> list[str]:

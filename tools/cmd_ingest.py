@@ -9,7 +9,8 @@ Ctrl-C (SIGINT) or SIGTERM stops it between two batches, closes the database cle
 ``lsm remap DB`` opens DB read-only and lists its ingested sources: name, binding count, frontier, since
 and the newest binding's time. ``lsm remap DB NAME`` prints the progress relation of remap NAME: one row
 per partition per binding, (time, seq, partition, next_offset: the next offset to read), oldest binding
-first; ``--limit N`` keeps the newest N bindings, newest first; ``--partition P`` keeps partition P's rows.
+first, after a header with the records and transactions pending in its TEMP collection (transactions not
+complete yet); ``--limit N`` keeps the newest N bindings, newest first; ``--partition P`` keeps partition P's rows.
 ``--as-of TIME`` prints the binding in force at TIME, ``--offset P:O`` the binding in which record O of
 partition P became visible; either exits 1 when there is none (``--json`` still prints the object, with
 a null binding). Times are printed as RFC 3339 and epoch ms.
@@ -37,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Apply the records of the partitioned log in DIR that remap NAME has not applied yet, "
         "in batches, each one atomic commit of its rows and its binding (time, seq, {partition: next "
         "offset}): a crash at any point loses nothing and applies nothing twice, and the next run resumes "
-        "from the durable frontier. Records of one transaction land in one batch; an unfinished trailing "
-        "transaction waits. Opens DB writable: a process writing to it is fenced. Progress goes to stderr, "
+        "from the durable frontier. A transaction, even one across partitions, becomes visible whole in one "
+        "batch once complete; until then its records wait in the store (lsm remap shows them). Opens DB writable: a process writing to it is fenced. Progress goes to stderr, "
         "the summary to stdout.",
     )
     ing.add_argument("path", metavar="DB")
@@ -59,6 +60,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("commit", "event"),
         default="commit",
         help="record TTLs count from the commit time (default) or from the record's event_ts",
+    )
+    ing.add_argument(
+        "--tx-order",
+        choices=("arrival", "commit"),
+        default="arrival",
+        help="a transaction becomes visible once complete (arrival, default) or once it and every "
+        "transaction whose end marker came earlier are (commit)",
     )
     ing.add_argument(
         "--history-retention",
@@ -268,6 +276,7 @@ def _ingest(args: argparse.Namespace) -> int:
                     max_records=left,
                     batch_records=args.batch_records,
                     ttl_base=args.ttl_base,
+                    tx_order=args.tx_order,
                     progress=progress,
                     should_stop=stop.is_set,
                 )
@@ -339,6 +348,7 @@ def _bulk(args: argparse.Namespace, log_source: Any) -> int:
                 log_source,
                 name=args.name,
                 ttl_base=args.ttl_base,
+                tx_order=args.tx_order,
                 engine=args.engine,
                 spark=session,
                 tasks=args.tasks,
@@ -446,6 +456,7 @@ def cmd_remap(args: argparse.Namespace) -> int:
                 "since": r.since,
                 "since_rfc3339": render.rfc3339(r.since),
                 "frontier": {str(p): o for p, o in sorted(r.frontier.items())},
+                "pending": {"records": r.pending.records, "transactions": r.pending.transactions},
                 "bindings": len(r),
                 "limit": args.limit,
                 "partition": args.partition,
@@ -468,6 +479,7 @@ def cmd_remap(args: argparse.Namespace) -> int:
             ("bindings", f"{len(r)}{shown}"),
             ("frontier", _frontier_text(r.frontier)),
             ("since", render.time_detail(r.since)),
+            ("pending", _pending_text(r.pending)),
         ]
     )
     body = render.table(
@@ -514,6 +526,16 @@ def _list_sources(args: argparse.Namespace, remaps: list[Any]) -> int:
 
 def _latest_time(r: Any) -> str:
     return render.time_cell(None if r.latest is None else r.latest.ts)
+
+
+def _pending_text(pending: Any) -> str:
+    """What waits in a source's TEMP collection: records of transactions not visible yet."""
+    return (
+        f"{render.plural(pending.records, 'record')} in "
+        f"{render.plural(pending.transactions, 'transaction')}"
+        if pending.records
+        else "none"
+    )
 
 
 def _frontier_text(frontier: dict[int, int]) -> str:

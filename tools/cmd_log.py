@@ -10,7 +10,8 @@ as soon as it is read (so a producer can stream into it)::
   object also holds ``"key_hex": true`` / ``"value_hex": true``: the same convention as every ``--json``
   output of `lsm` (see tools/render.py), so the records of ``lsm log show --json`` can be written back.
 - ``partition`` defaults to ``--partition`` (0); ``ttl`` (ms), ``event_ts`` (ms or RFC 3339), ``tx``
-  (int or string) and ``tx_end`` (bool) are optional. Unknown fields are refused.
+  (int or string) and ``tx_end`` (bool, or an object ``{"<partition>": records}`` closing a transaction
+  across partitions) are optional. Unknown fields are refused.
 - ``offset`` is optional: the log assigns offsets, and when a line gives one it must be the offset the
   record gets (so copying a log, or resuming a copy, cannot silently misplace records).
 
@@ -151,8 +152,13 @@ def parse_line(line: str, default_partition: int) -> tuple[int, int | None, dict
     if tx is not None and type(tx) not in (int, str):
         raise ValueError('"tx" must be an integer or a string')
     tx_end = obj.get("tx_end", False)
-    if not isinstance(tx_end, bool):
-        raise ValueError('"tx_end" must be true or false')
+    if isinstance(tx_end, dict):  # a transaction across partitions: {"<partition>": records, ...}
+        try:
+            tx_end = {int(p): n for p, n in tx_end.items()}
+        except ValueError:
+            raise ValueError('"tx_end" counts are keyed by partition ids ("0", "1", ...)') from None
+    elif not isinstance(tx_end, bool):
+        raise ValueError('"tx_end" must be true, false or an object {"<partition>": records}')
     offset = obj.get("offset")
     if offset is not None and (type(offset) is not int or offset < 0):
         raise ValueError('"offset" must be an integer >= 0')

@@ -338,10 +338,18 @@ class LogWriter:
         ttl: int | None = None,
         event_ts: int | None = None,
         tx: int | str | None = None,
-        tx_end: bool = False,
+        tx_end: bool | dict[int, int] = False,
     ) -> int:
-        """Append one record to `partition` (value None = delete); return its offset."""
+        """Append one record to `partition` (value None = delete); return its offset.
+
+        `tx_end` True closes transaction `tx` in this partition; a dict {partition: records} closes it
+        across partitions, counting its records in each (this one included, so its own partition counts
+        at least 1)."""
         check_range(partition, 0, None)
+        if isinstance(tx_end, dict) and tx_end.get(partition, 0) < 1:
+            raise ValueError(
+                f"tx_end counts the end marker itself: partition {partition} must count at least 1, got {tx_end!r:.80}"
+            )
         record = encode_record(key, value, ttl, event_ts, tx, tx_end)
         if self._files is None:
             raise SourceError(f"{self.directory}: LogWriter is closed")

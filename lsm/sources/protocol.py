@@ -19,8 +19,10 @@ class SourceRecord:
     """One record of a source.
 
     `value` None is a delete. `ttl` (ms) counts from the commit ts, or from `event_ts` (ms) when the
-    ingest is asked to. Records with the same `tx` form a transaction closed by the one with `tx_end`;
-    a transaction never straddles two bindings.
+    ingest is asked to. Records with the same `tx` form a transaction closed by the one with `tx_end`:
+    True closes the records of `tx` in this partition, a dict {partition: records} closes a transaction
+    spanning partitions (its records per partition, this one included). A transaction becomes visible
+    whole, in one binding (docs/ingest.md, "Transactions").
     """
 
     partition: int
@@ -30,7 +32,7 @@ class SourceRecord:
     ttl: int | None = None
     event_ts: int | None = None
     tx: int | str | None = None
-    tx_end: bool = False
+    tx_end: bool | dict[int, int] = False
 
 
 _SETTERS = tuple(SourceRecord.__dict__[f.name].__set__ for f in dataclasses.fields(SourceRecord))
@@ -45,7 +47,7 @@ def make_record(
     ttl: int | None,
     event_ts: int | None,
     tx: int | str | None,
-    tx_end: bool,
+    tx_end: bool | dict[int, int],
 ) -> SourceRecord:
     """`SourceRecord(...)` for the readers' hot loops: the same object, built through the slot descriptors
     (a frozen dataclass's __init__ goes through object.__setattr__ per field, about twice the cost)."""

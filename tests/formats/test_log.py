@@ -65,7 +65,7 @@ records = st.tuples(
     st.none() | st.integers(0, 2**63 - 1),
     st.none() | st.integers(-(2**63), 2**63 - 1),
     st.none() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=20),
-    st.booleans(),
+    st.booleans() | st.dictionaries(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), min_size=1, max_size=4),
 ).map(lambda t: t if t[4] is not None else (*t[:5], False))
 
 
@@ -139,6 +139,12 @@ def _raw_record(payload: bytes) -> bytes:
         msgpack.packb({"k": b"a", "v": b"x", "ttl": -1}, use_bin_type=True),
         msgpack.packb({"k": b"a", "v": b"x", "end": True}, use_bin_type=True),  # end without tx
         msgpack.packb({"k": b"a", "v": b"x", "tx": 1.5}, use_bin_type=True),
+        msgpack.packb({"k": b"a", "v": b"x", "txe": {0: 1}}, use_bin_type=True),  # txe without tx
+        msgpack.packb({"k": b"a", "v": b"x", "tx": 1, "txe": {}}, use_bin_type=True),  # no counts
+        msgpack.packb({"k": b"a", "v": b"x", "tx": 1, "txe": {0: -1}}, use_bin_type=True),
+        msgpack.packb({"k": b"a", "v": b"x", "tx": 1, "txe": {"0": 1}}, use_bin_type=True),
+        msgpack.packb({"k": b"a", "v": b"x", "tx": 1, "txe": [0, 1]}, use_bin_type=True),
+        msgpack.packb({"k": b"a", "v": b"x", "tx": 1, "end": True, "txe": {0: 1}}, use_bin_type=True),
         msgpack.packb({"k": b"a", "v": b"x"}, use_bin_type=True) + b"\x00",  # trailing bytes
     ],
 )
@@ -148,6 +154,13 @@ def test_malformed_payload_with_a_valid_checksum_is_corruption(payload: bytes) -
     with pytest.raises(CorruptionError) as ei:
         decode_records(buf, 6, "p")
     assert ei.value.offset == 6 + first
+
+
+def test_golden_transaction_end_across_partitions() -> None:
+    """The txe field: a map of partition -> records, uint keys (docs/format.md's example bytes)."""
+    rec = encode_record(b"k", b"v", tx=3, tx_end={0: 1, 1: 2})
+    assert rec[16:].hex() == "84a16bc4016ba176c40176a2747803a37478658200010102"
+    assert decode_record(rec, 0, 0, "p").tx_end == {0: 1, 1: 2}
 
 
 def test_unknown_field_is_a_format_version_error() -> None:
@@ -175,6 +188,11 @@ def test_decode_record_of_a_torn_header_or_payload_is_none() -> None:
         ({"key": b"k", "value": b"v", "event_ts": "now"}, TypeError),
         ({"key": b"k", "value": b"v", "tx": b"bytes"}, TypeError),
         ({"key": b"k", "value": b"v", "tx_end": True}, ValueError),
+        ({"key": b"k", "value": b"v", "tx_end": {0: 1}}, ValueError),
+        ({"key": b"k", "value": b"v", "tx": 1, "tx_end": {}}, ValueError),
+        ({"key": b"k", "value": b"v", "tx": 1, "tx_end": {-1: 1}}, ValueError),
+        ({"key": b"k", "value": b"v", "tx": 1, "tx_end": {0: "1"}}, ValueError),
+        ({"key": b"k", "value": b"v", "tx": 1, "tx_end": 1}, TypeError),
         ({"key": b"k", "value": b"v", "ttl": 2**64}, ValueError),
     ],
 )

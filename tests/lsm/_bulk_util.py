@@ -57,13 +57,14 @@ def open_db(path: str, **kw: Any) -> lsm.DB:
 
 def contents(db: lsm.DB, name: str = "events") -> dict:
     """Everything a user can see: key -> (value, expire_ts, ts) including expired rows, every key's
-    get(), and the remap's bindings (ts, frontier)."""
+    get(), the remap's bindings (ts, frontier) and what waits in its TEMP collection."""
     rows = {e.key: (e.value, e.expire_ts, e.ts) for e in db.scan_entries(options=ALL)}
     try:
-        bindings = [(b.ts, b.frontier) for b in db.remap(name).bindings()]
+        remap = db.remap(name)
+        bindings, pending = [(b.ts, b.frontier) for b in remap.bindings()], remap.pending
     except lsm.UnknownSourceError:
-        bindings = []
-    return {"rows": rows, "visible": dict(db.scan()), "bindings": bindings}
+        bindings, pending = [], None
+    return {"rows": rows, "visible": dict(db.scan()), "bindings": bindings, "pending": pending}
 
 
 def load(path: str, log_dir: str, engine: str, source: Any = None, **kw: Any) -> dict:

@@ -10,6 +10,13 @@ Not a test module; tests run it as ``python _ingest_proc.py MODE ...``.
     tx_end). Each record's value is ``<partition>:<offset>``. Every transaction is closed by the end.
     A short sleep every few records keeps it running alongside the ingester. Prints ``done``.
 
+``produce_tx DIR COUNT SEED``
+    Like ``produce``, over partitions 0..3 from the start, with transactions that span partitions: up
+    to three open at once, each of 1-3 records in each of 1-3 partitions, written interleaved with other
+    records and one another, closed by an end marker (the transaction's last record) counting its
+    records per partition. Keys are unique (``r<n>``), ids ``x<i>``; every transaction is closed by the
+    end. Prints ``done``.
+
 ``ingest DB DIR NAME BATCH``
     Opens DB (small memtable and L0 threshold, so flushes and background compactions run while it
     ingests; a long history retention) and calls `DB.ingest` on the log in a loop, forever, printing
@@ -65,6 +72,42 @@ def produce(directory: str, count: int, seed: int) -> None:
     print("done", flush=True)
 
 
+def produce_tx(directory: str, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    with LogWriter(directory) as w:
+        open_tx: list[list] = []  # [tx id, planned partitions (the last one carries the marker), counts]
+        tx_ids = 0
+
+        def step(tx: list, n: int) -> None:
+            name, plan, counts = tx
+            p = plan.pop(0)
+            w.append(p, b"r%06d" % n, b"%d:%d" % (p, w.end(p)), tx=name, tx_end=counts if not plan else False)
+            if not plan:
+                open_tx.remove(tx)
+
+        for i in range(count):
+            roll = rng.random()
+            if open_tx and roll < 0.3:
+                step(rng.choice(open_tx), i)
+            elif len(open_tx) < 3 and roll < 0.4:
+                tx_ids += 1
+                counts = {p: rng.randint(1, 3) for p in rng.sample(range(4), rng.randint(1, 3))}
+                plan = [p for p, n in counts.items() for _ in range(n)]
+                rng.shuffle(plan)
+                open_tx.append([f"x{tx_ids}", plan, counts])
+                step(open_tx[-1], i)
+            else:
+                p = rng.randrange(4)
+                w.append(p, b"r%06d" % i, b"%d:%d" % (p, w.end(p)))
+            if i % 8 == 0:
+                time.sleep(0.002)
+        n = count
+        while open_tx:  # close what is still open
+            step(open_tx[0], n)
+            n += 1
+    print("done", flush=True)
+
+
 def ingest(path: str, directory: str, name: str, batch: int) -> None:
     with lsm.DB.open(path, ingest_options()) as db:
         log = PartitionedLog(directory)
@@ -80,6 +123,8 @@ if __name__ == "__main__":
     mode, *args = sys.argv[1:]
     if mode == "produce":
         produce(args[0], int(args[1]), int(args[2]))
+    elif mode == "produce_tx":
+        produce_tx(args[0], int(args[1]), int(args[2]))
     elif mode == "ingest":
         ingest(args[0], args[1], args[2], int(args[3]))
     else:

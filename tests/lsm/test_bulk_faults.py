@@ -46,7 +46,7 @@ def test_a_maybe_published_load_keeps_its_ssts(tmp_path, log, op) -> None:
         for name in referenced(db):
             assert os.path.exists(db.sst_path(name)), name
         got = contents(db)
-        assert got == (want if op == "fsync_dir" else {"rows": {}, "visible": {}, "bindings": []})
+        assert got == (want if op == "fsync_dir" else {"rows": {}, "visible": {}, "bindings": [], "pending": None})
     finally:
         db.close()
     check_database(str(tmp_path / "db"))

@@ -8,6 +8,7 @@ import pytest
 
 import lsm
 from lsm import ingest as ingest_mod
+from lsm.remap import Pending
 from lsm.sources import LogWriter, PartitionedLog, SourceRecord
 from lsm.sources.partitioned_log import partition_path
 
@@ -73,22 +74,24 @@ def test_batches_are_exact_and_resume_after_restart(env) -> None:
         db2.close()
 
 
-def test_transactions_never_straddle_bindings_and_an_open_one_waits(env) -> None:
+def test_a_transaction_lands_in_one_binding_and_an_open_one_waits_in_temp(env) -> None:
     _clock, w, log, db, _ = env
     w.append(0, b"a", b"1")
     for i in range(7):  # a transaction larger than a batch
         w.append(0, b"t%d" % i, b"x", tx="T1", tx_end=i == 6)
     w.append(0, b"b", b"2")
-    w.append(0, b"u0", b"y", tx=9)  # open at the end: waits, and so does what follows it
+    w.append(0, b"u0", b"y", tx=9)  # open at the end: waits in TEMP; what follows it does not wait
     w.append(0, b"c", b"3")
     stats = db.ingest(log, name="s", batch_records=3)
-    assert stats.frontier == {0: 9}
-    offsets = [b.frontier[0] for b in db.remap("s").bindings()]
-    assert all(not 1 < o < 8 for o in offsets)  # no cut inside T1 (offsets 1..7)
-    assert db.get(b"u0") is None and db.get(b"c") is None and db.get(b"t6") == b"x"
+    assert stats.frontier == {0: 11}
+    remap = db.remap("s")
+    t1 = [b for b in remap.bindings() if db.snapshot_at_seq(b.seq).get(b"t0") is not None]
+    assert t1 and all(db.snapshot_at_seq(b.seq).get(b"t6") == b"x" for b in t1)  # all of T1 at once
+    assert db.get(b"u0") is None and db.get(b"c") == b"3" and remap.pending == Pending(1, 1)
     w.append(0, b"u1", b"y", tx=9, tx_end=True)
     stats = db.ingest(log, name="s", batch_records=3)
-    assert stats.frontier == {0: 12} and db.get(b"c") == b"3" and db.get(b"u1") == b"y"
+    assert stats.frontier == {0: 12} and db.get(b"u0") == db.get(b"u1") == b"y"
+    assert db.remap("s").pending == Pending(0, 0)
 
 
 class ListSource:

@@ -172,3 +172,22 @@ def test_progress_on_a_terminal_is_one_line_redrawn_per_batch(tmp_path) -> None:
     assert draws and all(d.startswith("ingest ev: ") for d in draws), draws[:3]
     assert "\n" not in r.err.strip()  # redrawn in place, never a new line per batch
     assert any("rec/s" in d and "batches, frontier 0:" in d for d in draws)
+
+
+def test_remap_shows_what_waits_in_temp_and_tx_order_commit(tmp_path) -> None:
+    log, db = tmp_path / "log", tmp_path / "db"
+    with LogWriter(log) as w:
+        w.append(0, b"a0", b"v", tx="A", tx_end={0: 1, 1: 1})  # A waits for its record in partition 1
+        w.append(1, b"b0", b"v", tx="B", tx_end=True)  # B is complete, but its marker comes after A's
+    r = run_lsm("ingest", db, log, "--name", "ev", "--tx-order", "commit", "--json")
+    assert r.code == 0, r.err
+    rel = run_lsm("remap", db, "ev", "--json").json()
+    assert rel["pending"] == {"records": 2, "transactions": 2}
+    assert "pending   2 records in 2 transactions" in run_lsm("remap", db, "ev").out
+    with LogWriter(log) as w:
+        w.append(1, b"a1", b"v", tx="A")
+    assert run_lsm("ingest", db, log, "--name", "ev", "--tx-order", "commit").code == 0
+    assert run_lsm("remap", db, "ev", "--json").json()["pending"] == {"records": 0, "transactions": 0}
+    assert "pending   none" in run_lsm("remap", db, "ev").out
+    bad = run_lsm("ingest", db, log, "--name", "ev", "--tx-order", "later")
+    assert "--tx-order" in one_line_error(bad, 2)

@@ -131,6 +131,9 @@ def test_bad_lines_stop_with_one_line_and_keep_what_was_written(tmp_path: Path) 
         ('{"key": "a", "value": 5}', '"value" must be a string'),
         ('{"partition": -1, "key": "a", "value": "1"}', '"partition" must be an integer >= 0'),
         ('{"key": "a", "value": "1", "tx_end": true}', "tx_end needs a tx"),
+        ('{"key": "a", "value": "1", "tx": 1, "tx_end": {"x": 1}}', "keyed by partition ids"),
+        ('{"key": "a", "value": "1", "tx": 1, "tx_end": {"1": 1}}', "must count at least 1"),
+        ('{"key": "a", "value": "1", "tx": 1, "tx_end": 3}', '"tx_end" must be true, false or an object'),
         ('{"key": "a", "value": "1", "ttl": -5}', "ttl must be >= 0"),
         ('{"key": "a", "value": "1", "event_ts": "yesterday"}', "cannot read 'yesterday' as a time"),
     ]
@@ -141,6 +144,22 @@ def test_bad_lines_stop_with_one_line_and_keep_what_was_written(tmp_path: Path) 
         assert message in err and "stdin line 2" in err and "the 1 record before it was written" in err, err
         expected += 1  # the good line before the bad one, and nothing after it
         assert PartitionedLog(d).end(0) == expected
+
+
+def test_a_transaction_across_partitions_is_written_and_shown(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    lines = [
+        {"partition": 0, "key": "a", "value": "1", "tx": "T"},
+        {"partition": 1, "key": "b", "value": "2", "tx": "T", "tx_end": {"0": 1, "1": 1}},
+    ]
+    r = lsm_in("".join(json.dumps(x) + "\n" for x in lines), "log", "write", d)
+    assert r.code == 0, r.err
+    assert list(PartitionedLog(d).read(1, 0)) == [SourceRecord(1, 0, b"b", b"2", tx="T", tx_end={0: 1, 1: 1})]
+    shown = run_lsm("log", "show", d, "--json").json()
+    assert [x["tx_end"] for x in shown] == [False, {"0": 1, "1": 1}]
+    again = tmp_path / "again"  # what show prints writes back to an equal log
+    assert lsm_in("".join(json.dumps(x) + "\n" for x in shown), "log", "write", again).code == 0
+    assert list(PartitionedLog(again).read(1, 0)) == list(PartitionedLog(d).read(1, 0))
 
 
 def test_missing_directory_and_usage_errors(tmp_path: Path) -> None:

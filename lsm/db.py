@@ -487,6 +487,10 @@ class Engine:
         """The DB clock's current time (ms; never goes backwards)."""
         return self._db._clock.read()
 
+    def drive_clock(self, source: str) -> None:
+        """Let source `source` drive the DB's clock from now on (lsm.clock.MonotonicClock.drive)."""
+        self._db._clock.drive(source)
+
     def check_writable(self) -> None:
         """Raise ClosedError / ReadOnlyError / the failed-state error if writes are refused."""
         self._db._check_writable()
@@ -507,10 +511,12 @@ class Engine:
         """The idle flush (see DB._flush_if_idle); True if it flushed."""
         return self._db._flush_if_idle()
 
-    def commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
+    def commit_rows(
+        self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool, at: tuple[str, int] | None = None
+    ) -> tuple[int, int]:
         """Commit the (key, expire_ts, value) rows ``rows_at(ts, seq)`` builds under one seq and ts, system
-        keys allowed; returns (seq, ts). See DB._commit_rows."""
-        return self._db._commit_rows(rows_at, sync)
+        keys allowed; returns (seq, ts). `at` = (source, ts): at the source's own time. See DB._commit_rows."""
+        return self._db._commit_rows(rows_at, sync, at)
 
     def scan_raw(
         self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None, entries: bool = False

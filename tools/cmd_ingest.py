@@ -61,6 +61,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="record TTLs count from the commit time (default) or from the record's event_ts",
     )
     ing.add_argument(
+        "--times",
+        choices=("store", "source"),
+        default="store",
+        help="commit times from the store's clock (default) or from the log's own progress markers "
+        "(LogWriter.advance): records below the least progress of all partitions commit at it - 1 "
+        "(stream engine only)",
+    )
+    ing.add_argument(
         "--history-retention",
         type=render.int_arg(0),
         default=0,
@@ -241,6 +249,8 @@ def _ingest(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.log}: no such log directory")
     if args.engine == "stream" and (args.master is not None or args.tasks is not None):
         raise ValueError("--master and --tasks apply to --engine local or spark only")
+    if args.engine != "stream" and args.times != "store":
+        raise ValueError("--times source applies to --engine stream only (a bulk load commits at one time)")
     log = PartitionedLog(args.log)
     # index every partition now (what the ingest does first anyway, on this same instance, so it costs
     # nothing twice): a partition that cannot be read (not a regular file, damaged, unreadable) fails here
@@ -269,6 +279,7 @@ def _ingest(args: argparse.Namespace) -> int:
                     ttl_base=args.ttl_base,
                     progress=progress,
                     should_stop=stop.is_set,
+                    times=args.times,
                 )
                 progress.add(stats)
                 if left is not None:

@@ -88,6 +88,21 @@ class Source(Protocol):
         ...
 
 
+@runtime_checkable
+class ProgressSource(Source, Protocol):
+    """A `Source` that reports its own progress in time: what ``db.ingest(..., times="source")`` needs
+    (`PartitionedLog`: its `LogWriter.advance` markers). Records carry `event_ts`; a progress marker of a
+    partition promises that no record after it in the partition has an `event_ts` below its time. The
+    source's progress at a set of positions is the least, over its partitions, of each partition's
+    greatest marker time below its position: every record still to come has event_ts >= it."""
+
+    def progress(self, partition: int, start: int = 0, stop: int | None = None) -> list[tuple[int, int]]:
+        """The progress markers of `partition` at offsets [start, stop) (stop None: up to `end`), as
+        ``(offset, ts)`` in offset order. A marker takes an offset no record has; none of them changes once
+        it lies below `end`."""
+        ...
+
+
 # A remap binding stores partition ids as msgpack unsigned integers (lsm/remap_store.py), which hold at
 # most 64 bits: a larger id could be read but never recorded, so every source refuses it up front.
 MAX_PARTITION = 2**64 - 1
@@ -110,4 +125,4 @@ def check_range(partition: object, start: object, stop: object) -> None:
             raise ValueError(f"stop must be >= 0, got {stop}")
 
 
-__all__ = ["MAX_PARTITION", "Source", "SourceRecord", "check_range", "make_record"]
+__all__ = ["MAX_PARTITION", "ProgressSource", "Source", "SourceRecord", "check_range", "make_record"]

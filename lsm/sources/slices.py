@@ -61,7 +61,8 @@ class LogSlice:
         `SourceRecord` per tuple (one reader loop, so both see the same records, checks and errors)."""
         for run, _has_tx in self.runs():
             for t in run:
-                yield make_record(*t)
+                if t[2] is not None:  # a progress marker takes an offset but is no record
+                    yield make_record(*t)
 
     def plain(self) -> tuple[bytes, Any, Any, Any, Any] | None:
         """The slice as columns when every record of it is plain (a key and a value or a delete, no TTL,

@@ -172,3 +172,19 @@ def test_progress_on_a_terminal_is_one_line_redrawn_per_batch(tmp_path) -> None:
     assert draws and all(d.startswith("ingest ev: ") for d in draws), draws[:3]
     assert "\n" not in r.err.strip()  # redrawn in place, never a new line per batch
     assert any("rec/s" in d and "batches, frontier 0:" in d for d in draws)
+
+
+def test_ingest_times_source_commits_at_the_logs_progress(tmp_path) -> None:
+    log, db = str(tmp_path / "log"), str(tmp_path / "db")
+    with LogWriter(log) as w:
+        w.append(0, b"a", b"1", event_ts=T0 - 5000)
+        w.append(1, b"b", b"2", event_ts=T0 - 4000)
+        w.advance(T0 - 1000)
+        w.append(0, b"c", b"3", event_ts=T0)  # at or above the progress: waits
+    r = run_lsm("ingest", db, log, "--name", "cdc", "--times", "source", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["records"] == 2 and r.json()["frontier"] == {"0": 2, "1": 2}
+    with lsm.DB.open(db, read_only=True) as d:
+        assert d.remap("cdc").rows() == [(T0 - 1001, 0, 2), (T0 - 1001, 1, 2)]
+    bad = run_lsm("ingest", db, log, "--name", "cdc", "--times", "source", "--engine", "local")
+    assert "applies to --engine stream only" in one_line_error(bad, 2)

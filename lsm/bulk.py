@@ -70,7 +70,8 @@ from formats.sst import SsTableInfo
 from lsm.bulk_task import BulkTask, run_task
 from lsm.errors import BulkLoadConflictError, LsmError
 from lsm.fsutil import unlink_quiet
-from lsm.ingest import TTL_BASES, _state, check_frontier, durable_head
+from lsm.ingest import TTL_BASES, check_frontier
+from lsm.ingest_state import durable_head, source_state
 from lsm.remap import Binding, IngestStats
 from lsm.remap_store import binding_key, check_name, encode_binding
 from lsm.sources.slices import SourceSlice, cut_slices
@@ -262,7 +263,7 @@ def bulk_ingest(
             ).sparkContext.defaultParallelism
     else:
         runner = local_runner(tasks)
-    st = _state(db, name)
+    st = source_state(db, name)
     with st.lock, _reservation(db) as reserve_seqs:
         head = durable_head(db, name)
         frontier = dict(head.frontier) if head is not None else {}

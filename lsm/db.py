@@ -65,6 +65,7 @@ from lsm.errors import (
     FencedError,
     NotADatabaseError,
 )
+from lsm.ingest_state import SourceState
 from lsm.memtable import Memtable
 from lsm.options import DbOptions, ReadOptions
 from lsm.readpath import clip_to_prefix, find_row_below_mem, prefix_end, scan_state, user_ranges
@@ -134,6 +135,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         # seq ranges reserved by bulk loads and not committed yet (see `stable_seq`): a writable open
         # abandons what an earlier handle left (below), a read-only one holds back as the manifest says
         self._reserved: tuple[tuple[int, int], ...] = man.seq_reservations if read_only else ()
+        self._ingest_states: dict[str, SourceState] = {}  # per source name (lsm.ingest_state)
         self._last_commit_ts = max(man.clock_watermark, max_ts)
         self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts))
         vs.open_state(mem)
@@ -486,6 +488,15 @@ class Engine:
     def now(self) -> int:
         """The DB clock's current time (ms; never goes backwards)."""
         return self._db._clock.read()
+
+    def source_state(self, name: str) -> SourceState:
+        """The ingest state of source `name` on this handle (lsm.ingest_state), created on first use."""
+        db = self._db
+        with db._state_lock:
+            st = db._ingest_states.get(name)
+            if st is None:
+                st = db._ingest_states[name] = SourceState()
+            return st
 
     def drive_clock(self, source: str) -> None:
         """Let source `source` drive the DB's clock from now on (lsm.clock.MonotonicClock.drive)."""

@@ -32,8 +32,6 @@ Rules, in the order they apply:
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from operator import attrgetter
@@ -42,6 +40,8 @@ from typing import TYPE_CHECKING
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN
 from lsm.clock import I64_MAX, I64_MIN
 from lsm.errors import ClockError, SourceError, SourceRegressedError
+from lsm.ingest_state import durable_head
+from lsm.ingest_state import source_state as _state
 from lsm.options import NO_TTL, check_ttl
 from lsm.remap import Binding, IngestStats, Remap
 from lsm.remap_store import (
@@ -54,7 +54,6 @@ from lsm.remap_store import (
     decode_since,
     encode_binding,
     host,
-    load_head,
     source_prefix,
 )
 from lsm.sources.protocol import ProgressSource
@@ -68,34 +67,6 @@ BATCH_RECORDS = 10_000
 TTL_BASES = ("commit", "event")
 TIMES = ("store", "source")  # commit times from the store's clock, or from the source's progress
 REMAP_COMPACT_EVERY = 256  # batches between two attempts at compacting a source's remap
-_NOT_READ = object()
-
-
-@dataclasses.dataclass
-class _SourceState:
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-    head: Binding | None | object = _NOT_READ  # the latest binding, cached (the handle is the only writer)
-    batches: int | None = None  # bindings since the last compaction attempt (None: not counted yet)
-
-
-_STATES_LOCK = threading.Lock()
-
-
-def _state(db: DB, name: str) -> _SourceState:
-    with _STATES_LOCK:
-        states = db.__dict__.setdefault("_ingest_states", {})
-        st = states.get(name)
-        if st is None:
-            st = states[name] = _SourceState()
-        return st
-
-
-def durable_head(db: DB, name: str) -> Binding | None:
-    """The latest binding of `name`, from memory after the first reverse seek of this handle."""
-    st = _state(db, name)
-    if st.head is _NOT_READ:
-        st.head = load_head(db, name)
-    return st.head  # type: ignore[return-value]
 
 
 def _runs(source: Source, partition: int, start: int, stop: int) -> Iterator[tuple[list[tuple], bool]]:

@@ -74,6 +74,7 @@ from lsm.ingest import TTL_BASES, check_frontier
 from lsm.ingest_state import durable_head, source_state
 from lsm.remap import Binding, IngestStats
 from lsm.remap_store import binding_key, check_name, encode_binding
+from lsm.sources.protocol import BatchSource
 from lsm.sources.slices import SourceSlice, cut_slices
 from lsm.versions import may_be_published
 
@@ -268,7 +269,7 @@ def bulk_ingest(
         head = durable_head(db, name)
         frontier = dict(head.frontier) if head is not None else {}
         # a PartitionedLog is planned from its record headers; the tasks verify the payloads they read
-        end_of = getattr(source, "plan_end", source.end)
+        end_of = source.plan_end if isinstance(source, BatchSource) else source.end
         check_frontier(source, name, frontier, end_of)
         ends = {p: end_of(p) for p in sorted(set(source.partitions()) | set(frontier))}
         slices = plan_slices(source, frontier, ends, tasks or min(8, os.cpu_count() or 1))

@@ -56,7 +56,7 @@ from lsm.remap_store import (
     host,
     source_prefix,
 )
-from lsm.sources.protocol import ProgressSource
+from lsm.sources.protocol import BatchSource, ProgressSource
 from lsm.syskeys import SYSTEM_PREFIX, is_system
 
 if TYPE_CHECKING:
@@ -72,12 +72,11 @@ REMAP_COMPACT_EVERY = 256  # batches between two attempts at compacting a source
 def _runs(source: Source, partition: int, start: int, stop: int) -> Iterator[tuple[list[tuple], bool]]:
     """The records [start, stop) of `partition` as runs ``(tuples, simple)``; a tuple holds the fields of
     `SourceRecord` in order. `simple` says the run has consecutive offsets, one record each, and no
-    transaction: every boundary in it is a cut. A `PartitionedLog` decodes whole runs (its `read_runs`);
+    transaction: every boundary in it is a cut. A `BatchSource` (a `PartitionedLog`) decodes whole runs;
     any other source's records are converted. The source's read is called here, not lazily, so what it
     checks at the call (arguments, an index pass) raises before anything of this call is written."""
-    read_runs = getattr(source, "read_runs", None)
-    if read_runs is not None:
-        return ((run, not has_tx) for run, has_tx in read_runs(partition, start, stop))
+    if isinstance(source, BatchSource):
+        return ((run, not has_tx) for run, has_tx in source.read_runs(partition, start, stop))
     return _converted(source.read(partition, start, stop))
 
 

@@ -32,6 +32,7 @@ import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
+from typing import Any
 
 from formats.log import (
     FILE_HEADER,
@@ -183,6 +184,14 @@ class PartitionedLog:
         check_range(partition, 0, None)
         idx = self._refresh(partition, payloads=False)
         return 0 if idx is None else len(idx.positions)
+
+    def slices(self, partition: int, start: int, stop: int, max_records: int) -> list[Any]:
+        """`BatchSource.slices`: `lsm.sources.slices.LogSlice`s, byte ranges of the partition file from the
+        index (a pass over the record headers, as `plan_end`; the tasks verify the payloads they read)."""
+        from lsm.sources.slices import log_slices  # (it imports this module)
+
+        check_range(partition, start, stop)
+        return log_slices(self, partition, start, stop, max_records)
 
     def torn_bytes(self, partition: int) -> int:
         """Bytes after the last complete record of `partition`: a record a producer is still appending

@@ -5,7 +5,7 @@ Driver, in order:
 
 1. The durable frontier of `name` (the same latest binding streaming ingest resumes from) and, once, each
    partition's current end; every partition must still reach its frontier (`SourceRegressedError`).
-   A `PartitionedLog` is counted by `plan_end`: a walk of the record headers (each header's checksum
+   A `BatchSource` (a `PartitionedLog`) is counted by `plan_end`: a walk of the record headers (each header's checksum
    checked, so the lengths it follows are sound), not a pass over the payloads: the task that reads a
    record verifies its payload, so a damaged record still fails the job (nothing is committed), and the
    driver's serial part stays small.
@@ -75,7 +75,7 @@ from lsm.ingest_state import durable_head, source_state
 from lsm.remap import Binding, IngestStats
 from lsm.remap_store import binding_key, check_name, encode_binding
 from lsm.sources.protocol import BatchSource
-from lsm.sources.slices import SourceSlice, cut_slices
+from lsm.sources.slices import Slice, SourceSlice
 from lsm.versions import may_be_published
 
 if TYPE_CHECKING:
@@ -85,6 +85,19 @@ if TYPE_CHECKING:
 ENGINES = ("local", "spark")
 MAX_SLICE_RECORDS = 1_000_000  # offsets per slice at most: bounds a task's memory
 Runner = Callable[[list[BulkTask]], list[dict]]
+
+
+def cut_slices(source: Any, partition: int, start: int, stop: int, max_records: int) -> list[Slice]:
+    """Slices covering offsets [start, stop) of `partition`, each spanning at most `max_records` offsets.
+
+    A `BatchSource` (a `PartitionedLog`: byte ranges from its index, read on the driver) makes its own;
+    for another source they carry the source itself."""
+    if stop <= start:
+        return []
+    if isinstance(source, BatchSource):  # its own slices (a PartitionedLog: byte ranges of its files)
+        return source.slices(partition, start, stop, max_records)
+    bounds = list(range(start, stop, max(1, max_records))) + [stop]
+    return [SourceSlice(source, partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def plan_slices(source: Source, frontier: dict[int, int], ends: dict[int, int], tasks: int) -> list[Any]:
@@ -343,4 +356,4 @@ def _cut(
     return list(by_index.values()), new_frontier
 
 
-__all__ = ["ENGINES", "MAX_SLICE_RECORDS", "bulk_ingest", "last_cut", "place_bulk", "plan_slices"]
+__all__ = ["ENGINES", "MAX_SLICE_RECORDS", "bulk_ingest", "cut_slices", "last_cut", "place_bulk", "plan_slices"]

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 from formats.log import decode_plain, decode_run_end
 from lsm.errors import SourceRegressedError
 from lsm.sources.partitioned_log import CHUNK, open_partition_file, partition_path
-from lsm.sources.protocol import BatchSource, SourceRecord, make_record
+from lsm.sources.protocol import SourceRecord, make_record
 
 RUN_RECORDS = 4096  # records per run of `SourceSlice.runs`
 
@@ -160,19 +160,6 @@ class SourceSlice:
 Slice = LogSlice | SourceSlice
 
 
-def cut_slices(source: Any, partition: int, start: int, stop: int, max_records: int) -> list[Slice]:
-    """Slices covering offsets [start, stop) of `partition`, each spanning at most `max_records` offsets.
-
-    A `BatchSource` (a `PartitionedLog`: byte ranges from its index, read on the driver) makes its own;
-    for another source they carry the source itself."""
-    if stop <= start:
-        return []
-    if isinstance(source, BatchSource):  # its own slices (a PartitionedLog: byte ranges of its files)
-        return source.slices(partition, start, stop, max_records)
-    bounds = list(range(start, stop, max(1, max_records))) + [stop]
-    return [SourceSlice(source, partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
-
-
 def log_slices(log: Any, partition: int, start: int, stop: int, max_records: int) -> list[LogSlice]:
     """`PartitionedLog.slices`: `LogSlice`s carrying byte ranges from the log's index (positions, never
     records: the tasks verify what they read)."""
@@ -194,4 +181,4 @@ def log_slices(log: Any, partition: int, start: int, stop: int, max_records: int
     ]
 
 
-__all__ = ["LogSlice", "Slice", "SourceSlice", "cut_slices", "log_slices"]
+__all__ = ["LogSlice", "Slice", "SourceSlice", "log_slices"]

@@ -8,9 +8,10 @@ import os
 import pytest
 
 from formats.errors import CorruptionError
+from lsm.bulk import cut_slices
 from lsm.sources import LogWriter, PartitionedLog
 from lsm.sources.partitioned_log import CHUNK
-from lsm.sources.slices import SourceSlice, cut_slices
+from lsm.sources.slices import SourceSlice
 
 FIELDS = ("partition", "offset", "key", "value", "ttl", "event_ts", "tx", "tx_end")
 

@@ -193,3 +193,19 @@ def test_a_replayed_week_of_cdc_history_lands_in_the_source_time(tmp_path) -> No
             assert b.ts <= t and db.timestamp_for_seq(db.seq_for_timestamp(b.ts)) == b.ts // 1000 * 1000
     finally:
         db.close()
+
+
+def test_verify_source_checks_the_progress_markers(tmp_path) -> None:
+    log = str(tmp_path / "log")
+    with LogWriter(log) as w:
+        w.append(0, b"a", b"1", event_ts=5)
+        w.advance(10)
+        w.append(0, b"b", b"2", event_ts=7)  # breaks the promise of the marker before it
+    assert verify_source(PartitionedLog(log)) == ["partition 0 offset 2: event_ts 7 below the progress 10 before it"]
+
+    class Liar(PartitionedLog):
+        def progress(self, partition, start=0, stop=None):
+            return [(0, 1), (0, 2)]  # a repeated offset, and a record's
+
+    problems = verify_source(Liar(log))
+    assert any("must ascend" in p for p in problems) and any("at record offsets [0]" in p for p in problems)

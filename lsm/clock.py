@@ -95,7 +95,8 @@ class MonotonicClock:
     as used: expiry was judged by it, so a row once seen expired never comes back when the clock steps
     back, and a later write may not be stamped before it.
 
-    Driven by a source (`drive`, from ``db.ingest(..., times="source")``): time is what the source's
+    Driven by a source (from the first commit at a source's time, `tick_at`, which ``db.ingest(...,
+    times="source")`` makes): time is what the source's
     commits set (`tick_at`); the user clock is no longer read, `read()` returns the last source time and
     `tick()` (any other writer) raises ClockError: a write stamped by the user clock could land after
     times the source has yet to commit, which would then go back.

@@ -498,10 +498,6 @@ class Engine:
                 st = db._ingest_states[name] = SourceState()
             return st
 
-    def drive_clock(self, source: str) -> None:
-        """Let source `source` drive the DB's clock from now on (lsm.clock.MonotonicClock.drive)."""
-        self._db._clock.drive(source)
-
     def check_writable(self) -> None:
         """Raise ClosedError / ReadOnlyError / the failed-state error if writes are refused."""
         self._db._check_writable()

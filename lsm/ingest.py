@@ -408,8 +408,6 @@ def ingest(
     if times not in TIMES:
         raise ValueError(f"times must be one of {TIMES}, got {times!r}")
     host(db).check_writable()
-    if times == "source":  # before this call reads anything: the store's time is the source's from now on
-        host(db).drive_clock(name)
     st = _state(db, name)
     with st.lock:
         head = durable_head(db, name)

@@ -48,9 +48,6 @@ class SystemRowsHost(Protocol):
         """Commit the (key, expire_ts, value) rows ``rows_at(ts, seq)`` builds; return (seq, ts). `at` =
         (source, ts): commit at the source's own time ts (ClockError if the store's clock is past it)."""
 
-    def drive_clock(self, source: str) -> None:
-        """From now on the DB's clock is driven by the source-time commits of `source` (ingest times="source")."""
-
     def scan_raw(
         self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None, entries: bool = False
     ) -> Iterator:

@@ -127,6 +127,7 @@ def test_a_source_without_progress_and_bulk_loads_are_refused(tmp_path) -> None:
     with open_db(str(tmp_path / "db")) as db:
         with pytest.raises(ValueError, match="needs a source that reports its progress"):
             db.ingest(DatabaseLog(up), "u", times="source")
+        db.put(b"x", b"y")  # refused before any commit: the clock is not driven by the source
         log = str(tmp_path / "log")
         _small_log(log)
         with pytest.raises(ValueError, match="engine='stream' only"):

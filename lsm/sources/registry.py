@@ -28,7 +28,9 @@ def factory_for(kind: str) -> object:
     target = SOURCES.get(kind, kind)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"unknown source {kind!r}: use one of {', '.join(SOURCES)} or package.module:Factory")
+        raise ValueError(
+            f"unknown source {kind!r}: use one of {', '.join(SOURCES)} or package.module:Factory"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

@@ -204,7 +204,9 @@ def test_verify_source_checks_the_progress_markers(tmp_path) -> None:
         w.append(0, b"a", b"1", event_ts=5)
         w.advance(10)
         w.append(0, b"b", b"2", event_ts=7)  # breaks the promise of the marker before it
-    assert verify_source(PartitionedLog(log)) == ["partition 0 offset 2: event_ts 7 below the progress 10 before it"]
+    assert verify_source(PartitionedLog(log)) == [
+        "partition 0 offset 2: event_ts 7 below the progress 10 before it"
+    ]
 
     class Liar(PartitionedLog):
         def progress(self, partition, start=0, stop=None):

@@ -2,7 +2,7 @@
 
 All integers are big-endian and fixed width. A partition file is a header followed by records::
 
-    file   = | magic "LSMP" | u16 format_version = 1 | record* |
+    file   = | magic "LSMP" | u16 format_version (1 or 2) | record* |
     record = | u32 payload_len | u64 xxh3_64(payload) | u32 head_check | payload |
              head_check = low 32 bits of xxh3_64(the 12 bytes before it)
     payload = msgpack map (str keys, bytes as msgpack bin):
@@ -16,6 +16,8 @@ All integers are big-endian and fixed width. A partition file is a header follow
                                partition, this one included (needs "tx"; never with "end"). Added
                                after the first release of version 1: a reader from before it refuses
                                such a record with FormatVersionError naming the field, never misreads it
+    marker payload (format_version 2) = msgpack map of exactly one key:
+        "adv" int              a progress marker: no later record of the partition has event_ts < adv
 
 A record's offset is its index in the file (0, 1, 2, ...); it is not stored. The header checksum makes the
 length trustworthy on its own, so reading needs no guessing (unlike a WAL without one):
@@ -25,6 +27,12 @@ length trustworthy on its own, so reading needs no guessing (unlike a WAL withou
   and reads it once the rest arrives;
 - a complete header whose `head_check` fails, or a complete payload whose checksum fails, or a payload
   that is not a well-formed map: corruption, reported at the record's byte offset. Never skipped.
+
+Format version 2 adds the progress marker (`LogWriter.advance`). It occupies an offset, as Kafka's
+control records do, but is no record: readers skip it; a consumer that ingests with source times reads
+the partition's progress from it. A writer creates files at version 1 and rewrites the header's version
+to 2 before it appends the file's first marker, so a reader that knows only version 1 refuses a file
+holding a marker (`FormatVersionError`) instead of calling it corrupt, and still reads every other file.
 
 Deliberate simplifications: no per-record offsets or timestamps (the index is the offset, the store's
 commit ts is the time), no compression, no segment rolling (one file per partition grows forever).
@@ -44,7 +52,9 @@ from formats.row import MAX_KEY_LEN, check_key, check_value
 
 # DO NOT CHANGE: stored on disk.
 MAGIC = b"LSMP"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest: files holding a progress marker
+FORMAT_VERSIONS = (1, 2)  # what this code reads; a file is created at 1 (`encode_file_header`)
+MARKER_VERSION = 2  # the version a file's header carries once it holds a progress marker
 FILE_HEADER = struct.Struct(">4sH")
 RECORD_HEADER = struct.Struct(">IQI")  # payload_len, xxh3_64(payload), head_check
 _LEN_AND_SUM = struct.Struct(">IQ")
@@ -61,7 +71,7 @@ class LogEntry(NamedTuple):
 
     pos: int
     end: int
-    key: bytes
+    key: bytes | None  # None: a progress marker (its time in event_ts)
     value: bytes | None
     ttl: int | None
     event_ts: int | None
@@ -69,9 +79,15 @@ class LogEntry(NamedTuple):
     tx_end: bool | dict[int, int]
 
 
-def encode_file_header() -> bytes:
-    """The bytes every partition file starts with."""
-    return FILE_HEADER.pack(MAGIC, FORMAT_VERSION)
+def encode_file_header(version: int = 1) -> bytes:
+    """The bytes every partition file starts with (version 1 until the file holds a progress marker)."""
+    return FILE_HEADER.pack(MAGIC, version)
+
+
+def file_version(buf: bytes, path: str) -> int:
+    """The format version of a partition file whose first bytes are `buf` (checked as `check_file_header`)."""
+    check_file_header(buf, path)
+    return FILE_HEADER.unpack_from(buf, 0)[1]
 
 
 def check_file_header(buf: bytes, path: str) -> None:
@@ -81,7 +97,7 @@ def check_file_header(buf: bytes, path: str) -> None:
     magic, version = FILE_HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
         raise CorruptionError(path, 0, f"not a partition log file (magic {magic!r})")
-    if version != FORMAT_VERSION:
+    if version not in FORMAT_VERSIONS:
         raise FormatVersionError(path, f"partition log format version {version} is not supported")
 
 
@@ -144,6 +160,17 @@ def check_tx_counts(counts: object) -> dict[int, int]:
         if type(p) is not int or not 0 <= p <= MAX_PARTITION or type(n) is not int or n < 0:
             raise ValueError(f"tx_end counts must map partitions 0..2**64-1 to records >= 0, got {p!r}: {n!r}")
     return counts
+def encode_marker(ts: int) -> bytes:
+    """Encode one progress marker (header and payload): no later record of its partition has event_ts < ts.
+    Only in a file whose header says `MARKER_VERSION` (`LogWriter.advance` sees to that)."""
+    if type(ts) is not int:
+        raise TypeError(f"a progress time is int ms, not {type(ts).__name__}")
+    try:
+        payload = msgpack.packb({"adv": ts}, use_bin_type=True)
+    except (OverflowError, ValueError) as e:
+        raise ValueError(f"progress time {ts} cannot be encoded: {e}") from None
+    head = _LEN_AND_SUM.pack(len(payload), _xxh3(payload))
+    return head + (_xxh3(head) & 0xFFFFFFFF).to_bytes(4, "big") + payload
 
 
 def record_extent(buf: bytes, pos: int, base: int, path: str, verify: bool = True) -> int | None:
@@ -181,12 +208,17 @@ def decode_fields(buf: bytes, pos: int, base: int, path: str) -> tuple | None:
 
 def _payload_fields(payload: bytes, path: str, at: int) -> tuple:
     """``(key, value, ttl, event_ts, tx, tx_end)`` of a checksummed payload; the general (msgpack) decoder.
+    A progress marker decodes as key None with its time as event_ts (a `MARKER` entry).
 
     Raises CorruptionError(path, at) unless it is a well-formed record map."""
     try:
         d = _unpackb(payload, raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several unrelated types for malformed input
         raise CorruptionError(path, at, f"malformed partition log record: {e}") from None
+    if type(d) is dict and len(d) == 1 and "adv" in d:  # a progress marker (format version 2)
+        if type(d["adv"]) is not int:
+            raise CorruptionError(path, at, f"partition log progress marker has a bad time: {d!r}")
+        return None, None, None, d["adv"], None, False
     if type(d) is not dict or "k" not in d or "v" not in d:
         raise CorruptionError(path, at, "partition log record is not a map with 'k' and 'v'")
     if len(d) > 2 and not d.keys() <= _FIELDS:
@@ -471,7 +503,9 @@ def decode_run_end(
     """Decode the complete records of `buf` (back to back from index 0; file offset `base`), the first
     of which has offset `first`, into tuples ``(label, offset, key, value, ttl, event_ts, tx, tx_end)``
     (`label`: the caller's partition id). Stops at a torn tail (or a record cut by the end of `buf`).
-    Returns (tuples, whether any has a tx, the index into `buf` after the last complete record).
+    Returns (tuples, whether any has a tx or is a progress marker, the index into `buf` after the last
+    complete record). A progress marker is the tuple ``(label, offset, None, None, None, ts, None, False)``
+    (key None): it takes an offset, and every consumer of runs skips it as a record.
 
     With `verify` False the checksums are not checked again: only for bytes the caller verified (with
     `scan_records`) and knows unchanged since. A payload in the exact layout `encode_record` gives a
@@ -527,7 +561,7 @@ def decode_run_end(
                                 pos = end
                                 continue
         key, value, ttl, ets, tx, tx_end = _payload_fields(buf[q:end], path, base + pos)
-        if tx is not None:
+        if tx is not None or key is None:  # a transaction, or a progress marker: not a simple run
             has_tx = True
         append((label, off, key, value, ttl, ets, tx, tx_end))
         off += 1
@@ -549,7 +583,11 @@ __all__ = [
     "decode_run",
     "decode_run_end",
     "encode_file_header",
+    "encode_marker",
     "encode_record",
+    "file_version",
+    "FORMAT_VERSIONS",
+    "MARKER_VERSION",
     "record_extent",
     "byte_windows",
     "check_tx_counts",

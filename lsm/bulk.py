@@ -5,7 +5,7 @@ Driver, in order:
 
 1. The durable frontier of `name` (the same latest binding streaming ingest resumes from) and, once, each
    partition's current end; every partition must still reach its frontier (`SourceRegressedError`).
-   A `PartitionedLog` is counted by `plan_end`: a walk of the record headers (each header's checksum
+   A `BatchSource` (a `PartitionedLog`) is counted by `plan_end`: a walk of the record headers (each header's checksum
    checked, so the lengths it follows are sound), not a pass over the payloads: the task that reads a
    record verifies its payload, so a damaged record still fails the job (nothing is committed), and the
    driver's serial part stays small.
@@ -71,18 +71,18 @@ from lsm.errors import BulkLoadConflictError, LsmError
 from lsm.fsutil import unlink_quiet
 from lsm.ingest import (
     TTL_BASES,
-    _state,
     check_frontier,
-    durable_head,
     emitted_records,
     resolve_tuples,
     split_tx,
     tx_state,
 )
+from lsm.ingest_state import durable_head, source_state
 from lsm.ingest_tx import TX_ORDERS
 from lsm.remap import Binding, IngestStats
 from lsm.remap_store import binding_key, check_name, encode_binding
-from lsm.sources.slices import SourceSlice, cut_slices
+from lsm.sources.protocol import BatchSource
+from lsm.sources.slices import Slice, SourceSlice
 from lsm.versions import may_be_published
 
 if TYPE_CHECKING:
@@ -92,6 +92,19 @@ if TYPE_CHECKING:
 ENGINES = ("local", "spark")
 MAX_SLICE_RECORDS = 1_000_000  # offsets per slice at most: bounds a task's memory
 Runner = Callable[[list[BulkTask]], list[dict]]
+
+
+def cut_slices(source: Any, partition: int, start: int, stop: int, max_records: int) -> list[Slice]:
+    """Slices covering offsets [start, stop) of `partition`, each spanning at most `max_records` offsets.
+
+    A `BatchSource` (a `PartitionedLog`: byte ranges from its index, read on the driver) makes its own;
+    for another source they carry the source itself."""
+    if stop <= start:
+        return []
+    if isinstance(source, BatchSource):  # its own slices (a PartitionedLog: byte ranges of its files)
+        return source.slices(partition, start, stop, max_records)
+    bounds = list(range(start, stop, max(1, max_records))) + [stop]
+    return [SourceSlice(source, partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def plan_slices(source: Source, frontier: dict[int, int], ends: dict[int, int], tasks: int) -> list[Any]:
@@ -247,12 +260,12 @@ def bulk_ingest(
             ).sparkContext.defaultParallelism
     else:
         runner = local_runner(tasks)
-    st = _state(db, name)
+    st = source_state(db, name)
     with st.lock, _reservation(db) as reserve_seqs:
         head = durable_head(db, name)
         frontier = dict(head.frontier) if head is not None else {}
         # a PartitionedLog is planned from its record headers; the tasks verify the payloads they read
-        end_of = getattr(source, "plan_end", source.end)
+        end_of = source.plan_end if isinstance(source, BatchSource) else source.end
         check_frontier(source, name, frontier, end_of)
         ends = {p: end_of(p) for p in sorted(set(source.partitions()) | set(frontier))}
         slices = plan_slices(source, frontier, ends, tasks or min(8, os.cpu_count() or 1))
@@ -304,4 +317,4 @@ def bulk_ingest(
         return IngestStats(sum(r["records"] for r in results), 1, new_frontier)
 
 
-__all__ = ["ENGINES", "MAX_SLICE_RECORDS", "bulk_ingest", "place_bulk", "plan_slices"]
+__all__ = ["ENGINES", "MAX_SLICE_RECORDS", "bulk_ingest", "cut_slices", "place_bulk", "plan_slices"]

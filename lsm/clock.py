@@ -95,11 +95,18 @@ class MonotonicClock:
     max(user clock, last used), ignoring a reading tick would refuse, and never raises. A time a read used counts
     as used: expiry was judged by it, so a row once seen expired never comes back when the clock steps
     back, and a later write may not be stamped before it.
+
+    Driven by a source (from the first commit at a source's time, `tick_at`, which ``db.ingest(...,
+    times="source")`` makes): time is what the source's
+    commits set (`tick_at`); the user clock is no longer read, `read()` returns the last source time and
+    `tick()` (any other writer) raises ClockError: a write stamped by the user clock could land after
+    times the source has yet to commit, which would then go back.
     """
 
     def __init__(self, clock: Clock, floor: int = 0, max_skew_ms: int | None = None) -> None:
         self.clock = clock
         self.last = floor
+        self.driver: str | None = None  # the source driving the clock (`drive`), if any
         self._lock = threading.Lock()
         self._now = clock.now  # bound once: tick runs on every write
         self._system = type(clock) is SystemClock  # tick reads it inline, without a method call
@@ -121,6 +128,32 @@ class MonotonicClock:
         self._limit = min(host + self._skew, I64_MAX)  # type: ignore[operator]
         return host
 
+    def drive(self, source: str) -> None:
+        """From now on the clock is driven by the commits of source `source` (`tick_at`), until the handle
+        closes: reads return the last source time and other writers' `tick` raises ClockError. A second
+        source with source times shares the clock (each of its commits is checked the same way)."""
+        with self._lock:
+            if self.driver is None:
+                self.driver = source
+            self._system = False  # tick's lock-free path must not run any more
+
+    def tick_at(self, ts: object, source: str, committed: int) -> int:
+        """The time for a commit of source `source` at its own time `ts`: ClockError naming both if `ts`
+        lies below `committed`, the newest commit's time (the store's watermark; nothing is written).
+        Reads made before the clock was driven, at the user clock's time, do not hold it back: the
+        store's time becomes the source's."""
+        if type(ts) is not int or not I64_MIN <= ts <= I64_MAX:
+            raise ClockError(f"source {source!r} gave time {ts!r}, not int milliseconds of a signed 64-bit range")
+        if ts < committed:
+            raise ClockError(
+                f"source {source!r} time {ts} ms is below the store's watermark {committed} ms (its newest "
+                "commit; the store's clock never goes back); nothing was written"
+            )
+        self.drive(source)
+        with self._lock:
+            self.last = ts
+        return ts
+
     def tick(self) -> int:
         """The time for a write: the user clock, which must not be below any time already used
         (ClockError otherwise, before anything is written); it becomes the last used time."""
@@ -135,6 +168,12 @@ class MonotonicClock:
         lock = self._lock
         lock.acquire()  # not `with`: this runs on every write, and acquire/release is cheaper
         try:
+            if self.driver is not None:
+                raise ClockError(
+                    f"the store's clock is driven by source {self.driver!r} (an ingest with times='source'), "
+                    f"now at {self.last} ms: a write stamped by {self.clock!r} could go back in its time; "
+                    "nothing was written (write through the source, or reopen the store)"
+                )
             now = _time_ns() // 1_000_000 if self._system else self._now()
             if type(now) is not int or not self.last <= now <= self._limit:
                 self._refuse(now)  # returns when only the cached skew limit was stale
@@ -170,7 +209,9 @@ class MonotonicClock:
 
     def read(self) -> int:
         """The time for a read: max(user clock, last used time); never raises (a clock returning a
-        non-int leaves time where it was, for `tick` to report)."""
+        non-int leaves time where it was, for `tick` to report). Driven by a source: the last source time."""
+        if self.driver is not None:
+            return self.last
         now = self.clock.now()
         if type(now) is not int or not I64_MIN <= now <= I64_MAX or (now > self._limit and self._too_far_ahead(now)):
             return self.last  # tick() reports the bad clock; a read just does not move time

@@ -65,6 +65,7 @@ from lsm.errors import (
     FencedError,
     NotADatabaseError,
 )
+from lsm.ingest_state import SourceState
 from lsm.memtable import Memtable
 from lsm.options import DbOptions, ReadOptions
 from lsm.readpath import clip_to_prefix, find_row_below_mem, prefix_end, scan_state, user_ranges
@@ -134,6 +135,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         # seq ranges reserved by bulk loads and not committed yet (see `stable_seq`): a writable open
         # abandons what an earlier handle left (below), a read-only one holds back as the manifest says
         self._reserved: tuple[tuple[int, int], ...] = man.seq_reservations if read_only else ()
+        self._ingest_states: dict[str, SourceState] = {}  # per source name (lsm.ingest_state)
         self._last_commit_ts = max(man.clock_watermark, max_ts)
         self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts), options.max_clock_skew_ms)
         vs.open_state(mem)
@@ -487,6 +489,15 @@ class Engine:
         """The DB clock's current time (ms; never goes backwards)."""
         return self._db._clock.read()
 
+    def source_state(self, name: str) -> SourceState:
+        """The ingest state of source `name` on this handle (lsm.ingest_state), created on first use."""
+        db = self._db
+        with db._state_lock:
+            st = db._ingest_states.get(name)
+            if st is None:
+                st = db._ingest_states[name] = SourceState()
+            return st
+
     def check_writable(self) -> None:
         """Raise ClosedError / ReadOnlyError / the failed-state error if writes are refused."""
         self._db._check_writable()
@@ -507,10 +518,12 @@ class Engine:
         """The idle flush (see DB._flush_if_idle); True if it flushed."""
         return self._db._flush_if_idle()
 
-    def commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
+    def commit_rows(
+        self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool, at: tuple[str, int] | None = None
+    ) -> tuple[int, int]:
         """Commit the (key, expire_ts, value) rows ``rows_at(ts, seq)`` builds under one seq and ts, system
-        keys allowed; returns (seq, ts). See DB._commit_rows."""
-        return self._db._commit_rows(rows_at, sync)
+        keys allowed; returns (seq, ts). `at` = (source, ts): at the source's own time. See DB._commit_rows."""
+        return self._db._commit_rows(rows_at, sync, at)
 
     def scan_raw(
         self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None, entries: bool = False

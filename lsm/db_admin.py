@@ -90,11 +90,15 @@ class AdminMixin:
         progress: Callable[[IngestStats], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         tx_order: str = "arrival",
+        times: str = "store",
     ) -> IngestStats:
         """Apply the records of `source` (lsm.sources.Source) beyond the durable frontier of remap `name`,
         exactly once: each batch of up to `batch_records` is one atomic commit of its rows and its binding.
 
         ttl_base "commit" counts record TTLs from the commit ts, "event" from the record's event_ts.
+        times "store" stamps each batch with the DB's clock; "source" with the source's own progress (a
+        `lsm.sources.ProgressSource`): records with event_ts below it commit at its time - 1, and from
+        then on the source's commits drive the store's clock (other writes get ClockError).
         `progress(stats)` runs after each batch; `should_stop()` is asked before each. Returns
         lsm.IngestStats(records, batches, frontier). See lsm.ingest for the rules.
 
@@ -107,6 +111,8 @@ class AdminMixin:
             if engine in ("local", "spark"):
                 if max_records is not None:
                     raise ValueError("max_records applies to engine='stream' only: a bulk load takes everything")
+                if times != "store":
+                    raise ValueError("times='source' applies to engine='stream' only: a bulk load commits at one time")
                 return bulk_mod.bulk_ingest(
                     self, source, name, engine=engine, spark=spark, master=master, tasks=tasks, ttl_base=ttl_base,
                     tx_order=tx_order,
@@ -118,7 +124,7 @@ class AdminMixin:
             raise ValueError("spark= and master= apply to engine='spark' only")
         return ingest_mod.ingest(
             self, source, name, max_records=max_records, batch_records=batch_records, ttl_base=ttl_base,
-            sync=sync, progress=progress, should_stop=should_stop, tx_order=tx_order,
+            sync=sync, progress=progress, should_stop=should_stop, tx_order=tx_order, times=times,
         )
 
     def bulk_output_spec(self) -> OutputSpec:

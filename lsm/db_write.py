@@ -216,8 +216,12 @@ class WriteMixin:
 
         return self._commit_rows(rows_at, options is not None and options.sync)[0]
 
-    def _commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
+    def _commit_rows(
+        self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool, at: tuple[str, int] | None = None
+    ) -> tuple[int, int]:
         """Commit the rows ``rows_at(ts, seq)`` builds, as (key, expire_ts, value), under one seq and ts.
+        `at` = (source, ts): the commit's ts is the source's own (lsm.clock.MonotonicClock.tick_at), not
+        the clock's.
 
         `rows_at` runs under the write lock and the segment flock once the commit's ts and seq are known
         (ingest needs both for its binding row) and also returns the user bytes it holds. Returns (seq, ts)."""
@@ -230,7 +234,7 @@ class WriteMixin:
                 wal.hold()
             if self._vs.is_fenced():
                 self._fenced(wal)
-            ts = self._clock.tick()
+            ts = self._clock.tick() if at is None else self._clock.tick_at(at[1], at[0], self._last_commit_ts)
             seq = self._seq + 1
             wal_ops, nbytes = rows_at(ts, seq)
             try:

@@ -35,8 +35,6 @@ Rules, in the order they apply:
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from operator import attrgetter
@@ -44,7 +42,9 @@ from typing import TYPE_CHECKING
 
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN
 from lsm.clock import I64_MAX, I64_MIN
-from lsm.errors import SourceRegressedError
+from lsm.errors import ClockError, SourceError, SourceRegressedError
+from lsm.ingest_state import SourceState, durable_head
+from lsm.ingest_state import source_state as _state
 from lsm.ingest_tx import TX_ORDERS, TxOutcome, TxState, check_tx_record
 from lsm.options import NO_TTL, check_ttl
 from lsm.remap import Binding, IngestStats, Remap
@@ -58,9 +58,9 @@ from lsm.remap_store import (
     decode_since,
     encode_binding,
     host,
-    load_head,
     source_prefix,
 )
+from lsm.sources.protocol import BatchSource, ProgressSource
 from lsm.syskeys import SYSTEM_PREFIX, is_system
 
 if TYPE_CHECKING:
@@ -69,54 +69,25 @@ if TYPE_CHECKING:
 
 BATCH_RECORDS = 10_000
 TTL_BASES = ("commit", "event")
+TIMES = ("store", "source")  # commit times from the store's clock, or from the source's progress
 REMAP_COMPACT_EVERY = 256  # batches between two attempts at compacting a source's remap
-_NOT_READ = object()
 
 
-@dataclasses.dataclass
-class _SourceState:
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-    head: Binding | None | object = _NOT_READ  # the latest binding, cached (the handle is the only writer)
-    batches: int | None = None  # bindings since the last compaction attempt (None: not counted yet)
-    tx: TxState | None = None  # the TEMP collection, in memory (None: not loaded yet, or dropped)
-
-
-def tx_state(db: DB, name: str, st: _SourceState) -> TxState:
+def tx_state(db: DB, name: str, st: SourceState) -> TxState:
     """The pending transactions of `name` (loaded from TEMP once per handle; `st.lock` held)."""
     if st.tx is None:
         st.tx = TxState.load(db, name)
     return st.tx
 
 
-_STATES_LOCK = threading.Lock()
-
-
-def _state(db: DB, name: str) -> _SourceState:
-    with _STATES_LOCK:
-        states = db.__dict__.setdefault("_ingest_states", {})
-        st = states.get(name)
-        if st is None:
-            st = states[name] = _SourceState()
-        return st
-
-
-def durable_head(db: DB, name: str) -> Binding | None:
-    """The latest binding of `name`, from memory after the first reverse seek of this handle."""
-    st = _state(db, name)
-    if st.head is _NOT_READ:
-        st.head = load_head(db, name)
-    return st.head  # type: ignore[return-value]
-
-
 def _runs(source: Source, partition: int, start: int, stop: int) -> Iterator[tuple[list[tuple], bool]]:
     """The records [start, stop) of `partition` as runs ``(tuples, simple)``; a tuple holds the fields of
     `SourceRecord` in order. `simple` says the run has consecutive offsets, one record each, and no
-    transaction: every boundary in it is a cut. A `PartitionedLog` decodes whole runs (its `read_runs`);
+    transaction: every boundary in it is a cut. A `BatchSource` (a `PartitionedLog`) decodes whole runs;
     any other source's records are converted. The source's read is called here, not lazily, so what it
     checks at the call (arguments, an index pass) raises before anything of this call is written."""
-    read_runs = getattr(source, "read_runs", None)
-    if read_runs is not None:
-        return ((run, not has_tx) for run, has_tx in read_runs(partition, start, stop))
+    if isinstance(source, BatchSource):
+        return ((run, not has_tx) for run, has_tx in source.read_runs(partition, start, stop))
     return _converted(source.read(partition, start, stop))
 
 
@@ -131,7 +102,7 @@ def _converted(it: Iterator[SourceRecord]) -> Iterator[tuple[list[tuple], bool]]
 class _Cursor:
     """One partition being read in this call: records [start, stop), read a run at a time."""
 
-    __slots__ = ("partition", "pos", "stop", "_runs", "_run", "_i", "_simple", "has_tx")
+    __slots__ = ("partition", "pos", "stop", "_runs", "_run", "_i", "_simple", "has_tx", "blocked", "held", "marks")
 
     def __init__(self, source: Source, partition: int, start: int, stop: int) -> None:
         self.partition = partition
@@ -144,15 +115,22 @@ class _Cursor:
         self._i = 0
         self._simple = False
         self.has_tx = False  # a record with a tx was taken (the batch then sets them apart)
+        self.blocked = False  # an incomplete transaction ends the partition for this call
+        self.held = False  # times="source": a record at or above this step's time waits for the next
+        self.marks: _Marks | None = None  # times="source": the partition's progress markers
 
     @property
     def done(self) -> bool:
         return self._runs is None and self._i >= len(self._run)
 
-    def take(self, budget: int, out: list[tuple]) -> None:
+    def take(self, budget: int, out: list[tuple], below: int | None = None) -> None:
         """Append whole offsets to `out` until `budget` records are reached at a cut or the partition
         ends; advance `pos` to the last cut. The hot loop of ingest: a simple run is taken by slices,
-        other records one at a time."""
+        other records one at a time. A progress marker (key None) is passed over.
+
+        `below` (times="source"): only records with event_ts < below; the first one at or above it is
+        `held` with every record after it (at a cut; inside an offset the partition is `blocked` for the
+        call instead, from its last cut)."""
         run, i, simple = self._run, self._i, self._simple
         cut = len(out)  # out[:cut] is committed to this batch
         limit = cut + budget
@@ -171,7 +149,7 @@ class _Cursor:
                 i = 0
                 if not run:
                     continue
-            if simple:
+            if simple and below is None:
                 # every boundary is a cut, starting with the one before run[i]; offsets are consecutive
                 cut = len(out)
                 if last >= 0:
@@ -185,23 +163,124 @@ class _Cursor:
                 continue
             rec = run[i]
             off = rec[1]
+            at_cut = False
             if off != last:
                 if off < last or off < pos:
                     raise ValueError(
                         f"partition {self.partition}: offset {off} after {max(last, pos)}: offsets must increase"
                     )
-                cut = len(out)  # a cut: between offsets
+                at_cut = True  # a cut: between offsets
+                cut = len(out)
                 if last >= 0:
                     pos = last + 1
                 if cut >= limit:
                     break
                 last = off
+            if rec[2] is None:  # a progress marker: it takes an offset, it is no record
+                i += 1
+                continue
+            if below is not None and self.marks.late(rec, below):  # type: ignore[union-attr]
+                if at_cut:  # it and every record after it wait for a later step
+                    self.held = True
+                    break
+                del out[cut:]  # inside an offset: the partition waits from its last cut
+                self._runs = None
+                self._run, self._i = [], 0
+                self.blocked = True
+                self.pos = pos
+                return
             append(rec)
             if rec[6] is not None:
                 self.has_tx = True
             i += 1
         self._run, self._i, self._simple = run, i, simple
         self.pos = pos
+
+
+class _Marks:
+    """times="source": the progress markers of one partition at and after its frontier, and its progress
+    (the greatest marker time) before the record being looked at."""
+
+    __slots__ = ("name", "partition", "marks", "i", "progress")
+
+    def __init__(self, name: str, partition: int, marks: list[tuple[int, int]], start: int) -> None:
+        self.name, self.partition = name, partition
+        self.marks = marks  # every marker of the partition below its end, in offset order
+        self.i = 0
+        self.progress: int | None = None
+        self._pass(start)
+
+    def _pass(self, offset: int) -> None:
+        marks, i = self.marks, self.i
+        while i < len(marks) and marks[i][0] < offset:
+            ts = marks[i][1]
+            if self.progress is None or ts > self.progress:
+                self.progress = ts
+            i += 1
+        self.i = i
+
+    def late(self, rec: tuple, below: int) -> bool:
+        """Must record `rec` wait for a step after `below`? Raises for a record without event_ts and for
+        one that breaks its partition's promise (an event_ts below a marker before it)."""
+        ets = rec[5]
+        if type(ets) is not int:
+            raise ValueError(
+                f"{self.name}: partition {rec[0]} offset {rec[1]}: times='source' needs an int event_ts on "
+                f"every record, got {ets!r}"
+            )
+        self._pass(rec[1])
+        if self.progress is not None and ets < self.progress:
+            raise SourceError(
+                f"{self.name}: partition {rec[0]} offset {rec[1]}: event_ts {ets} lies below the progress "
+                f"{self.progress} an earlier marker of the partition promised (no later record below it)"
+            )
+        return ets >= below
+
+
+def source_steps(
+    source: Source, name: str, cursors: list[_Cursor], frontier: dict[int, int], head: Binding | None
+) -> list[int]:
+    """times="source": the times at which this call may commit, ascending: each progress-marker time
+    that every partition has reached by its end (the source's progress there is the least over the
+    partitions of each one's greatest marker), and not below the newest binding's time + 1. A step at
+    time T commits the records with event_ts < T at ts T - 1, the last complete millisecond. Gives each
+    cursor its partition's markers."""
+    if not isinstance(source, ProgressSource):
+        raise ValueError(
+            f"{source.name}: times='source' needs a source that reports its progress (a progress() method, "
+            f"lsm.sources.ProgressSource); {type(source).__name__} has none"
+        )
+    reached: list[int] = []
+    times: set[int] = set()
+    for c in cursors:
+        marks = source.progress(c.partition, 0, c.stop)
+        c.marks = _Marks(source.name, c.partition, marks, frontier.get(c.partition, 0))
+        if not marks:
+            return []  # a partition without progress holds every other back
+        reached.append(max(ts for _, ts in marks))
+        times.update(ts for _, ts in marks)
+    if not cursors:
+        return []
+    upto = min(reached)
+    if head is not None and upto - 1 < head.ts and any(c.stop > c.pos for c in cursors):
+        raise ClockError(
+            f"{source.name}: source time {upto - 1} ms (its progress {upto} - 1) is below the time "
+            f"{head.ts} ms of the newest binding of {name!r}: an ingest in another time domain? nothing was "
+            "written"
+        )
+    least = head.ts + 1 if head is not None else I64_MIN
+    return sorted(t for t in times if least <= t <= upto)
+
+
+def _step(
+    name: str, steps: list[int | None], k: int, cursors: list[_Cursor]
+) -> tuple[int | None, tuple[str, int] | None]:
+    """(the bound of step `k`, the commit time its batches take: None for the store's clock); the
+    records a cursor held for an earlier step are taken again."""
+    for c in cursors:
+        c.held = False
+    below = steps[k] if k < len(steps) else None
+    return below, None if below is None else (name, below - 1)
 
 
 def check_frontier(
@@ -259,6 +338,8 @@ def resolve_tuples(
     for rec in records:
         _, _, key, value, ttl, event_ts, _, _ = rec
         if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
+            if key is None:  # a progress marker (a bulk-load slice's run holds them): no row
+                continue
             _check_record(source, rec)  # raises unless the key is fine after all
         exp = None
         if value is not None:
@@ -342,6 +423,7 @@ def ingest(
     progress: Callable[[IngestStats], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     tx_order: str = "arrival",
+    times: str = "store",
 ) -> IngestStats:
     """Ingest what `source` holds beyond the durable frontier of `name`; see the module docstring."""
     check_name(name)
@@ -353,6 +435,8 @@ def ingest(
         raise ValueError(f"ttl_base must be one of {TTL_BASES}, got {ttl_base!r}")
     if tx_order not in TX_ORDERS:
         raise ValueError(f"tx_order must be one of {TX_ORDERS}, got {tx_order!r}")
+    if times not in TIMES:
+        raise ValueError(f"times must be one of {TIMES}, got {times!r}")
     host(db).check_writable()
     st = _state(db, name)
     with st.lock:
@@ -365,9 +449,13 @@ def ingest(
         parts = sorted(set(source.partitions()) | set(frontier))
         cursors = [_Cursor(source, p, frontier.get(p, 0), source.end(p)) for p in parts]
         cursors_all = list(cursors)
+        # times="store": one pass at the clock's times; "source": a pass per step, each at the step's time
+        steps = [None] if times == "store" else source_steps(source, name, cursors, frontier, head)
+        below, at = _step(name, steps, 0, cursors)
+        step = 0
         records_total = batches = 0
         turn = 0
-        while cursors:
+        while cursors and steps:
             if max_records is not None and records_total >= max_records:
                 break
             if should_stop is not None and should_stop():
@@ -377,8 +465,8 @@ def ingest(
             n = len(cursors)
             for i in range(n):
                 c = cursors[(turn + i) % n]
-                if not c.done:
-                    c.take(budget - len(records), records)
+                if not c.done and not c.held:
+                    c.take(budget - len(records), records, below)
                 if len(records) >= budget:
                     break
             turn += 1
@@ -387,8 +475,12 @@ def ingest(
                 if c.pos > 0 or c.partition in frontier:
                     new_frontier[c.partition] = c.pos
             cursors = [c for c in cursors if not c.done]
-            if new_frontier == frontier:  # every cursor ended without a cut: nothing to commit
-                break
+            if new_frontier == frontier:  # every cursor ended (or waits) without a cut: nothing to commit
+                step += 1
+                if step >= len(steps):
+                    break
+                below, at = _step(name, steps, step, cursors)
+                continue
             n_read = len(records)
             temp_ops: list[tuple[bytes, bytes | None]] = []
             try:
@@ -401,7 +493,7 @@ def ingest(
                     records += emitted_records(outcome)
                     temp_ops = outcome.temp_ops
                 seq, ts = host(db).commit_rows(
-                    _batch_rows(db, source, name, records, new_frontier, ttl_base, temp_ops), sync
+                    _batch_rows(db, source, name, records, new_frontier, ttl_base, temp_ops), sync, at
                 )
             except BaseException:
                 st.tx = None  # it moved past a binding that did not commit: read TEMP again
@@ -413,7 +505,7 @@ def ingest(
             st.batches += 1
             if st.batches >= REMAP_COMPACT_EVERY:
                 st.batches = 0
-                _compact_remap_locked(db, name, host(db).now() - db.options.history_retention)
+                _compact_remap_locked(db, name, host(db).now() - db.options.history_retention, at)
             if progress is not None:
                 progress(IngestStats(records_total, batches, dict(frontier)))
         return IngestStats(records_total, batches, dict(frontier))
@@ -430,7 +522,7 @@ def compact_remap(db: DB, name: str, since: int) -> Remap | None:
         return _compact_remap_locked(db, name, since)
 
 
-def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
+def _compact_remap_locked(db: DB, name: str, since: int, at: tuple[str, int] | None = None) -> Remap | None:
     pre = source_prefix(name)
     old_since = None
     prefix: list[Binding] = []
@@ -451,7 +543,7 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
         return list(ops), 0
 
     st = _state(db, name)
-    host(db).commit_rows(rows_at, True)
+    host(db).commit_rows(rows_at, True, at)
     st.batches = 0  # what bindings_since_compaction counts from now on
     head = st.head
     if isinstance(head, Binding) and head.ts <= since:

@@ -42,8 +42,11 @@ class SystemRowsHost(Protocol):
     def now(self) -> int:
         """The DB clock's time (ms)."""
 
-    def commit_rows(self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool) -> tuple[int, int]:
-        """Commit the (key, expire_ts, value) rows ``rows_at(ts, seq)`` builds; return (seq, ts)."""
+    def commit_rows(
+        self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool, at: tuple[str, int] | None = None
+    ) -> tuple[int, int]:
+        """Commit the (key, expire_ts, value) rows ``rows_at(ts, seq)`` builds; return (seq, ts). `at` =
+        (source, ts): commit at the source's own time ts (ClockError if the store's clock is past it)."""
 
     def scan_raw(
         self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None, entries: bool = False

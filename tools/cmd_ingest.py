@@ -1,7 +1,9 @@
 """``lsm ingest`` (load a partitioned log into a database, exactly once) and ``lsm remap`` (its progress).
 
 ``lsm ingest DB DIR --name N`` opens DB writable (fencing any other writer), reads the complete records of
-the `lsm.sources.PartitionedLog` in DIR beyond the durable frontier of remap N and commits them in
+the `lsm.sources.PartitionedLog` in DIR (or of the source ``--source KIND`` opens on its SOURCE argument:
+``database-log`` or an adapter ``package.module:Factory``, lsm.sources.registry) beyond the durable
+frontier of remap N and commits them in
 batches, each one atomic with its binding (see lsm/ingest.py). Progress goes to stderr while it runs (at
 most twice a second); the summary goes to stdout. ``--follow`` keeps tailing the log until interrupted:
 Ctrl-C (SIGINT) or SIGTERM stops it between two batches, closes the database cleanly and exits 0.
@@ -43,7 +45,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the summary to stdout.",
     )
     ing.add_argument("path", metavar="DB")
-    ing.add_argument("log", metavar="DIR", help="the directory of the partitioned log")
+    ing.add_argument(
+        "log",
+        metavar="SOURCE",
+        help="what the source reads: the log's directory (partitioned-log, the default), the upstream "
+        "database (database-log), or the argument of a --source factory",
+    )
+    ing.add_argument(
+        "--source",
+        default="partitioned-log",
+        metavar="KIND",
+        help="partitioned-log (default), database-log, or package.module:Factory, an adapter called with "
+        "SOURCE that returns a lsm.sources.Source (imported with the current directory on the path)",
+    )
     ing.add_argument("--name", required=True, help="the remap name (one per source)")
     ing.add_argument("--follow", action="store_true", help="keep tailing the log until Ctrl-C")
     render.add_interval_arg(ing)
@@ -67,6 +81,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="arrival",
         help="a transaction becomes visible once complete (arrival, default) or once it and every "
         "transaction whose end marker came earlier are (commit)",
+    )
+    ing.add_argument(
+        "--times",
+        choices=("store", "source"),
+        default="store",
+        help="commit times from the store's clock (default) or from the log's own progress markers "
+        "(LogWriter.advance): records below the least progress of all partitions commit at it - 1 "
+        "(stream engine only)",
     )
     ing.add_argument(
         "--history-retention",
@@ -241,19 +263,24 @@ def _ingest(args: argparse.Namespace) -> int:
 
     import lsm
     from lsm.remap_store import check_name
-    from lsm.sources import PartitionedLog
+    from lsm.sources import BatchSource
+    from lsm.sources.registry import SOURCES, open_source
 
     # Everything that can be refused is refused before the store is opened: opening it writable fences a
     # running writer, and creates the database directory when there is none.
     check_name(args.name)
-    if not os.path.isdir(args.log):
+    if args.source == "partitioned-log" and not os.path.isdir(args.log):
         raise ValueError(f"{args.log}: no such log directory")
     if args.engine == "stream" and (args.master is not None or args.tasks is not None):
         raise ValueError("--master and --tasks apply to --engine local or spark only")
-    log = PartitionedLog(args.log)
+    if args.engine != "stream" and args.times != "store":
+        raise ValueError("--times source applies to --engine stream only (a bulk load commits at one time)")
+    if args.source not in SOURCES and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # an adapter of the project at hand, as `python -m` finds it
+    log = open_source(args.source, args.log)
     # index every partition now (what the ingest does first anyway, on this same instance, so it costs
     # nothing twice): a partition that cannot be read (not a regular file, damaged, unreadable) fails here
-    end_of = log.end if args.engine == "stream" else log.plan_end
+    end_of = log.plan_end if args.engine != "stream" and isinstance(log, BatchSource) else log.end
     for p in log.partitions():
         end_of(p)
     if args.engine != "stream":
@@ -279,6 +306,7 @@ def _ingest(args: argparse.Namespace) -> int:
                     tx_order=args.tx_order,
                     progress=progress,
                     should_stop=stop.is_set,
+                    times=args.times,
                 )
                 progress.add(stats)
                 if left is not None:

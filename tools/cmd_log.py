@@ -15,6 +15,10 @@ as soon as it is read (so a producer can stream into it)::
 - ``offset`` is optional: the log assigns offsets, and when a line gives one it must be the offset the
   record gets (so copying a log, or resuming a copy, cannot silently misplace records).
 
+A line ``{"advance": TIME}`` (ms or RFC 3339; ``"partition": P`` for one partition, else every partition)
+appends a progress marker instead (`LogWriter.advance`): no record after it in that partition has an
+event_ts below TIME, what ``lsm ingest --times source`` commits by.
+
 A bad line stops the command (exit 2) naming the line; the lines before it were already appended.
 
 ``lsm log show DIR`` prints the complete records (partition, offset, op, key, value, ttl, event_ts, tx),
@@ -173,16 +177,45 @@ def parse_line(line: str, default_partition: int) -> tuple[int, int | None, dict
     return partition, offset, kw
 
 
+def advance_line(line: str) -> tuple[int, list[int] | None] | None:
+    """For a progress-marker line ``{"advance": TIME}`` (ms or RFC 3339; with ``"partition": P`` for one
+    partition, else every partition): (time, partitions or None); None for any other line. ValueError if
+    it is bad."""
+    if '"advance"' not in line:
+        return None
+    obj = json.loads(line)
+    if not isinstance(obj, dict) or "advance" not in obj:
+        return None
+    unknown = sorted(set(obj) - {"advance", "partition"})
+    if unknown:
+        raise ValueError(f'a progress marker line holds "advance" and optionally "partition", not {unknown}')
+    ts = obj["advance"]
+    if isinstance(ts, str):
+        ts = render.parse_time(ts)
+    elif type(ts) is not int:
+        raise ValueError('"advance" must be integer ms or an RFC 3339 string')
+    p = obj.get("partition")
+    if p is not None and (type(p) is not int or p < 0):
+        raise ValueError('"partition" must be an integer >= 0')
+    return ts, None if p is None else [p]
+
+
 def cmd_write(args: argparse.Namespace) -> int:
+    from lsm.errors import SourceError
     from lsm.sources import LogWriter
 
     written: dict[int, list[int]] = {}  # partition -> [first offset, next offset]
-    count = 0
+    count = markers = 0
     with LogWriter(args.dir, sync=args.sync) as w:
         for lineno, line in enumerate(sys.stdin, 1):
             if not line.strip():
                 continue
             try:
+                adv = advance_line(line)
+                if adv is not None:  # a progress marker (LogWriter.advance), for lsm ingest --times source
+                    w.advance(*adv)
+                    markers += 1
+                    continue
                 partition, expected, kw = parse_line(line, args.partition)
                 if expected is not None and expected != w.end(partition):
                     raise ValueError(
@@ -190,7 +223,7 @@ def cmd_write(args: argparse.Namespace) -> int:
                         f"is {w.end(partition)}"
                     )
                 offset = w.append(partition, **kw)
-            except (ValueError, TypeError) as e:
+            except (ValueError, TypeError, SourceError) as e:
                 n = render.plural(count, "record")
                 before = f"; the {n} before it {'was' if count == 1 else 'were'} written" if count else ""
                 raise ValueError(f"stdin line {lineno}: {e}{before}") from None
@@ -199,14 +232,19 @@ def cmd_write(args: argparse.Namespace) -> int:
             count += 1
     parts = {str(p): {"first": a, "next": b} for p, (a, b) in sorted(written.items())}
     if args.json:
-        render.print_json({"dir": args.dir, "records": count, "partitions": parts})
+        out = {"dir": args.dir, "records": count, "partitions": parts}
+        if markers:
+            out["markers"] = markers
+        render.print_json(out)
         return 0
     spans = "; ".join(
         f"partition {p}: " + (f"offset {a}" if b - a == 1 else f"offsets {a}..{b - 1}")
         for p, (a, b) in sorted(written.items())
     )
     render.print_text(
-        f"wrote {count} record{'s' if count != 1 else ''} to {args.dir}" + (f" ({spans})" if spans else "")
+        f"wrote {count} record{'s' if count != 1 else ''} to {args.dir}"
+        + (f" ({spans})" if spans else "")
+        + (f" and {render.plural(markers, 'progress marker')}" if markers else "")
     )
     return 0
 

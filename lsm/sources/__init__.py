@@ -17,6 +17,6 @@ lsm-sim database read by its seqs). See docs/ingest.md.
 from lsm.sources.conformance import verify_source
 from lsm.sources.database_log import DatabaseLog
 from lsm.sources.partitioned_log import LogWriter, PartitionedLog
-from lsm.sources.protocol import Source, SourceRecord
+from lsm.sources.protocol import BatchSource, ProgressSource, Source, SourceRecord
 
-__all__ = ["DatabaseLog", "LogWriter", "PartitionedLog", "Source", "SourceRecord", "verify_source"]
+__all__ = ["BatchSource", "DatabaseLog", "LogWriter", "PartitionedLog", "ProgressSource", "Source", "SourceRecord", "verify_source"]

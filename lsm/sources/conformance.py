@@ -18,7 +18,7 @@ twice and in pieces, which catches the usual ways of breaking it. Errors the sou
 
 from __future__ import annotations
 
-from lsm.sources.protocol import Source, SourceRecord
+from lsm.sources.protocol import ProgressSource, Source, SourceRecord
 
 
 def _record_problems(r: object, p: int, start: int, stop: int) -> list[str]:
@@ -43,9 +43,35 @@ def _record_problems(r: object, p: int, start: int, stop: int) -> list[str]:
     return out
 
 
+def _progress_problems(source: ProgressSource, p: int, end: int, records: list) -> list[str]:
+    """A `ProgressSource`'s markers of partition `p`: (offset, ts) int pairs in offset order below `end`,
+    at offsets no record has, each kept by the records after it (no event_ts below it)."""
+    marks = source.progress(p, 0, end)
+    if not isinstance(marks, list) or any(
+        not isinstance(m, tuple) or len(m) != 2 or type(m[0]) is not int or type(m[1]) is not int for m in marks
+    ):
+        return [f"partition {p}: progress() must be a list of (offset, ts) int pairs, got {marks!r:.80}"]
+    out = []
+    offsets = [o for o, _ in marks]
+    if offsets != sorted(set(offsets)) or any(not 0 <= o < end for o in offsets):
+        out.append(f"partition {p}: progress() offsets must ascend, without repeats, within [0, {end})")
+    taken = {r.offset for r in records if isinstance(r, SourceRecord)}
+    if taken & set(offsets):
+        out.append(f"partition {p}: progress markers at record offsets {sorted(taken & set(offsets))[:5]}")
+    floor, i = None, 0
+    for r in sorted((r for r in records if isinstance(r, SourceRecord)), key=lambda r: r.offset):
+        while i < len(marks) and marks[i][0] < r.offset:
+            floor = marks[i][1] if floor is None else max(floor, marks[i][1])
+            i += 1
+        if floor is not None and type(r.event_ts) is int and r.event_ts < floor:
+            out.append(f"partition {p} offset {r.offset}: event_ts {r.event_ts} below the progress {floor} before it")
+    return out
+
+
 def verify_source(source: Source) -> list[str]:
     """Problems found in `source` (empty: none): names, partitions, ends, record fields, offset order, and
-    that reading a partition whole, again, and in two pieces gives the same records."""
+    that reading a partition whole, again, and in two pieces gives the same records; for a
+    `ProgressSource`, its markers (`_progress_problems`)."""
     problems: list[str] = []
     if not isinstance(getattr(source, "name", None), str):
         problems.append("source.name must be a str")
@@ -72,6 +98,8 @@ def verify_source(source: Source) -> list[str]:
             pieces = list(source.read(p, 0, mid)) + list(source.read(p, mid, end))
             if pieces != records:
                 problems.append(f"partition {p}: [0, {mid}) + [{mid}, {end}) differs from [0, {end})")
+        if isinstance(source, ProgressSource):
+            problems += _progress_problems(source, p, end, records)
         later = source.end(p)
         if type(later) is int and later < end:
             problems.append(f"partition {p}: end() went back from {end} to {later}")

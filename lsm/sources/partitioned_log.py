@@ -32,18 +32,23 @@ import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
+from typing import Any
 
 from formats.log import (
     FILE_HEADER,
+    MARKER_VERSION,
     RECORD_HEADER,
     check_file_header,
     decode_fields,
     decode_run,
     encode_file_header,
+    encode_marker,
     encode_record,
+    file_version,
     scan_heads,
     scan_records,
 )
+from lsm.clock import I64_MIN, check_i64_ms
 from lsm.errors import LsmError, SourceError
 from lsm.fsutil import fsync_dir, unlink_quiet, write_all
 from lsm.sources.protocol import MAX_PARTITION, SourceRecord, check_range, make_record
@@ -121,7 +126,7 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
 
 
 class _Index:
-    __slots__ = ("checked", "ident", "positions", "scanned", "stamp", "trusted")
+    __slots__ = ("checked", "ident", "marked", "markers", "positions", "scanned", "stamp", "trusted")
 
     def __init__(self, ident: tuple[int, int]) -> None:
         self.ident = ident  # (st_dev, st_ino): a replaced file is indexed again
@@ -130,6 +135,8 @@ class _Index:
         self.stamp: tuple[int, ...] | None = None  # _stamp of the file when last looked at
         self.trusted = (0, 0)  # bytes verified and unchanged while the file keeps `stamp`
         self.checked = FILE_HEADER.size  # payload checksums verified up to here (<= scanned)
+        self.markers: list[tuple[int, int]] = []  # (offset, ts) of the progress markers below `marked`
+        self.marked = 0  # offsets searched for progress markers (`PartitionedLog.progress`)
 
 
 class PartitionedLog:
@@ -178,6 +185,14 @@ class PartitionedLog:
         idx = self._refresh(partition, payloads=False)
         return 0 if idx is None else len(idx.positions)
 
+    def slices(self, partition: int, start: int, stop: int, max_records: int) -> list[Any]:
+        """`BatchSource.slices`: `lsm.sources.slices.LogSlice`s, byte ranges of the partition file from the
+        index (a pass over the record headers, as `plan_end`; the tasks verify the payloads they read)."""
+        from lsm.sources.slices import log_slices  # (it imports this module)
+
+        check_range(partition, start, stop)
+        return log_slices(self, partition, start, stop, max_records)
+
     def torn_bytes(self, partition: int) -> int:
         """Bytes after the last complete record of `partition`: a record a producer is still appending
         (or one that a producer killed mid-append left, until a `LogWriter` reopens the file)."""
@@ -212,11 +227,43 @@ class PartitionedLog:
                     if f is None:
                         return
                     pos = f[0]
-                    yield make_record(partition, k, *f[1:])
+                    if f[1] is not None:  # (a progress marker is no record)
+                        yield make_record(partition, k, *f[1:])
             for t in run:
-                yield make_record(*t)
+                if t[2] is not None:  # a progress marker takes an offset but is no record
+                    yield make_record(*t)
             if len(run) < j - i:  # the file shrank under us: stop at what is still there
                 return
+
+    def progress(self, partition: int, start: int = 0, stop: int | None = None) -> list[tuple[int, int]]:
+        """The progress markers (`LogWriter.advance`) at offsets [start, stop) of `partition` as
+        ``(offset, ts)`` in offset order: after the marker at `offset`, no record of the partition has
+        event_ts < ts. Found once per file by looking at the first payload byte of each record (a marker
+        is the only one-key map); O(records appended since the last call), then a bisect."""
+        span = self._span(partition, start, stop)
+        if span is None:
+            return []
+        idx, lo, hi = span
+        if idx.marked < hi:
+            self._find_markers(partition, idx, hi)
+        found = idx.markers
+        a = bisect_left(found, (lo, I64_MIN))
+        b = bisect_left(found, (hi, I64_MIN), a)
+        return found[a:b]
+
+    def _find_markers(self, partition: int, idx: _Index, hi: int) -> None:
+        import numpy as np
+
+        path = partition_path(self.directory, partition)
+        positions = idx.positions
+        for buf, first, i, j, _verify in self._chunks(path, idx, idx.marked, hi):
+            at = np.frombuffer(positions, np.int64, j - i, i * positions.itemsize) - first + RECORD_HEADER.size
+            at = at[at < len(buf)]  # (an empty payload at the end: not a marker; the reader reports it)
+            for k in np.flatnonzero(np.frombuffer(buf, np.uint8)[at] == 0x81).tolist():  # fixmap of 1 key
+                f = decode_fields(buf, positions[i + k] - first, first, path)
+                if f is not None and f[1] is None:
+                    idx.markers.append((i + k, f[4]))
+            idx.marked = j
 
     def read_runs(self, partition: int, start: int, stop: int | None = None) -> Iterator[tuple[list[tuple], bool]]:
         """`read` for bulk consumers (ingest): the same records, as runs of plain tuples with the fields
@@ -326,6 +373,7 @@ class LogWriter:
             raise SourceError(f"{self.directory}: an lsm-sim database directory, not a partitioned log")
         os.makedirs(self.directory, exist_ok=True)
         self._files: dict[int, list[int]] = {}  # partition -> [fd, next offset, file size]
+        self._marked: set[int] = set()  # partitions whose header says MARKER_VERSION
 
     def __repr__(self) -> str:
         return f"LogWriter({self.directory!r})"
@@ -350,7 +398,50 @@ class LogWriter:
             raise ValueError(
                 f"tx_end counts the end marker itself: partition {partition} must count at least 1, got {tx_end!r:.80}"
             )
-        record = encode_record(key, value, ttl, event_ts, tx, tx_end)
+        return self._append(partition, encode_record(key, value, ttl, event_ts, tx, tx_end))
+
+    def advance(self, ts_ms: int, partitions: list[int] | None = None) -> dict[int, int]:
+        """Append a progress marker to each of `partitions` (None: every partition of the log): a promise
+        that no record appended to that partition later has event_ts < `ts_ms`. A consumer ingesting with
+        source times (``db.ingest(..., times="source")``) commits records below the least progress of all
+        partitions at that time. The marker takes an offset but is no record; returns {partition: its
+        offset}. The first marker of a file moves its header to format version 2 (formats.log)."""
+        if type(ts_ms) is not int:
+            raise TypeError(f"a progress time is int ms, not {type(ts_ms).__name__}")
+        check_i64_ms(ts_ms, "progress time")
+        if self._files is None:
+            raise SourceError(f"{self.directory}: LogWriter is closed")
+        if partitions is None:
+            partitions = sorted(set(PartitionedLog(self.directory).partitions()) | set(self._files))
+            if not partitions:
+                raise SourceError(f"{self.directory}: no partition to advance (name them: partitions=[0, ...])")
+        for p in partitions:
+            check_range(p, 0, None)
+        marker = encode_marker(ts_ms)
+        out = {}
+        for p in sorted(set(partitions)):
+            if p not in self._files:
+                self._files[p] = self._open(p)
+            if p not in self._marked:
+                self._mark_version(p)
+            out[p] = self._append(p, marker)
+        return out
+
+    def _mark_version(self, partition: int) -> None:
+        """Make the header of `partition`'s file say `MARKER_VERSION` (durably) before its first marker."""
+        path = partition_path(self.directory, partition)
+        fd = open_partition_file(path, os.O_RDWR)  # not O_APPEND: that would append the header
+        try:
+            if file_version(os.pread(fd, FILE_HEADER.size, 0), path) != MARKER_VERSION:
+                if os.pwrite(fd, encode_file_header(MARKER_VERSION), 0) != FILE_HEADER.size:
+                    raise OSError(f"{path}: short write of the file header")
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._marked.add(partition)
+
+    def _append(self, partition: int, record: bytes) -> int:
+        """Write one encoded entry to `partition` in one write(2); return its offset."""
         if self._files is None:
             raise SourceError(f"{self.directory}: LogWriter is closed")
         f = self._files.get(partition)

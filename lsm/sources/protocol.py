@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,6 +90,47 @@ class Source(Protocol):
         ...
 
 
+@runtime_checkable
+class BatchSource(Source, Protocol):
+    """Optional fast paths of a `Source`, used when a source has all three (`PartitionedLog` does); any
+    other source is read through `Source.read` and planned by offsets. Same records, checks and errors.
+    """
+
+    def read_runs(
+        self, partition: int, start: int, stop: int | None = None
+    ) -> Iterator[tuple[list[tuple], bool]]:
+        """`read` for streaming ingest: runs ``(tuples, special)`` of the records as plain tuples of the
+        `SourceRecord` fields in order; `special` False promises consecutive offsets, one record each, no
+        transaction and no progress marker (then every boundary in the run is a cut). A progress marker
+        may appear as a tuple with key None: it takes an offset and is no record."""
+        ...
+
+    def plan_end(self, partition: int) -> int:
+        """`end` for planning a bulk load: may skip checks the slices' readers make anyway."""
+        ...
+
+    def slices(self, partition: int, start: int, stop: int, max_records: int) -> list[Any]:
+        """Picklable slices covering offsets [start, stop) of `partition`, each at most `max_records`
+        offsets, in order: objects with ``name``, ``partition``, ``start``, ``stop``, ``records()`` and
+        ``runs()`` (as `lsm.sources.slices.SourceSlice`) that a bulk-load task reads on its own."""
+        ...
+
+
+@runtime_checkable
+class ProgressSource(Source, Protocol):
+    """A `Source` that reports its own progress in time: what ``db.ingest(..., times="source")`` needs
+    (`PartitionedLog`: its `LogWriter.advance` markers). Records carry `event_ts`; a progress marker of a
+    partition promises that no record after it in the partition has an `event_ts` below its time. The
+    source's progress at a set of positions is the least, over its partitions, of each partition's
+    greatest marker time below its position: every record still to come has event_ts >= it."""
+
+    def progress(self, partition: int, start: int = 0, stop: int | None = None) -> list[tuple[int, int]]:
+        """The progress markers of `partition` at offsets [start, stop) (stop None: up to `end`), as
+        ``(offset, ts)`` in offset order. A marker takes an offset no record has; none of them changes once
+        it lies below `end`."""
+        ...
+
+
 # A remap binding stores partition ids as msgpack unsigned integers (lsm/remap_store.py), which hold at
 # most 64 bits: a larger id could be read but never recorded, so every source refuses it up front.
 MAX_PARTITION = 2**64 - 1
@@ -112,4 +153,12 @@ def check_range(partition: object, start: object, stop: object) -> None:
             raise ValueError(f"stop must be >= 0, got {stop}")
 
 
-__all__ = ["MAX_PARTITION", "Source", "SourceRecord", "check_range", "make_record"]
+__all__ = [
+    "MAX_PARTITION",
+    "BatchSource",
+    "ProgressSource",
+    "Source",
+    "SourceRecord",
+    "check_range",
+    "make_record",
+]

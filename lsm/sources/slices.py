@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 from formats.log import decode_plain, decode_run_end
 from lsm.errors import SourceRegressedError
-from lsm.sources.partitioned_log import CHUNK, PartitionedLog, open_partition_file, partition_path
+from lsm.sources.partitioned_log import CHUNK, open_partition_file, partition_path
 from lsm.sources.protocol import SourceRecord, make_record
 
 RUN_RECORDS = 4096  # records per run of `SourceSlice.runs`
@@ -61,7 +61,8 @@ class LogSlice:
         `SourceRecord` per tuple (one reader loop, so both see the same records, checks and errors)."""
         for run, _has_tx in self.runs():
             for t in run:
-                yield make_record(*t)
+                if t[2] is not None:  # a progress marker takes an offset but is no record
+                    yield make_record(*t)
 
     def plain(self) -> tuple[bytes, Any, Any, Any, Any] | None:
         """The slice as columns when every record of it is plain (a key and a value or a delete, no TTL,
@@ -159,29 +160,25 @@ class SourceSlice:
 Slice = LogSlice | SourceSlice
 
 
-def cut_slices(source: Any, partition: int, start: int, stop: int, max_records: int) -> list[Slice]:
-    """Slices covering offsets [start, stop) of `partition`, each spanning at most `max_records` offsets.
-
-    For a `PartitionedLog` the slices carry byte ranges from its index (read on the driver: positions,
-    never records); for another source they carry the source itself."""
+def log_slices(log: Any, partition: int, start: int, stop: int, max_records: int) -> list[LogSlice]:
+    """`PartitionedLog.slices`: `LogSlice`s carrying byte ranges from the log's index (positions, never
+    records: the tasks verify what they read)."""
     if stop <= start:
         return []
     bounds = list(range(start, stop, max(1, max_records))) + [stop]
-    pairs = list(zip(bounds, bounds[1:], strict=False))
-    if not isinstance(source, PartitionedLog):
-        return [SourceSlice(source, partition, a, b) for a, b in pairs]
-    idx = source._refresh(partition, payloads=False)  # the tasks verify what they read
+    idx = log._refresh(partition, payloads=False)  # the tasks verify what they read
     if idx is None or len(idx.positions) < stop:
-        raise SourceRegressedError(
-            f"{source.name}: partition {partition} shrank while a bulk load planned it"
-        )
+        raise SourceRegressedError(f"{log.name}: partition {partition} shrank while a bulk load planned it")
     positions = idx.positions
-    path = partition_path(source.directory, partition)
+    path = partition_path(log.directory, partition)
 
     def at(i: int) -> int:
         return positions[i] if i < len(positions) else idx.scanned
 
-    return [LogSlice(source.name, path, idx.ident, partition, a, b, at(a), at(b)) for a, b in pairs]
+    return [
+        LogSlice(log.name, path, idx.ident, partition, a, b, at(a), at(b))
+        for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
 
 
-__all__ = ["LogSlice", "Slice", "SourceSlice", "cut_slices"]
+__all__ = ["LogSlice", "Slice", "SourceSlice", "log_slices"]

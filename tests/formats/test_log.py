@@ -53,8 +53,8 @@ def test_file_header() -> None:
     check_file_header(encode_file_header(), "f")
     with pytest.raises(CorruptionError, match="not a partition log"):
         check_file_header(b"LSMX\x00\x01", "f")
-    with pytest.raises(FormatVersionError, match="version 2"):
-        check_file_header(b"LSMP\x00\x02", "f")
+    with pytest.raises(FormatVersionError, match="version 3"):
+        check_file_header(b"LSMP\x00\x03", "f")
     with pytest.raises(CorruptionError, match="truncated"):
         check_file_header(b"LSM", "f")
 
@@ -233,7 +233,10 @@ def test_decode_run_parses_every_bin_width_like_msgpack(klen: int, vlen: int | N
     key = b"k" * klen
     value = None if vlen is None else bytes(range(256)) * (vlen // 256) + b"v" * (vlen % 256)
     buf = encode_record(key, value) + encode_record(b"x", b"y", tx=1)
-    assert _runs_of(buf) == [(7, 100, key, value, None, None, None, False), (7, 101, b"x", b"y", None, None, 1, False)]
+    assert _runs_of(buf) == [
+        (7, 100, key, value, None, None, None, False),
+        (7, 101, b"x", b"y", None, None, 1, False),
+    ]
 
 
 @settings(max_examples=200, deadline=None)
@@ -246,7 +249,10 @@ def test_decode_run_finds_a_flipped_byte_at_its_record(recs: list[tuple], data: 
     victim = data.draw(st.integers(0, len(encoded) - 1))
     start = sum(len(e) for e in encoded[:victim])
     buf[start + data.draw(st.integers(0, len(encoded[victim]) - 1))] ^= 1 << data.draw(st.integers(0, 7))
-    for call in (lambda: _runs_of(bytes(buf), 100, "part.log"), lambda: scan_records(bytes(buf), 100, "part.log", id)):
+    for call in (
+        lambda: _runs_of(bytes(buf), 100, "part.log"),
+        lambda: scan_records(bytes(buf), 100, "part.log", id),
+    ):
         with pytest.raises(CorruptionError) as ei:
             call()
         assert (ei.value.path, ei.value.offset) == ("part.log", 100 + start)
@@ -271,3 +277,22 @@ def test_decode_run_refuses_malformed_payloads_with_valid_checksums(payload: byt
         with pytest.raises(CorruptionError) as ei:
             _runs_of(buf, 6, "p", verify)
         assert ei.value.offset == 6 + first
+
+
+def test_progress_marker_codec() -> None:
+    from formats.log import MARKER_VERSION, decode_run_end, encode_marker, encode_record
+
+    check_file_header(encode_file_header(MARKER_VERSION), "f")  # a file holding markers reads
+    m = encode_marker(-5)
+    e = decode_record(m, 0, 0, "p")
+    assert e is not None and e.key is None and e.event_ts == -5 and e.end == len(m)
+    buf = encode_record(b"k", b"v") + m + encode_record(b"j", None)
+    run, special, end = decode_run_end(buf, 0, "p", 3, 10)
+    assert special and end == len(buf)
+    assert run == [
+        (3, 10, b"k", b"v", None, None, None, False),
+        (3, 11, None, None, None, -5, None, False),
+        (3, 12, b"j", None, None, None, None, False),
+    ]
+    with pytest.raises(TypeError):
+        encode_marker("5")

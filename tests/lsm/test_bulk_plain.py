@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import lsm
 from lsm import bulk_task
+from lsm.bulk import cut_slices
 from lsm.sources import LogWriter, PartitionedLog
-from lsm.sources.slices import cut_slices
 from tests.lsm._bulk_util import contents, load, open_db
 
 key_sets = {

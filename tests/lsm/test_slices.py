@@ -7,10 +7,12 @@ import os
 
 import pytest
 
+import lsm
 from formats.errors import CorruptionError
+from lsm.bulk import cut_slices
 from lsm.sources import LogWriter, PartitionedLog
 from lsm.sources.partitioned_log import CHUNK
-from lsm.sources.slices import SourceSlice, cut_slices
+from lsm.sources.slices import SourceSlice
 
 FIELDS = ("partition", "offset", "key", "value", "ttl", "event_ts", "tx", "tx_end")
 
@@ -76,3 +78,51 @@ def test_runs_raise_on_a_damaged_record(tmp_path) -> None:
     with pytest.raises(CorruptionError):
         list(sl.runs())
     assert os.path.exists(path)
+
+
+def test_any_batch_source_gets_its_fast_paths_used(tmp_path) -> None:
+    """The fast paths are a protocol (lsm.sources.BatchSource), not a PartitionedLog special case: a
+    wrapper implementing it is read through read_runs by streaming ingest and planned through its own
+    slices and plan_end by a bulk load; a plain Source is not a BatchSource."""
+    from lsm.sources import BatchSource, DatabaseLog
+
+    class Wrapped:
+        def __init__(self, log):
+            self.log, self.name, self.calls = log, log.name, []
+
+        def partitions(self):
+            return self.log.partitions()
+
+        def end(self, p):
+            return self.log.end(p)
+
+        def read(self, p, start, stop=None):
+            self.calls.append("read")
+            return self.log.read(p, start, stop)
+
+        def read_runs(self, p, start, stop=None):
+            self.calls.append("read_runs")
+            return self.log.read_runs(p, start, stop)
+
+        def plan_end(self, p):
+            self.calls.append("plan_end")
+            return self.log.plan_end(p)
+
+        def slices(self, p, start, stop, max_records):
+            self.calls.append("slices")
+            return self.log.slices(p, start, stop, max_records)
+
+    d = str(tmp_path / "log")
+    with LogWriter(d) as w:
+        for i in range(20):
+            w.append(i % 2, b"k%02d" % i, b"v")
+    src = Wrapped(PartitionedLog(d))
+    assert isinstance(src, BatchSource) and not isinstance(DatabaseLog.__new__(DatabaseLog), BatchSource)
+    with lsm.DB.open(str(tmp_path / "a")) as db:
+        assert db.ingest(src, "s").records == 20
+    assert "read_runs" in src.calls and "read" not in src.calls
+    src.calls.clear()
+    with lsm.DB.open(str(tmp_path / "b")) as db:
+        assert db.ingest(src, "s", engine="local", tasks=2).records == 20
+        assert db.get(b"k19") == b"v"
+    assert "plan_end" in src.calls and "slices" in src.calls

@@ -10,7 +10,9 @@ import time
 
 import lsm
 from lsm.sources import LogWriter
+from lsm.timeline import parse_time
 from tests.tools._cli import LSM_CMD, ROOT, T0, one_line_error, run_lsm
+from tests.tools.test_cli_log import lsm_in
 
 
 def write_log(path, n: int, parts: int = 2, start: int = 0) -> None:
@@ -191,3 +193,36 @@ def test_remap_shows_what_waits_in_temp_and_tx_order_commit(tmp_path) -> None:
     assert "pending   none" in run_lsm("remap", db, "ev").out
     bad = run_lsm("ingest", db, log, "--name", "ev", "--tx-order", "later")
     assert "--tx-order" in one_line_error(bad, 2)
+def test_ingest_times_source_commits_at_the_logs_progress(tmp_path) -> None:
+    log, db = str(tmp_path / "log"), str(tmp_path / "db")
+    with LogWriter(log) as w:
+        w.append(0, b"a", b"1", event_ts=T0 - 5000)
+        w.append(1, b"b", b"2", event_ts=T0 - 4000)
+        w.advance(T0 - 1000)
+        w.append(0, b"c", b"3", event_ts=T0)  # at or above the progress: waits
+    r = run_lsm("ingest", db, log, "--name", "cdc", "--times", "source", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["records"] == 2 and r.json()["frontier"] == {"0": 2, "1": 2}
+    with lsm.DB.open(db, read_only=True) as d:
+        assert d.remap("cdc").rows() == [(T0 - 1001, 0, 2), (T0 - 1001, 1, 2)]
+    bad = run_lsm("ingest", db, log, "--name", "cdc", "--times", "source", "--engine", "local")
+    assert "applies to --engine stream only" in one_line_error(bad, 2)
+
+
+def test_log_write_advance_lines_drive_ingest_times_source(tmp_path) -> None:
+    log, db = str(tmp_path / "log"), str(tmp_path / "db")
+    lines = (
+        '{"partition": 0, "key": "a", "value": "1", "event_ts": "2024-03-04T10:00:00Z"}\n'
+        '{"partition": 1, "key": "b", "value": "2", "event_ts": "2024-03-04T10:30:00Z"}\n'
+        '{"advance": "2024-03-04T11:00:00Z"}\n'
+        '{"partition": 0, "key": "c", "value": "3", "event_ts": "2024-03-04T11:10:00Z"}\n'
+        '{"advance": "2024-03-04T12:00:00Z", "partition": 0}\n'
+    )
+    r = lsm_in(lines, "log", "write", log, "--json")
+    assert r.code == 0 and r.json()["records"] == 3 and r.json()["markers"] == 2, r.err
+    r = run_lsm("ingest", db, log, "--name", "cdc", "--times", "source", "--json")
+    assert r.code == 0 and r.json()["records"] == 2, r.err  # partition 1 holds the source at 11:00
+    with lsm.DB.open(db, read_only=True) as d:
+        assert [b.ts for b in d.remap("cdc").bindings()] == [parse_time("2024-03-04T10:59:59.999Z")]
+    bad = lsm_in('{"advance": 5, "key": "x"}\n', "log", "write", log)
+    assert "stdin line 1" in one_line_error(bad, 2)

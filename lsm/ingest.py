@@ -23,8 +23,10 @@ Rules, in the order they apply:
    (``ttl_base="event"``; records without one count from the commit ts), so a row may expire on
    arrival. Records without a ttl get DbOptions.default_ttl, as `DB.put` does.
 6. Within a batch the last record of a key wins (offset order within a partition).
-7. Every `REMAP_COMPACT_EVERY` batches the remap is compacted at ``since = now - history_retention``
-   (lsm.remap), in its own commit of system rows, when at least two bindings lie at or before since.
+7. Every compaction of the store that advances its history floor compacts every source's remap at
+   ``since = now - history_retention`` (`compact_remaps`; a running ingest does it after its next
+   batch), and so does every `REMAP_COMPACT_EVERY`-th batch (for a store whose compactions drop
+   nothing), each in its own commit of system rows, when at least two bindings lie at or before since.
    The count survives restarts: a handle starts it from the bindings stored since the remap's last
    compaction (`lsm.remap_store.bindings_since_compaction`), so an ingester that runs a few batches per
    process still compacts.
@@ -54,8 +56,10 @@ from lsm.remap_store import (
     decode_since,
     encode_binding,
     host,
+    list_sources,
     load_head,
     source_prefix,
+    superseded_row,
 )
 from lsm.syskeys import SYSTEM_PREFIX, is_system
 
@@ -74,6 +78,7 @@ class _SourceState:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     head: Binding | None | object = _NOT_READ  # the latest binding, cached (the handle is the only writer)
     batches: int | None = None  # bindings since the last compaction attempt (None: not counted yet)
+    compact_due: bool = False  # the store's compaction asked while an ingest held the lock (rule 7)
 
 
 _STATES_LOCK = threading.Lock()
@@ -289,7 +294,13 @@ def resolve_tuples(
 
 
 def _batch_rows(
-    db: DB, source: Source, name: str, records: list[tuple], frontier: dict[int, int], ttl_base: str
+    db: DB,
+    source: Source,
+    name: str,
+    records: list[tuple],
+    frontier: dict[int, int],
+    ttl_base: str,
+    head: Binding | None = None,
 ) -> Callable[[int, int], tuple[list[tuple], int]]:
     default_ttl = db.options.default_ttl
     v0 = db.options.sst_format_version == 0
@@ -298,6 +309,9 @@ def _batch_rows(
         rows, nbytes = resolve_tuples(source, records, ts, ttl_base, default_ttl, v0)
         out = list(rows.values())
         out.append((binding_key(name, seq), None, encode_binding(ts, frontier)))
+        merged = superseded_row(name, head, ts)  # a binding of the same ms is replaced: one per time
+        if merged is not None:
+            out.append(merged)
         return out, nbytes
 
     return rows_at
@@ -357,14 +371,15 @@ def ingest(
             cursors = [c for c in cursors if not c.done]
             if new_frontier == frontier:  # every cursor ended without a cut: nothing to commit
                 break
-            seq, ts = host(db).commit_rows(_batch_rows(db, source, name, records, new_frontier, ttl_base), sync)
+            rows_at = _batch_rows(db, source, name, records, new_frontier, ttl_base, st.head)  # type: ignore[arg-type]
+            seq, ts = host(db).commit_rows(rows_at, sync)
             frontier = new_frontier
             st.head = Binding(ts, seq, frontier)
             records_total += len(records)
             batches += 1
             st.batches += 1
-            if st.batches >= REMAP_COMPACT_EVERY:
-                st.batches = 0
+            if st.batches >= REMAP_COMPACT_EVERY or st.compact_due:
+                st.batches, st.compact_due = 0, False
                 _compact_remap_locked(db, name, host(db).now() - db.options.history_retention)
             if progress is not None:
                 progress(IngestStats(records_total, batches, dict(frontier)))
@@ -380,6 +395,23 @@ def compact_remap(db: DB, name: str, since: int) -> Remap | None:
     host(db).check_writable()
     with _state(db, name).lock:
         return _compact_remap_locked(db, name, since)
+
+
+def compact_remaps(db: DB) -> None:
+    """Compact every source's remap at ``since = now - history_retention``: what the store's compaction
+    calls whenever it advances the history floor (the remap is compactable whenever the data is). A
+    source whose ingest is running is marked instead, and that ingest compacts after its next batch, so
+    compaction never waits for an ingest call."""
+    since = host(db).now() - db.options.history_retention
+    for name in list_sources(db):
+        st = _state(db, name)
+        if not st.lock.acquire(blocking=False):
+            st.compact_due = True
+            continue
+        try:
+            _compact_remap_locked(db, name, since)
+        finally:
+            st.lock.release()
 
 
 def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
@@ -417,6 +449,7 @@ __all__ = [
     "TTL_BASES",
     "check_frontier",
     "compact_remap",
+    "compact_remaps",
     "durable_head",
     "ingest",
     "resolve_records",

@@ -12,6 +12,8 @@ the latest binding of a source is one reverse seek (O(log n)) and never a scan o
     since value   = msgpack array [since: int ms]
 
 SYSTEM_PREFIX is lsm.syskeys.SYSTEM_PREFIX (``ff ff ff ff 'l' 's' 'm' 00``). The rows carry no TTL.
+A binding committed at the same time (ms) as the one before it replaces it: its commit also holds a
+tombstone for the earlier binding row, so the store keeps one binding per time (`superseded_row`).
 Remap compaction is one more commit of system rows only: tombstones for the consolidated bindings, the
 newest of them written again with ts = since, and the since row.
 """
@@ -92,6 +94,14 @@ def encode_binding(ts: int, frontier: dict[int, int]) -> bytes:
     return msgpack.packb([ts, parts, [frontier[p] for p in parts]])
 
 
+def superseded_row(name: str, head: Binding | None, ts: int) -> tuple[bytes, None, None] | None:
+    """The tombstone that merges `head` into a new binding of `name` committed at `ts`, when both share
+    the time (one binding per time, the newest wins), else None. It goes into the new binding's commit."""
+    if head is None or head.ts != ts:
+        return None
+    return (binding_key(name, head.seq), None, None)
+
+
 def encode_since(since: int) -> bytes:
     """The value of a since row: msgpack [since]."""
     return msgpack.packb([since])
@@ -138,8 +148,9 @@ def load_head(db: DB, name: str) -> Binding | None:
     return None
 
 
-def load_remap(db: DB, name: str, max_seq: int | None = None) -> Remap:
-    """Every binding of `name` (as of `max_seq`, default latest), with its since. UnknownSourceError if none."""
+def load_remap(db: DB, name: str, max_seq: int | None = None, upper: int | None = None) -> Remap:
+    """Every binding of `name` (as of `max_seq`, default latest), with its since and the given `upper`.
+    UnknownSourceError if none."""
     pre = source_prefix(name)
     since = None
     bindings = []
@@ -152,7 +163,7 @@ def load_remap(db: DB, name: str, max_seq: int | None = None) -> Remap:
         raise UnknownSourceError(
             f"{db.path}: no ingested source named {name!r} (sources: {list_sources(db)})"
         )
-    return Remap(name, bindings, since)
+    return Remap(name, bindings, since, upper)
 
 
 def list_sources(db: DB) -> list[str]:
@@ -217,4 +228,5 @@ __all__ = [
     "load_remap",
     "since_key",
     "source_prefix",
+    "superseded_row",
 ]

@@ -120,7 +120,8 @@ def test_sigkill_while_ingesting_a_growing_log() -> None:
             remap = check_exact(db, records, "events")
             assert remap.frontier == {p: log.end(p) for p in log.partitions()}
             bindings = remap.bindings()
-            assert len(bindings) > 20, "too few batches to prove much"
+            # batches of one millisecond merge into one binding: fewer bindings than batches
+            assert len(bindings) > 10, "too few bindings to prove much"
             for a, b in zip(bindings, bindings[1:], strict=False):
                 assert a.ts <= b.ts and a.seq < b.seq
                 assert all(b.frontier.get(p, 0) >= off for p, off in a.frontier.items())
@@ -129,16 +130,21 @@ def test_sigkill_while_ingesting_a_growing_log() -> None:
                 for p, cut in b.frontier.items():
                     assert closes_no_transaction(records[p], cut), f"binding {b} cuts a transaction of {p}"
 
-            def seq_of(p: int, off: int) -> int:
-                return remap.binding_for(p, off).seq
+            index = {b.seq: i for i, b in enumerate(bindings)}
+
+            def seq_of(p: int, off: int) -> tuple[int, int]:
+                """The seqs (after, upto] of the batches merged into the binding that made it visible."""
+                b = remap.binding_for(p, off)
+                i = index[b.seq]
+                return (bindings[i - 1].seq if i else 0, b.seq)
 
             for b in bindings:
                 want = expected_state(records, b.frontier, seq_of)
                 with db.snapshot_at_seq(b.seq) as snap:
                     got = {k: v for k, v in snap.scan()}
                     assert got == {k: v for k, (v, _) in want.items()}, f"state at binding {b}"
-                    for k, (_v, seq) in want.items():
-                        assert snap.get_entry(k).seq == seq, f"{k!r} at binding {b}: applied twice?"
+                    for k, (_v, (after, upto)) in want.items():
+                        assert after < snap.get_entry(k).seq <= upto, f"{k!r} at binding {b}: applied twice?"
             db.compact(full=True)  # the remap and the data survive a full compaction too
             assert db.remap("events").bindings() == bindings
             check_exact(db, records, "events")

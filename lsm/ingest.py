@@ -429,7 +429,7 @@ def _compact_remap_locked(db: DB, name: str, since: int) -> Remap | None:
     if len(prefix) < 2 or (old_since is not None and since <= old_since):
         return None
     remap = Remap(name, prefix, old_since)
-    ops = consolidation_ops(remap, since)
+    ops = consolidation_ops(remap, since, prefix)  # every stored row: same-ts bindings merge in `remap`
 
     def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
         return list(ops), 0

@@ -195,12 +195,18 @@ def bindings_since_compaction(db: DB, name: str, limit: int) -> int:
     return n
 
 
-def consolidation_ops(remap: Remap, since: int) -> list[tuple[bytes, int | None, bytes | None]]:
-    """The system rows that compact the stored `remap` at `since` (empty when nothing changes)."""
+def consolidation_ops(
+    remap: Remap, since: int, stored: list[Binding] | None = None
+) -> list[tuple[bytes, int | None, bytes | None]]:
+    """The system rows that compact the stored `remap` at `since` (empty when nothing changes).
+
+    `stored`: the binding rows as stored, when they may hold several bindings of one ts (a bulk load's,
+    or a store written before same-ts bindings were merged): `remap` shows only the newest of those, and
+    the others must be deleted too, or they would lie before `since`."""
     if remap.since is not None and since <= remap.since:
         return []
     after = remap.compact(since)
-    old = remap.bindings()
+    old = remap.bindings() if stored is None else stored
     ops: list[tuple[bytes, int | None, bytes | None]] = []
     kept_first = after.bindings()[0] if len(after) else None
     for b in old:

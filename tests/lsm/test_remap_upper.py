@@ -213,3 +213,23 @@ def test_a_compaction_that_advances_the_history_floor_compacts_the_remap(tmp_pat
         assert stored_binding_rows(db, "e") == 1
         with pytest.raises(lsm.RetentionError):
             r.as_of(T0 + 5_000)
+
+
+def test_remap_compaction_deletes_every_stored_binding_of_one_time(tmp_path) -> None:
+    """Rows of two bindings at one ts (as a bulk load or an older store leaves them): the remap shows the
+    newest, and compacting it deletes both rows, so none is left before `since`."""
+    from lsm import ingest as ingest_mod
+    from lsm.remap_store import binding_key, encode_binding
+
+    clock = lsm.ManualClock(1000)
+    with open_db(tmp_path / "db", clock) as db:
+        for frontier in ({0: 2}, {0: 4}):
+            host(db).commit_rows(
+                lambda ts, seq, f=frontier: ([(binding_key("e", seq), None, encode_binding(ts, f))], 0), True
+            )
+        clock.advance(10)
+        assert stored_binding_rows(db, "e") == 2 and db.remap("e").rows() == [(1000, 0, 4)]
+        assert ingest_mod.compact_remap(db, "e", 1005) is not None
+        r = db.remap("e")  # reading it again: no row of the old pair lies before since
+        assert r.since == 1005 and r.bindings() == [Binding(1005, 2, {0: 4})]
+        assert stored_binding_rows(db, "e") == 1

@@ -14,8 +14,10 @@ end is found from the rows themselves; the seq tracker (30 s granularity) only n
 
 Why rows with ts > t are enough: compaction keeps every version whose successor is newer than the
 history window's start, and expired rows until they expired before it, so for a time t inside the window
-every row committed after t is still stored (a compaction filter that drops rows is the exception:
-it can hide a commit). A commit whose rows were all dropped lies before the window and needs no lookup.
+every row committed after t is still stored. Two exceptions, neither of which changes what a read
+sees: a tombstone with nothing below it is dropped when the oldest run is written (a delete of an
+absent key changes nothing visible, so the answer may then be that later commit), and a compaction
+filter that drops rows hides them from this search as from every read.
 
 Cost: no memory beyond the tracker (an exact seq -> ts map would cost a pair per commit of the history
 window, millions for a busy day); a lookup reads at most the memtables and the one or two SSTs whose ts

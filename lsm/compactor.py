@@ -79,6 +79,9 @@ class CompactionHost(Protocol):
     def flush_if_idle(self) -> bool:
         """Flush a memtable whose oldest row is periodic_compaction_interval old; True if it flushed."""
 
+    def history_advanced(self) -> None:
+        """A compaction advanced the history floor: compact what lives beside the data (the remaps)."""
+
 
 class DbCompactor:
     """The DB's compaction driver: picks plans (the policy), builds jobs, runs them on an executor,
@@ -95,6 +98,7 @@ class DbCompactor:
         # one job at a time (plan, run, commit); taken before the version set's commit and state locks,
         # never while holding the DB's write lock (docs/architecture.md, "Owners, callers and locks")
         self._lock = threading.Lock()
+        self._floor_moved = False  # a committed job advanced the history floor: tell the DB after the job
         self.background: BackgroundCompactor | None = None
         if o.background_compaction:
             self.background = BackgroundCompactor(self.step, self.policy.poll_seconds())
@@ -127,7 +131,8 @@ class DbCompactor:
             if plan is None:
                 return False
             self._run(plan, None, background=True, planned=time.perf_counter() - t0)
-            return True
+        self._after_jobs()
+        return True
 
     def compact(
         self, full: bool = False, executor: str | None = None, row_map: Callable[[list[tuple]], list[tuple]] | None = None
@@ -146,15 +151,23 @@ class DbCompactor:
                 plan = scheduler.pick_full(m.l0, m.runs)
                 if plan is not None:
                     total.add(self._run(plan, executor, planned=time.perf_counter() - t0, row_map=row_map))
-                return total
-            for _ in range(10_000):
-                t0 = time.perf_counter()
-                m = self.versions.manifest
-                plan = self._pick(m, self.db.now())
-                if plan is None:
-                    break
-                total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
+            else:
+                for _ in range(10_000):
+                    t0 = time.perf_counter()
+                    m = self.versions.manifest
+                    plan = self._pick(m, self.db.now())
+                    if plan is None:
+                        break
+                    total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
+        self._after_jobs()
         return total
+
+    def _after_jobs(self) -> None:
+        """After the job lock is released (the DB's hook commits rows and takes other locks): tell the DB
+        when a job advanced the history floor, so its remaps compact whenever its data does."""
+        if self._floor_moved:
+            self._floor_moved = False
+            self.db.history_advanced()
 
     def _expired_before(self, tick: int) -> int:
         """Rows with an expire_ts before this are expired for every reader (as in the merge)."""
@@ -268,6 +281,8 @@ class DbCompactor:
             # them, and the next open decides
             vs.discard_outputs(outputs, e)
             raise
+        if stats.history_floor > m.history_floor:
+            self._floor_moved = True
         vs.retire_files(input_names)
         self.distinct_keys.forget(input_names)
         stats.commit_seconds = time.perf_counter() - t2

@@ -407,7 +407,9 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
                     self._check_fence()  # fenced: nothing of ours may reach the new owner's files
                     self._rotate_locked()
                 self._wait_flushed()
-                watermark = self._clock.last
+                # a reading, not the last commit's time: a read-only handle opened later is complete up
+                # to it (no later commit can be stamped below it), see DB._complete_upto
+                watermark = self._clock.read()
                 self._vs.commit(
                     lambda m: m.replace(
                         clock_watermark=max(m.clock_watermark, watermark), **self._manifest_extras(m)
@@ -489,6 +491,10 @@ class Engine:
         """The DB clock's current time (ms; never goes backwards)."""
         return self._db._clock.read()
 
+    def clock_driver(self) -> str | None:
+        """The source whose times drive this handle's clock (an ingest with times="source"), or None."""
+        return self._db._clock.driver
+
     def source_state(self, name: str) -> SourceState:
         """The ingest state of source `name` on this handle (lsm.ingest_state), created on first use."""
         db = self._db
@@ -517,6 +523,13 @@ class Engine:
     def flush_if_idle(self) -> bool:
         """The idle flush (see DB._flush_if_idle); True if it flushed."""
         return self._db._flush_if_idle()
+
+    def history_advanced(self) -> None:
+        """A compaction advanced the history floor: compact every source's remap to the history window's
+        start (lsm.ingest.compact_remaps)."""
+        from lsm.ingest import compact_remaps  # lsm.ingest imports what imports this module
+
+        compact_remaps(self._db)
 
     def commit_rows(
         self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool, at: tuple[str, int] | None = None

@@ -164,9 +164,10 @@ class AdminMixin:
 
     def remap(self, name: str) -> Remap:
         """The lsm.Remap of source `name` (its bindings, frontier, as-of lookups); UnknownSourceError if
-        no ingest wrote it."""
+        no ingest wrote it. Its `upper` is the store's (`snapshot_at` answers below the same time)."""
         self._check_open()
-        return load_remap(self, name)
+        upper, _seq = self._complete_upto()  # read first: the remap read after it holds every binding below
+        return load_remap(self, name, upper=upper)
 
     def sources(self) -> list[str]:
         """Names of the sources ingested into this database, ascending."""

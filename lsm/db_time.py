@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lsm import clock_repair
+from lsm.clock import I64_MIN
 from lsm.clock_repair import ClockRepair
-from lsm.errors import RetentionError
+from lsm.commit_time import first_seq_after
+from lsm.errors import NotYetCompleteError, RetentionError
 from lsm.options import ReadOptions
 from lsm.readpath import changed_rows
 from lsm.seq_tracker import Round
@@ -43,34 +45,69 @@ class TimeMixin:
         self._check_open()
         return self._timeline.seq_for_timestamp(parse_time(ts_ms), round)
 
+    def _complete_upto(self) -> tuple[int, int]:
+        """(upper, seq): every commit with ts < upper is in the state at `seq`, and no commit still to come
+        can have ts < upper, so a read as of a time below `upper` never changes.
+
+        A writable handle reads its clock under the write lock (no commit is between its tick and its
+        memtable insert then); later commits tick at or after that reading. A read-only handle knows only
+        what was durable when it opened: another process may still commit at the last commit's time, so
+        its upper is that time (a closed writer records its clock's reading at close). A running bulk load
+        commits later at the time it reserved its seqs: upper stays at or below that time (a lower bound
+        of it from the seq tracker)."""
+        if self.read_only:
+            upper, seq = self._last_commit_ts, self._seq
+        else:
+            with self._write_lock:
+                upper, seq = self._clock.read(), self._seq
+        with self._state_lock:
+            reserved = self._reserved
+        for first, _last in reserved:
+            at = self._timeline.timestamp_for_seq(first, Round.DOWN)
+            upper = min(upper, I64_MIN if at is None else at)
+        return upper, seq
+
     def _as_of_seq(self, ts_ms: int) -> int:
-        """The seq whose state as-of reads at `ts_ms` see; RetentionError if history does not reach it."""
+        """The seq of the last commit with ts <= `ts_ms`: the state as-of reads at `ts_ms` see.
+        NotYetCompleteError at or after the store's upper, RetentionError before the history window."""
+        upper, top = self._complete_upto()
+        if ts_ms >= upper:
+            raise NotYetCompleteError(
+                f"{self.path}: cannot read as of {ts_ms} ms yet: the store is complete for times before "
+                f"{upper} ms only (a commit still to come may have a time at or before {ts_ms} ms)"
+            )
         now = self._clock.read()
         keep = self.options.history_retention
-        if ts_ms >= self._last_commit_ts and ts_ms >= now - keep:
-            # nothing committed since: the latest state, but only inside the window (compaction may
-            # already have removed rows that expired between an older time and the window's start)
-            return self._seq
-        pair = self._timeline.floor_pair(ts_ms)
-        tracked_at = pair[1] if pair is not None else None
-        if tracked_at is None or tracked_at <= now - keep:
+        if ts_ms < now - keep:
             raise RetentionError(
                 f"{self.path}: cannot read as of {ts_ms} ms: the database keeps history back to "
-                f"{now - keep} ms only (history_retention={keep} ms, seq tracked at or before that time: "
-                f"{tracked_at})"
+                f"{now - keep} ms only (history_retention={keep} ms)"
             )
-        return pair[0]
+        if ts_ms >= self._last_commit_ts:
+            seq = top  # every commit up to `top` was at or before the last commit's time
+        else:
+            lo, hi = self._timeline.seq_bounds(ts_ms)
+            hi = top + 1 if hi is None else min(hi, top + 1)
+            st = self._vs.pin()
+            try:
+                first = first_seq_after(st, ts_ms, lo, hi)
+            finally:
+                self._vs.unpin(st.gen)
+            seq = (hi if first is None else first) - 1
+        with self._state_lock:
+            return self._before_partial_load(seq)
 
     def snapshot_at(self, ts_ms: int | str) -> Snapshot:
-        """A snapshot of the state as of `ts_ms` (ms or RFC 3339), through seq_for_timestamp(ts, DOWN).
+        """A snapshot of the state as of `ts_ms` (ms or RFC 3339): exactly the commits with ts <= ts_ms.
 
-        The seq tracker records a pair at most every 30 s, so the state is that of the last tracked
-        commit at or before the time. Expiry is judged at `ts_ms`. The time must lie within
-        DbOptions.history_retention of now (else RetentionError)."""
+        The seq tracker narrows the search, the rows' own commit times decide it (lsm.commit_time).
+        Expiry is judged at `ts_ms`. The time must lie within DbOptions.history_retention of now (else
+        RetentionError) and before the store's upper (else NotYetCompleteError: a later commit could
+        still land at or before it)."""
         self._check_open()
         t = parse_time(ts_ms)
+        seq = self._as_of_seq(t)
         with self._state_lock:
-            seq = self._as_of_seq(t)
             self._snapshots[seq] += 1
             snap = Snapshot(self, seq, read_ts=t, release=self._release_snapshot)
             self._as_of_snapshots.add(snap)

@@ -25,6 +25,7 @@ __all__ = [
     "ClosedError",
     "NotADatabaseError",
     "RetentionError",
+    "NotYetCompleteError",
     "CompactionError",
     "SourceError",
     "SourceRegressedError",
@@ -53,6 +54,11 @@ class NotADatabaseError(LsmError):
 
 class RetentionError(LsmError):
     """A read as of a time older than the history the database keeps."""
+
+
+class NotYetCompleteError(LsmError):
+    """A question as of a time the store (or a source's remap) is not complete for yet: a commit still
+    to come may have a commit time at or before it, so an answer now could differ from one later."""
 
 
 class SourceError(LsmError):

@@ -26,8 +26,10 @@ Rules, in the order they apply:
    (``ttl_base="event"``; records without one count from the commit ts), so a row may expire on
    arrival. Records without a ttl get DbOptions.default_ttl, as `DB.put` does.
 6. Within a batch the last record of a key wins (offset order within a partition).
-7. Every `REMAP_COMPACT_EVERY` batches the remap is compacted at ``since = now - history_retention``
-   (lsm.remap), in its own commit of system rows, when at least two bindings lie at or before since.
+7. Every compaction of the store that advances its history floor compacts every source's remap at
+   ``since = now - history_retention`` (`compact_remaps`; a running ingest does it after its next
+   batch), and so does every `REMAP_COMPACT_EVERY`-th batch (for a store whose compactions drop
+   nothing), each in its own commit of system rows, when at least two bindings lie at or before since.
    The count survives restarts: a handle starts it from the bindings stored since the remap's last
    compaction (`lsm.remap_store.bindings_since_compaction`), so an ingester that runs a few batches per
    process still compacts.
@@ -58,7 +60,9 @@ from lsm.remap_store import (
     decode_since,
     encode_binding,
     host,
+    list_sources,
     source_prefix,
+    superseded_row,
 )
 from lsm.sources.protocol import BatchSource, ProgressSource
 from lsm.syskeys import SYSTEM_PREFIX, is_system
@@ -397,6 +401,7 @@ def _batch_rows(
     frontier: dict[int, int],
     ttl_base: str,
     temp_ops: list[tuple[bytes, bytes | None]],
+    head: Binding | None = None,
 ) -> Callable[[int, int], tuple[list[tuple], int]]:
     default_ttl = db.options.default_ttl
     v0 = db.options.sst_format_version == 0
@@ -406,6 +411,9 @@ def _batch_rows(
         out = list(rows.values())
         out.append((binding_key(name, seq), None, encode_binding(ts, frontier)))
         out.extend((key, None, value) for key, value in temp_ops)
+        merged = superseded_row(name, head, ts)  # a binding of the same ms is replaced: one per time
+        if merged is not None:
+            out.append(merged)
         return out, nbytes
 
     return rows_at
@@ -492,9 +500,10 @@ def ingest(
                     outcome = txs.apply(tx_recs, tx_order)
                     records += emitted_records(outcome)
                     temp_ops = outcome.temp_ops
-                seq, ts = host(db).commit_rows(
-                    _batch_rows(db, source, name, records, new_frontier, ttl_base, temp_ops), sync, at
+                rows_at = _batch_rows(
+                    db, source, name, records, new_frontier, ttl_base, temp_ops, st.head  # type: ignore[arg-type]
                 )
+                seq, ts = host(db).commit_rows(rows_at, sync, at)
             except BaseException:
                 st.tx = None  # it moved past a binding that did not commit: read TEMP again
                 raise
@@ -503,8 +512,8 @@ def ingest(
             records_total += n_read
             batches += 1
             st.batches += 1
-            if st.batches >= REMAP_COMPACT_EVERY:
-                st.batches = 0
+            if st.batches >= REMAP_COMPACT_EVERY or st.compact_due:
+                st.batches, st.compact_due = 0, False
                 _compact_remap_locked(db, name, host(db).now() - db.options.history_retention, at)
             if progress is not None:
                 progress(IngestStats(records_total, batches, dict(frontier)))
@@ -522,6 +531,26 @@ def compact_remap(db: DB, name: str, since: int) -> Remap | None:
         return _compact_remap_locked(db, name, since)
 
 
+def compact_remaps(db: DB) -> None:
+    """Compact every source's remap at ``since = now - history_retention``: what the store's compaction
+    calls whenever it advances the history floor (the remap is compactable whenever the data is). A
+    source whose ingest is running is marked instead, and that ingest compacts after its next batch, so
+    compaction never waits for an ingest call."""
+    now = host(db).now()
+    since = now - db.options.history_retention
+    driver = db.engine.clock_driver()  # a source drives the clock: commit at its time, as its ingest does
+    at = None if driver is None else (driver, now)
+    for name in list_sources(db):
+        st = _state(db, name)
+        if not st.lock.acquire(blocking=False):
+            st.compact_due = True
+            continue
+        try:
+            _compact_remap_locked(db, name, since, at)
+        finally:
+            st.lock.release()
+
+
 def _compact_remap_locked(db: DB, name: str, since: int, at: tuple[str, int] | None = None) -> Remap | None:
     pre = source_prefix(name)
     old_since = None
@@ -537,7 +566,7 @@ def _compact_remap_locked(db: DB, name: str, since: int, at: tuple[str, int] | N
     if len(prefix) < 2 or (old_since is not None and since <= old_since):
         return None
     remap = Remap(name, prefix, old_since)
-    ops = consolidation_ops(remap, since)
+    ops = consolidation_ops(remap, since, prefix)  # every stored row: same-ts bindings merge in `remap`
 
     def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
         return list(ops), 0
@@ -560,6 +589,7 @@ __all__ = [
     "TTL_BASES",
     "check_frontier",
     "compact_remap",
+    "compact_remaps",
     "durable_head",
     "ingest",
     "resolve_records",

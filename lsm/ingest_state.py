@@ -31,6 +31,7 @@ class SourceState:
     head: Binding | None | object = NOT_READ  # the latest binding, cached (the handle is the only writer)
     batches: int | None = None  # bindings since the last compaction attempt (None: not counted yet)
     tx: TxState | None = None  # the TEMP collection, in memory (None: not loaded yet, or dropped)
+    compact_due: bool = False  # the store's compaction asked while an ingest held the lock (rule 7)
 
 
 def source_state(db: DB, name: str) -> SourceState:

@@ -18,6 +18,13 @@ Compaction (the design document's ``since``): `Remap.compact(since)` advances ev
 ``since`` answer as before, with times advanced the same way: compacting then asking equals asking then
 compacting. Questions before ``since`` raise `RetentionError`, never a silently different answer.
 
+Completeness (the design's ``upper``): a remap read from the store carries `upper`, the time up to which
+it is complete: no binding still to come can have a time below it. Questions as of a time at or after
+``upper`` raise `NotYetCompleteError`, so every answer given is final (until compacted away).
+
+One row per partition per time: bindings with the same time merge, the newest winning (two ingest
+batches committed in the same millisecond are one state change at that time).
+
 Worked example (docs/remap.md's)::
 
     ingest offsets 0-2 at 1000, 3-4 at 2000, 5-6 at 3000
@@ -33,7 +40,7 @@ import bisect
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from lsm.errors import RetentionError
+from lsm.errors import NotYetCompleteError, RetentionError
 from lsm.timeline import parse_time
 
 
@@ -83,26 +90,42 @@ def check_monotone(prev: Binding | None, new: Binding) -> None:
             raise ValueError(f"binding {new} does not follow {prev}: partition {p} went back")
 
 
-class Remap:
-    """The remap of one source: its bindings, oldest first, and `since` (None: never compacted).
+def merge_same_time(bindings: Iterable[Binding]) -> list[Binding]:
+    """`bindings` (monotone, oldest first) with the bindings of one time merged into the newest of them:
+    one binding, and so one row per partition, per time."""
+    out: list[Binding] = []
+    prev = None
+    for b in bindings:
+        check_monotone(prev, b)
+        prev = b
+        if out and out[-1].ts == b.ts:
+            out[-1] = b  # the newest frontier of that time wins
+        else:
+            out.append(b)
+    return out
 
-    Built by `DB.remap(name)` from the store; also usable on plain data (tests, tools). Queries cost
-    O(log n) (as_of, binding_for) or O(n) (bindings, rows) in the number of bindings. `pending`: the
-    records and transactions waiting in the source's TEMP collection (as `DB.remap` read them).
+
+class Remap:
+    """The remap of one source: its bindings, oldest first, `since` (None: never compacted) and `upper`
+    (None: complete for every time, as for a remap built from plain data).
+
+    Built by `DB.remap(name)` from the store; also usable on plain data (tests, tools). Bindings that
+    share a time are merged (the newest wins). Queries cost O(log n) (as_of, binding_for) or O(n)
+    (bindings, rows) in the number of bindings. `pending`: the records and transactions waiting in the
+    source's TEMP collection (as `DB.remap` read them).
     """
 
     pending: Pending = Pending()
 
-    def __init__(self, name: str, bindings: Iterable[Binding], since: int | None = None) -> None:
+    def __init__(
+        self, name: str, bindings: Iterable[Binding], since: int | None = None, upper: int | None = None
+    ) -> None:
         self.name = name
-        self._bindings = list(bindings)
-        prev = None
-        for b in self._bindings:
-            check_monotone(prev, b)
-            prev = b
+        self._bindings = merge_same_time(bindings)
         if since is not None and self._bindings and self._bindings[0].ts < since:
             raise ValueError(f"remap {name!r}: a binding at {self._bindings[0].ts} lies before since={since}")
         self.since = since
+        self.upper = upper
         self._ts = [b.ts for b in self._bindings]
 
     # -- the latest state --------------------------------------------------------------------------
@@ -131,11 +154,16 @@ class Remap:
                 f"remap {self.name!r}: cannot answer as of {ts_ms} ms: bindings before {self.since} ms "
                 "were consolidated (history retention)"
             )
+        if self.upper is not None and ts_ms >= self.upper:
+            raise NotYetCompleteError(
+                f"remap {self.name!r}: cannot answer as of {ts_ms} ms yet: the remap is complete for times "
+                f"before {self.upper} ms only (a binding still to come may have a time at or before {ts_ms})"
+            )
         return ts_ms
 
     def as_of(self, ts_ms: int | str) -> Binding | None:
         """The newest binding with ts <= ts_ms (ms or RFC 3339); None before the first. RetentionError
-        before `since`."""
+        before `since`, NotYetCompleteError at or after `upper`."""
         ts_ms = self._check_time(ts_ms)
         i = bisect.bisect_right(self._ts, ts_ms)
         return self._bindings[i - 1] if i else None
@@ -172,16 +200,19 @@ class Remap:
         if type(since) is not int:
             raise TypeError(f"since is int milliseconds, not {type(since).__name__}")
         if self.since is not None and since <= self.since:
-            return Remap(self.name, self._bindings, self.since)
+            return Remap(self.name, self._bindings, self.since, self.upper)
         i = bisect.bisect_right(self._ts, since)  # bindings [0, i) have ts <= since and merge
         out = self._bindings[i:]
         if i:
             b = self._bindings[i - 1]
             out = [Binding(since, b.seq, b.frontier), *out]
-        return Remap(self.name, out, since)
+        return Remap(self.name, out, since, self.upper)
 
     def __repr__(self) -> str:
-        return f"Remap({self.name!r}, bindings={len(self._bindings)}, since={self.since}, frontier={self.frontier})"
+        return (
+            f"Remap({self.name!r}, bindings={len(self._bindings)}, since={self.since}, upper={self.upper}, "
+            f"frontier={self.frontier})"
+        )
 
 
 def frontier_covers(frontier: Mapping[int, int], other: Mapping[int, int]) -> bool:
@@ -189,4 +220,4 @@ def frontier_covers(frontier: Mapping[int, int], other: Mapping[int, int]) -> bo
     return all(frontier.get(p, 0) >= off for p, off in other.items())
 
 
-__all__ = ["Binding", "IngestStats", "Pending", "Remap", "check_monotone", "frontier_covers"]
+__all__ = ["Binding", "IngestStats", "Pending", "Remap", "check_monotone", "frontier_covers", "merge_same_time"]

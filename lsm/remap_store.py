@@ -12,6 +12,8 @@ the latest binding of a source is one reverse seek (O(log n)) and never a scan o
     since value   = msgpack array [since: int ms]
 
 SYSTEM_PREFIX is lsm.syskeys.SYSTEM_PREFIX (``ff ff ff ff 'l' 's' 'm' 00``). The rows carry no TTL.
+A binding committed at the same time (ms) as the one before it replaces it: its commit also holds a
+tombstone for the earlier binding row, so the store keeps one binding per time (`superseded_row`).
 Remap compaction is one more commit of system rows only: tombstones for the consolidated bindings, the
 newest of them written again with ts = since, and the since row.
 """
@@ -95,6 +97,14 @@ def encode_binding(ts: int, frontier: dict[int, int]) -> bytes:
     return msgpack.packb([ts, parts, [frontier[p] for p in parts]])
 
 
+def superseded_row(name: str, head: Binding | None, ts: int) -> tuple[bytes, None, None] | None:
+    """The tombstone that merges `head` into a new binding of `name` committed at `ts`, when both share
+    the time (one binding per time, the newest wins), else None. It goes into the new binding's commit."""
+    if head is None or head.ts != ts:
+        return None
+    return (binding_key(name, head.seq), None, None)
+
+
 def encode_since(since: int) -> bytes:
     """The value of a since row: msgpack [since]."""
     return msgpack.packb([since])
@@ -141,8 +151,9 @@ def load_head(db: DB, name: str) -> Binding | None:
     return None
 
 
-def load_remap(db: DB, name: str, max_seq: int | None = None) -> Remap:
-    """Every binding of `name` (as of `max_seq`, default latest), with its since. UnknownSourceError if none."""
+def load_remap(db: DB, name: str, max_seq: int | None = None, upper: int | None = None) -> Remap:
+    """Every binding of `name` (as of `max_seq`, default latest), with its since and the given `upper`.
+    UnknownSourceError if none."""
     pre = source_prefix(name)
     since = None
     bindings = []
@@ -155,7 +166,7 @@ def load_remap(db: DB, name: str, max_seq: int | None = None) -> Remap:
         raise UnknownSourceError(
             f"{db.path}: no ingested source named {name!r} (sources: {list_sources(db)})"
         )
-    remap = Remap(name, bindings, since)
+    remap = Remap(name, bindings, since, upper)
     from lsm.ingest_tx import load_pending  # (it builds on this module)
 
     remap.pending = load_pending(db, name, max_seq)
@@ -191,12 +202,18 @@ def bindings_since_compaction(db: DB, name: str, limit: int) -> int:
     return n
 
 
-def consolidation_ops(remap: Remap, since: int) -> list[tuple[bytes, int | None, bytes | None]]:
-    """The system rows that compact the stored `remap` at `since` (empty when nothing changes)."""
+def consolidation_ops(
+    remap: Remap, since: int, stored: list[Binding] | None = None
+) -> list[tuple[bytes, int | None, bytes | None]]:
+    """The system rows that compact the stored `remap` at `since` (empty when nothing changes).
+
+    `stored`: the binding rows as stored, when they may hold several bindings of one ts (a bulk load's,
+    or a store written before same-ts bindings were merged): `remap` shows only the newest of those, and
+    the others must be deleted too, or they would lie before `since`."""
     if remap.since is not None and since <= remap.since:
         return []
     after = remap.compact(since)
-    old = remap.bindings()
+    old = remap.bindings() if stored is None else stored
     ops: list[tuple[bytes, int | None, bytes | None]] = []
     kept_first = after.bindings()[0] if len(after) else None
     for b in old:
@@ -224,4 +241,5 @@ __all__ = [
     "load_remap",
     "since_key",
     "source_prefix",
+    "superseded_row",
 ]

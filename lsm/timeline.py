@@ -17,6 +17,7 @@ which either map could change, so a commit normally pays one integer comparison.
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import threading
 
@@ -101,6 +102,16 @@ class Timeline:
             if seq is None:
                 return None
             return seq, self.tracker.find_ts(seq, Round.DOWN) * 1000
+
+    def seq_bounds(self, ts_ms: int) -> tuple[int, int | None]:
+        """(lo, hi) from the tracker: seq `lo` was committed at or before `ts_ms` (0 when none is known)
+        and seq `hi` after it (None when none is known), so the last commit at or before `ts_ms` lies in
+        [lo, hi - 1]. A recorded second s covers commit times s*1000 .. s*1000 + 999."""
+        with self._lock:
+            seqs, secs = self.tracker.seqs, self.tracker.timestamps
+            i = bisect.bisect_right(secs, (ts_ms + 1) // 1000 - 1)  # seconds ending at or before ts_ms
+            j = bisect.bisect_right(secs, ts_ms // 1000)  # the first second starting after ts_ms
+            return (seqs[i - 1] if i else 0), (seqs[j] if j < len(seqs) else None)
 
     def since_seq(self, ts_ms: int) -> int | None:
         """The seq to read changes from for everything since `ts_ms`; None when nothing happened since."""

@@ -108,11 +108,21 @@ def produce_tx(directory: str, count: int, seed: int) -> None:
     print("done", flush=True)
 
 
+def next_ms(_stats: object = None) -> None:
+    """Wait until the host clock reaches a new millisecond: given to `DB.ingest` as its progress callback,
+    so every batch commits in a millisecond of its own. Batches of one millisecond merge into one binding
+    (lsm.remap); the crash test's model checks which seq applied each record, so it wants one binding
+    per batch."""
+    start = time.time_ns() // 1_000_000
+    while time.time_ns() // 1_000_000 == start:
+        time.sleep(0.0002)
+
+
 def ingest(path: str, directory: str, name: str, batch: int) -> None:
     with lsm.DB.open(path, ingest_options()) as db:
         log = PartitionedLog(directory)
         while True:
-            stats = db.ingest(log, name=name, batch_records=batch)
+            stats = db.ingest(log, name=name, batch_records=batch, progress=next_ms)
             if stats.records:
                 print(f"B {stats.records}", flush=True)
             else:

@@ -2,12 +2,13 @@
 
 * ``db.scan(as_of=T)`` and ``db.snapshot_at(T)`` against a model that remembers every state: random
   puts (some with a TTL) and deletes at ManualClock times that advance by random steps (some longer than
-  30 s, so the seq tracker records pairs), with flushes and full compactions in between. For T inside the
-  history window the read is the model's state at ``seq_for_timestamp(T, DOWN)`` with expiry judged at
-  T (or the latest state when nothing was committed at or after T). The tracker itself is modelled
-  independently: the first commit, then the first commit at least 30 s (whole seconds) after the last
-  recorded one.
-* A time older than the window raises RetentionError with a message naming the window.
+  30 s, so the seq tracker records pairs; many commits inside 30 s, so it cannot name them), with flushes
+  and full compactions in between. For T inside the history window and before now (the store's upper)
+  the read is exactly the model's state after the commits with ts <= T, expiry judged at T. The tracker
+  itself is modelled independently: the first commit, then the first commit at least 30 s (whole
+  seconds) after the last recorded one.
+* A time older than the window raises RetentionError with a message naming the window; a time at or
+  after now raises NotYetCompleteError (a commit may still come at that time).
 * Compaction keeps every version whose successor is newer than ``tick - history_retention`` (checked
   in the SST files) and drops, in a full compaction, those whose successor is older.
 * seq_for_timestamp / timestamp_for_seq round-trips and rounding at the edges.
@@ -82,19 +83,18 @@ class Model:
         return dict(self.tracked)[seq] * 1000
 
 
-def expected_as_of(model: Model, t: int, now: int, retention: int) -> int | None:
-    """The seq an as-of read at `t` must show, or None when it must raise RetentionError."""
+INCOMPLETE = "incomplete"
+
+
+def expected_as_of(model: Model, t: int, now: int, retention: int) -> int | str | None:
+    """The seq an as-of read at `t` must show: INCOMPLETE when it must raise NotYetCompleteError (t at or
+    after now: a commit may still come at t), None when it must raise RetentionError (older than the
+    window), else the number of commits with ts <= t (seqs are 1, 2, ... in commit order)."""
+    if t >= now:
+        return INCOMPLETE
     if t < now - retention:
-        return None  # older than the window
-    if model.last_ts is None or t >= model.last_ts:
-        return len(model.commits)  # nothing committed after t: the latest state
-    s = model.seq_down(t)
-    if s is None or model.tracked_ms(s) <= now - retention:
-        return None  # the tracker cannot name a seq inside the window at or before t
-    # the tracker is lossy, 30 s granularity: every commit between s and t is within 30 s of s's pair
-    between = [c for c in model.commits if c[0] > s and c[1] <= t]
-    assert all(c[1] // 1000 < model.tracked_ms(s) // 1000 + INTERVAL_S for c in between)
-    return s
+        return None
+    return sum(1 for c in model.commits if c[1] <= t)
 
 
 def sample_times(model: Model, now: int, rng: random.Random) -> list[int]:
@@ -114,6 +114,13 @@ def check_as_of(db: lsm.DB, model: Model, now: int, times: list[int]) -> tuple[i
     for t in times:
         assert db.seq_for_timestamp(t, Round.DOWN) == model.seq_down(t), t
         want_seq = expected_as_of(model, t, now, RETENTION)
+        if want_seq == INCOMPLETE:
+            with pytest.raises(lsm.NotYetCompleteError, match="cannot read as of"):
+                db.scan(as_of=t)
+            with pytest.raises(lsm.NotYetCompleteError):
+                db.snapshot_at(t)
+            refused += 1
+            continue
         if want_seq is None:
             with pytest.raises(lsm.RetentionError, match="cannot read as of"):
                 db.scan(as_of=t)
@@ -125,7 +132,9 @@ def check_as_of(db: lsm.DB, model: Model, now: int, times: list[int]) -> tuple[i
         assert dict(db.scan(as_of=t)) == want, (t, want_seq)
         assert [k for k, _ in db.scan(as_of=t, reverse=True)] == sorted(want, reverse=True)
         with db.snapshot_at(t) as snap:
-            assert snap.seq == want_seq
+            # the last commit at or before t, or a later one that changed nothing visible and whose rows
+            # compaction removed (a delete of an absent key: its tombstone is dropped at the bottom)
+            assert snap.seq == want_seq or (snap.seq > want_seq and model.state(snap.seq, t) == want), t
             assert dict(snap.scan()) == want
             for k in KEYS:
                 assert snap.get(k) == want.get(k), (t, k)
@@ -225,6 +234,7 @@ def test_expiry_is_judged_at_the_as_of_time(tmp_path):
         db.put(b"b", b"2")
         db.flush()
         db.compact(full=True)
+        clock.advance(1)  # times up to the last commit's are complete once the clock has moved past it
         assert dict(db.scan()) == {b"b": b"2"}
         assert dict(db.scan(as_of=T0 + 10_000)) == {b"a": b"1"}  # visible at expire_ts
         assert dict(db.scan(as_of=T0 + 10_001)) == {}  # gone a millisecond later
@@ -239,6 +249,7 @@ def test_a_time_older_than_the_window_raises_a_clear_retention_error(tmp_path):
     clock = lsm.ManualClock(T0)
     with open_db(tmp_path / "db", clock, history_retention=60_000) as db:
         db.put(b"k", b"v", ttl=10_000)
+        clock.advance(5_001)
         assert dict(db.scan(as_of=T0 + 5_000)) == {b"k": b"v"}
         clock.advance(300_000)
         db.flush()
@@ -252,19 +263,23 @@ def test_a_time_older_than_the_window_raises_a_clear_retention_error(tmp_path):
             assert f"back to {now - 60_000} ms only" in msg
             with pytest.raises(lsm.RetentionError, match="history_retention=60000 ms"):
                 db.snapshot_at(t)
-        # inside the window and after the last write: the latest state
+        # inside the window and after the last write: the latest state; now itself is not complete yet
         assert dict(db.scan(as_of=now - 60_000)) == {}
-        assert dict(db.scan(as_of=now)) == {}
+        assert dict(db.scan(as_of=now - 1)) == {}
+        with pytest.raises(lsm.NotYetCompleteError):
+            db.scan(as_of=now)
 
 
-def test_without_history_retention_only_the_present_can_be_read_as_of(tmp_path):
+def test_without_history_retention_no_time_can_be_read_as_of(tmp_path):
+    """The present is not complete yet (a commit may still come at now) and the past is not kept."""
     clock = lsm.ManualClock(T0)
     with open_db(tmp_path / "db", clock) as db:
         db.put(b"k", b"1")
         clock.advance(60_000)
         db.put(b"k", b"2")
-        assert dict(db.scan(as_of=clock.now())) == {b"k": b"2"}
-        assert dict(db.scan(as_of=clock.now() + 1_000)) == {b"k": b"2"}
+        for t in (clock.now(), clock.now() + 1_000):
+            with pytest.raises(lsm.NotYetCompleteError, match="complete for times before"):
+                db.scan(as_of=t)
         with pytest.raises(lsm.RetentionError, match="history_retention=0 ms"):
             db.scan(as_of=T0 + 1_000)
         clock.advance(1)
@@ -331,11 +346,9 @@ def test_compaction_keeps_versions_whose_successor_is_inside_the_window(tmp_path
                     gone += 1
         assert kept_in_window > 10 and gone > 50
         # and those versions are what as-of reads inside the window see
-        last_ts = max(v[1] for vs in versions.values() for v in vs)
-        for t in range(cutoff, tick + 1, 7_000):
-            s = db.seq if t >= last_ts else db.seq_for_timestamp(t, Round.DOWN)
-            if t < last_ts and (s is None or db.timestamp_for_seq(s, Round.DOWN) <= cutoff):
-                continue
+        commits = sorted(v[:2] for vs in versions.values() for v in vs)  # (seq, ts)
+        for t in range(cutoff, tick, 7_000):  # tick itself is not complete yet
+            s = max((seq for seq, ts in commits if ts <= t), default=0)  # exactly the commits up to t
             want = {}
             for key, vs in versions.items():
                 v = next((v for v in vs if v[0] <= s), None)

@@ -238,10 +238,19 @@ def test_an_open_by_another_process_fences_the_loader_and_nothing_of_the_load_sh
 
 
 # -- everything at once ------------------------------------------------------------------------------------
+class TickingClock(lsm.ManualClock):
+    """A ManualClock that moves 1 ms forward at every reading."""
+
+    def now(self) -> int:
+        return self.advance(1)
+
+
 def test_bulk_loads_race_writes_streaming_ingest_compaction_and_a_follower(tmp_path) -> None:
     rnd = random.Random(24)
     up = open_db(str(tmp_path / "up"), history_retention=YEAR, memtable_bytes=4096)
-    replica = open_db(str(tmp_path / "replica"), history_retention=YEAR)
+    # the replica's clock moves on every reading, so each of its batches is a binding of its own (bindings
+    # of one millisecond merge into one)
+    replica = open_db(str(tmp_path / "replica"), history_retention=YEAR, clock=TickingClock(T0))
     stream_log = str(tmp_path / "stream")
     with LogWriter(stream_log) as w:
         for i in range(600):

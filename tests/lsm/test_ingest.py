@@ -41,6 +41,12 @@ def test_design_worked_example_through_the_store(env) -> None:
         stats = db.ingest(log, name="events")
         assert stats.frontier == {0: batch_end} and stats.batches == 1
     r = db.remap("events")
+    assert r.upper == 3000  # the clock still reads 3000: another batch may still come at 3000
+    with pytest.raises(lsm.NotYetCompleteError):
+        r.as_of(3000)
+    clock.set(3001)
+    r = db.remap("events")
+    assert r.upper == 3001
     assert [(b.ts, b.frontier) for b in r.bindings()] == [(1000, {0: 3}), (2000, {0: 5}), (3000, {0: 7})]
     assert r.as_of(3000).frontier == {0: 7} and r.as_of(2999).frontier == {0: 5} and r.as_of(999) is None
     assert r.binding_for(0, 4).ts == 2000
@@ -59,13 +65,14 @@ def test_batches_are_exact_and_resume_after_restart(env) -> None:
     for i in range(95):
         w.append(i % 3, b"p%d-%03d" % (i % 3, i), b"%d" % i)
     seen = []
-    stats = db.ingest(log, name="s", batch_records=10, max_records=40, progress=seen.append)
+    tick = lambda _s: clock.advance(1)  # noqa: E731 - each batch at its own ms (one binding per ms)
+    stats = db.ingest(log, name="s", batch_records=10, max_records=40, progress=lambda s: (seen.append(s), tick(s)))
     assert stats.records == 40 and stats.batches == 4
     assert [s.records for s in seen] == [10, 20, 30, 40]
     db.close()
     db2 = open_db(str(tmp / "db"), clock)
     try:
-        stats = db2.ingest(log, name="s", batch_records=10)
+        stats = db2.ingest(log, name="s", batch_records=10, progress=tick)
         assert stats.records == 55 and stats.frontier == {0: 32, 1: 32, 2: 31}
         assert len(list(db2.scan())) == 95
         bs = db2.remap("s").bindings()
@@ -115,9 +122,9 @@ class ListSource:
 
 
 def test_records_sharing_an_offset_land_in_one_binding(env) -> None:
-    _clock, _w, _log, db, _ = env
+    clock, _w, _log, db, _ = env
     recs = [SourceRecord(0, off, b"k%d-%d" % (off, j), b"v") for off in (0, 5, 9) for j in range(4)]
-    stats = db.ingest(ListSource(recs), name="shared", batch_records=1)
+    stats = db.ingest(ListSource(recs), name="shared", batch_records=1, progress=lambda _s: clock.advance(1))
     assert stats.frontier == {0: 10} and stats.batches == 3
     assert [b.frontier[0] for b in db.remap("shared").bindings()] == [1, 6, 10]
     for b in db.remap("shared").bindings():
@@ -179,14 +186,16 @@ def test_a_partition_that_went_backwards_writes_nothing(env) -> None:
 
 
 def test_a_partition_added_later_joins_the_frontier(env) -> None:
-    _clock, w, log, db, _ = env
+    clock, w, log, db, _ = env
     w.append(0, b"a", b"1")
     db.ingest(log, name="s")
     w.append(2, b"b", b"2")
+    clock.advance(1)
     db.ingest(log, name="s")
+    clock.advance(1)
     r = db.remap("s")
     assert [b.frontier for b in r.bindings()] == [{0: 1}, {0: 1, 2: 1}]
-    assert r.binding_for(2, 0) == r.bindings()[1] and r.as_of(1000).offset(2) == 1
+    assert r.binding_for(2, 0) == r.bindings()[1] and r.as_of(1001).offset(2) == 1
 
 
 def test_fenced_ingest_makes_nothing_visible(env) -> None:
@@ -329,7 +338,8 @@ def test_the_remap_compaction_cadence_survives_restarts(tmp_path) -> None:
     for _run in range(40):
         clock.advance(1000)
         with open_db(str(tmp_path / "db"), clock, history_retention=0) as db:
-            assert db.ingest(log, name="s", max_records=20, batch_records=1).batches == 20
+            tick = lambda _s: clock.advance(1)  # noqa: E731 - one binding per batch: each at its own ms
+            assert db.ingest(log, name="s", max_records=20, batch_records=1, progress=tick).batches == 20
     with open_db(str(tmp_path / "db"), clock) as db:
         r = db.remap("s")
         assert r.frontier == {0: 400, 1: 400} and len(list(db.scan())) == 800

@@ -1,29 +1,35 @@
 """``lsm remap DB`` (the sources) and ``lsm remap DB NAME --limit/--partition`` (rows of the relation),
-run as real subprocesses against a store that `lsm ingest` filled."""
+run as real subprocesses against a store ingested in-process (on a clock that moves per batch)."""
 
 from __future__ import annotations
 
+import time
+
 import lsm
-from lsm.sources import LogWriter
+from lsm.sources import LogWriter, PartitionedLog
 from tests.tools._cli import one_line_error, run_lsm
 
 
 def _ingested(tmp_path):
     """A store with two sources: "ev" (3 bindings over partitions 0 and 1) and "late" (partition 2 only
-    from its second binding on)."""
+    from its second binding on). Ingested in-process on a clock that moves 1 ms per batch: batches of
+    one millisecond would merge into one binding."""
     log, db = tmp_path / "log", tmp_path / "db"
     with LogWriter(log) as w:
         for i in range(25):
             w.append(i % 2, b"k%04d" % i, b"v")
-    assert run_lsm("ingest", db, log, "--name", "ev", "--batch-records", "10").code == 0
     late = tmp_path / "late"
     with LogWriter(late) as w:
         w.append(0, b"x", b"1")
-    assert run_lsm("ingest", db, late, "--name", "late").code == 0
-    with LogWriter(late) as w:
-        w.append(2, b"y", b"2")
-        w.append(2, b"z", b"3")
-    assert run_lsm("ingest", db, late, "--name", "late").code == 0
+    clock = lsm.ManualClock(time.time_ns() // 1_000_000)
+    tick = lambda _s: clock.advance(1)  # noqa: E731
+    with lsm.DB.open(db, lsm.DbOptions(clock=clock)) as d:
+        assert d.ingest(PartitionedLog(log), name="ev", batch_records=10, progress=tick).batches == 3
+        d.ingest(PartitionedLog(late), name="late", progress=tick)
+        with LogWriter(late) as w:
+            w.append(2, b"y", b"2")
+            w.append(2, b"z", b"3")
+        d.ingest(PartitionedLog(late), name="late", progress=tick)
     return db
 
 

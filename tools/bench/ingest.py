@@ -139,14 +139,17 @@ def run_resume(base: str, histories: list[int], runs: int) -> list[dict[str, Any
             for i in range(h):
                 w.append(0, b"%016d" % i, b"x" * 16)
         log = PartitionedLog(log_dir)
-        opts = lsm.DbOptions(background_compaction=False, history_retention=YEAR)  # no remap compaction
+        # batches of one millisecond merge into one binding: a clock moved by each batch keeps h bindings
+        clock = lsm.ManualClock(time.time_ns() // 1_000_000)
+        opts = lsm.DbOptions(clock=clock, background_compaction=False, history_retention=YEAR)  # no remap compaction
         with lsm.DB.open(path, opts) as db:
-            db.ingest(log, name="r", batch_records=1, sync=False)  # h bindings
+            db.ingest(log, name="r", batch_records=1, sync=False, progress=lambda _s, c=clock: c.advance(1))  # h bindings
             db.flush()
         head, resume, remap = [], [], []
         for i in range(runs):
             with LogWriter(log_dir) as w:
                 w.append(0, b"next%012d" % i, b"y")
+            clock.advance(1)
             with lsm.DB.open(path, opts) as db:
                 t0 = time.perf_counter()
                 frontier = durable_head(db, "r").frontier

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import xxhash
 
@@ -61,6 +62,15 @@ class SchedulerOptions:
     periodic_compaction_interval: int | None = None
     periodic_compaction_jitter: float = 0.0
     periodic_compaction_max_bytes: int | None = None
+
+    @classmethod
+    def from_options(cls, o: Any) -> SchedulerOptions:
+        """The knobs of a `lsm.DbOptions` (or anything with fields of the same names): every field this
+        class has is copied by name, and ``wide_merge_min_bytes`` is the DB's ``target_sst_bytes``."""
+        kw = {f.name: getattr(o, f.name) for f in dataclasses.fields(cls) if hasattr(o, f.name)}
+        if hasattr(o, "target_sst_bytes"):
+            kw["wide_merge_min_bytes"] = o.target_sst_bytes
+        return cls(**kw)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from compaction import scheduler
 from compaction.filter import Reason
 from compaction.local import BackgroundCompactor, run_in_worker, run_local
 from compaction.merge import CompactionJob, CompactionStats, MergeResult
+from compaction.policy import CompactionPolicy, make_policy
 from compaction.purge_lag import accumulate
 from compaction.scheduler import apply_plan
 from compaction.trivial_move import DistinctKeys, movable
@@ -82,16 +83,8 @@ class DbCompactor:
         self.db = db
         self.versions = db.versions
         o = db.options
-        self.sched = scheduler.SchedulerOptions(
-            l0_compaction_threshold=o.l0_compaction_threshold,
-            size_ratio=o.size_ratio,
-            max_merge_inputs=o.max_merge_inputs,
-            min_merge_width=o.min_merge_width,
-            wide_merge_min_bytes=o.target_sst_bytes,
-            periodic_compaction_interval=o.periodic_compaction_interval,
-            periodic_compaction_jitter=o.periodic_compaction_jitter,
-            periodic_compaction_max_bytes=o.periodic_compaction_max_bytes,
-        )
+        # what to compact next and how a result changes the shape (compaction/policy.py)
+        self.policy: CompactionPolicy = make_policy(o)
         self.stats = CompactionStats()
         self.distinct_keys = DistinctKeys()  # which SSTs hold one version per key (trivial moves)
         # one job at a time (plan, run, commit); taken before the version set's commit and state locks,
@@ -99,10 +92,7 @@ class DbCompactor:
         self._lock = threading.Lock()
         self.background: BackgroundCompactor | None = None
         if o.background_compaction:
-            poll = None
-            if o.periodic_compaction_interval is not None:
-                poll = min(60.0, max(0.05, o.periodic_compaction_interval / 4000))
-            self.background = BackgroundCompactor(self.step, poll)
+            self.background = BackgroundCompactor(self.step, self.policy.poll_seconds())
 
     # -- executors ---------------------------------------------------------------------------------
     def _executor(self, job: CompactionJob, requested: str | None, background: bool = False) -> Executor:
@@ -128,7 +118,7 @@ class DbCompactor:
         with self._lock:
             t0 = time.perf_counter()
             m = self.versions.manifest
-            plan = scheduler.pick(m.l0, m.runs, db.now(), self.sched)
+            plan = self.policy.pick(m, db.now())
             if plan is None:
                 return False
             self._run(plan, None, background=True, planned=time.perf_counter() - t0)
@@ -152,7 +142,7 @@ class DbCompactor:
             for _ in range(10_000):
                 t0 = time.perf_counter()
                 m = self.versions.manifest
-                plan = scheduler.pick(m.l0, m.runs, self.db.now(), self.sched)
+                plan = self.policy.pick(m, self.db.now())
                 if plan is None:
                     break
                 total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
@@ -243,7 +233,7 @@ class DbCompactor:
             except OSError as e:
                 raise db.fail(e) from e
             vs.commit(
-                lambda cur: with_purge_lag(apply_plan(cur, plan, outputs, tick, stats.history_floor), stats),
+                lambda cur: with_purge_lag(self.policy.apply(cur, plan, outputs, tick, stats.history_floor), stats),
                 vs.install,
             )
         except BaseException as e:
@@ -291,7 +281,7 @@ class DbCompactor:
         before = copy.deepcopy(self.stats)
         self.stats.add(stats)
         try:
-            vs.commit(lambda cur: apply_plan(cur, plan, entries, tick), vs.install)
+            vs.commit(lambda cur: self.policy.apply(cur, plan, entries, tick), vs.install)
         except BaseException:
             self.stats = before  # nothing was written, so there is nothing to remove
             raise

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from compaction.policy import POLICIES
 from lsm.clock import I64_MAX, Clock, SystemClock
 from lsm.events import check_listeners
 from lsm.wal import RECOVERY_MODES
@@ -63,6 +64,8 @@ class DbOptions:
     spark_offload_min_bytes: int | None = None
     history_retention: int = 0
     compression: str | None = None
+    # what to compact next (compaction/policy.py POLICIES): "tiered" (size-tiered), or another policy
+    compaction_policy: str = "tiered"
     # -- tuning beyond the pinned names --
     block_cache_bytes: int = 64 << 20
     target_sst_bytes: int = 8 << 20
@@ -112,6 +115,11 @@ class DbOptions:
             raise ValueError(f"DbOptions.sst_format_version must be 0 or 1, got {self.sst_format_version!r}")
         if self.sst_format_version == 0 and self.default_ttl is not None:
             raise ValueError("format version 0 has no TimeToLive attribute: it cannot be used with default_ttl")
+        if not isinstance(self.compaction_policy, str) or self.compaction_policy not in POLICIES:
+            raise ValueError(
+                f"DbOptions.compaction_policy must be one of {', '.join(sorted(POLICIES))}, "
+                f"got {self.compaction_policy!r}"
+            )
         _positive("l0_compaction_threshold", self.l0_compaction_threshold, minimum=2)
         _positive("periodic_compaction_interval", self.periodic_compaction_interval, allow_none=True)
         _positive("spark_offload_min_bytes", self.spark_offload_min_bytes, allow_none=True, minimum=0)

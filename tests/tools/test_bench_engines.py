@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 import lsm
+from compaction.policy import POLICIES
 from tests.tools._cli import run_lsm
-from tools.bench.engines import ENGINES, ROCKSDB_STYLE, lsm_options, rocksdb_like_lsm
+from tools.bench.engines import ENGINES, ROCKSDB_STYLE, bench_policies, lsm_options, rocksdb_like_lsm
 
 needs_rocksdict = pytest.mark.skipif(
     importlib.util.find_spec("rocksdict") is None, reason="needs the bench extra (rocksdict)"
@@ -49,8 +50,11 @@ def test_rocksdb_like_lsm_takes_lsms_own_options():
     assert lsm_options("tiered").memtable_bytes == o.memtable_bytes
 
 
-def test_every_policy_has_a_rocksdb_style():
-    assert ROCKSDB_STYLE == {"tiered": "universal", "leveled": "level", "fifo": "fifo"}
+def test_every_policy_has_a_rocksdb_style_and_is_a_bench_choice():
+    """A policy added to lsm's registry needs its RocksDB counterpart here to be compared like for like."""
+    assert set(POLICIES) <= set(ROCKSDB_STYLE)
+    assert bench_policies() == list(POLICIES)
+    assert {ROCKSDB_STYLE[p] for p in ("tiered", "leveled", "fifo")} == {"universal", "level", "fifo"}
 
 
 @needs_rocksdict
@@ -145,3 +149,37 @@ def test_unknown_compaction_policy_is_a_usage_error():
     r = run_lsm("bench", "--compaction-policy", "nosuch", "--num", "10")
     assert r.code == 2
     assert "argument --compaction-policy: invalid choice: 'nosuch'" in r.err
+
+
+@pytest.mark.parametrize("name", ["lsm", pytest.param("rocksdict", marks=needs_rocksdict)])
+def test_settle_flushes_and_leaves_nothing_due(tmp_path, name):
+    """After settle() every row written is in an SST (the counter covers them all) and nothing is due."""
+    eng = ENGINES[name](str(tmp_path / name), sync=False, policy="tiered")
+    eng.open(fresh=True)
+    try:
+        put = eng.put_fn()
+        for i in range(3000):
+            put(b"%016d" % i, b"v" * 100)
+        assert eng.sst_bytes_written() == 0  # still in the memtable
+        assert eng.settle().startswith("settled: ")
+        assert eng.sst_bytes_written() >= 3000 * 100  # at least the values (RocksDB shares key prefixes)
+        if name == "lsm":
+            assert eng.db.lsm_shape()["l0"] and eng.db.compact().jobs == 0
+        else:
+            assert eng.db.property_int_value("rocksdb.num-running-compactions") == 0
+    finally:
+        eng.close()
+
+
+@needs_rocksdict
+def test_bench_settle_counts_every_flushed_row_for_both_engines(tmp_path):
+    """30,000 rows fit one 4 MiB memtable: without --settle nothing is written, with it all of them."""
+    args = ["bench", "--num", "30000", "--benchmarks", "fillseq", "--compare", "rocksdict", "--json"]
+    loose = {x["engine"]: x for x in json.loads(run_lsm(*args).out)}
+    r = run_lsm(*args, "--settle")
+    assert r.code == 0, r.err
+    settled = {x["engine"]: x for x in json.loads(r.out)}
+    for e in ("lsm", "rocksdict"):
+        assert loose[e]["write_amp"] == 0.0
+        assert 0.9 < settled[e]["write_amp"] < 1.5, settled[e]
+        assert settled[e]["note"].startswith("settled: ")

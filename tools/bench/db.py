@@ -20,7 +20,8 @@ compactions during the benchmark / user bytes, keys and values as given; ``write
 ``write-amp`` line after the results), read the same way for every engine that tells: lsm from its own
 counters, RocksDB from its statistics tickers ``rocksdb.flush.write.bytes`` +
 ``rocksdb.compact.write.bytes`` (exact bytes). Rows still in a memtable and compactions still running
-when the benchmark ends are not counted, for either.
+when the benchmark ends are not counted, for either, unless ``--settle``: then each engine flushes and
+waits until no compaction is due or running after the loop (not timed), and the figure counts that too.
 
 Like for like: ``--compaction-policy`` picks lsm's policy, and the ``rocksdict`` engine is RocksDB
 configured as that lsm is (the same memtable size, L0 trigger and block compression, the matching
@@ -49,7 +50,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 
-from tools.bench.engines import DEFAULT_POLICY, ENGINES, ROCKSDB_STYLE, Engine
+from tools.bench.engines import DEFAULT_POLICY, ENGINES, ROCKSDB_STYLE, Engine, bench_policies
 from tools.bench.harness import (
     DEFAULT_SEED,
     KEY_SIZE,
@@ -80,6 +81,9 @@ class RunContext:
     progress: bool
     values: list[bytes]
     policy: str = DEFAULT_POLICY  # lsm's compaction policy; the rocksdict engine matches it
+    settle: bool = (
+        False  # after a write benchmark's loop: flush, wait for compactions (write amp counts them)
+    )
 
     def rng(self, step: int, name: str) -> random.Random:
         """The same generator for every engine at benchmark number `step`."""
@@ -135,10 +139,10 @@ def write_keys(ctx: RunContext, eng: Engine, name: str, keys: list[bytes]) -> Re
 
     before = eng.sst_bytes_written()
     t, done, _ = timed_chunks(ctx.progress, f"{eng.name} {name}", len(keys), body)
+    settled = eng.settle() if ctx.settle else ""  # not timed
     after = eng.sst_bytes_written()
-    note = f"batch {ctx.batch_size}" if ctx.batch_size > 1 else ""
-    if ctx.sync:
-        note = f"{note}; sync" if note else "sync"
+    notes = [f"batch {ctx.batch_size}" if ctx.batch_size > 1 else "", "sync" if ctx.sync else "", settled]
+    note = "; ".join(n for n in notes if n)
     nbytes = done * (KEY_SIZE + ctx.value_size)
     wa = None if before is None or after is None or not nbytes else (after - before) / nbytes
     return Result(eng.name, name, done, t.seconds, nbytes, note=note, cpu_seconds=t.cpu_seconds, write_amp=wa)
@@ -243,9 +247,15 @@ def parser() -> argparse.ArgumentParser:
         "rocksdict-defaults (RocksDB's default options), plyvel (LevelDB)",
     )
     p.add_argument(
+        "--settle",
+        action="store_true",
+        help="after each write benchmark's loop, flush and wait until no compaction is due or running (not "
+        "timed), so its write amplification counts every flush and compaction the writes caused",
+    )
+    p.add_argument(
         "--compaction-policy",
         default=DEFAULT_POLICY,
-        choices=list(ROCKSDB_STYLE),
+        choices=bench_policies(),
         help=f"lsm's DbOptions.compaction_policy (default {DEFAULT_POLICY}); rocksdict runs the matching "
         f"RocksDB compaction style ({', '.join(f'{k}: {v}' for k, v in ROCKSDB_STYLE.items())})",
     )
@@ -360,6 +370,7 @@ def main(argv: list[str]) -> int:
         progress=not a.no_progress,
         values=make_values(a.value_size, a.compression_ratio, a.seed),
         policy=a.compaction_policy,
+        settle=a.settle,
     )
     stream = len(engines) == 1 and not a.json  # one engine: print each line as soon as it is measured
 
@@ -392,7 +403,7 @@ def main(argv: list[str]) -> int:
         print_grouped(names, versions, results)
     if not a.json:
         for bench in names:
-            line = write_amp_line(bench, results)
+            line = write_amp_line(bench, results, a.settle)
             if line:
                 print(line)
     for t in profiles:  # with --json on stderr, so stdout stays one JSON document
@@ -400,8 +411,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def write_amp_line(benchmark: str, results: Sequence[Result]) -> str | None:
-    """``fillrandom   : write-amp lsm 2.05 rocksdict 1.11 (...)`` for a write benchmark, else None."""
+def write_amp_line(benchmark: str, results: Sequence[Result], settled: bool = False) -> str | None:
+    """``fillrandom   : write-amp lsm 2.05 rocksdict 1.11 (...)`` for a write benchmark, else None;
+    `settled`: the figures include the flush and compactions after the loop (``--settle``)."""
     parts = [
         f"{r.engine} {r.write_amp:.2f}"
         for r in results
@@ -409,10 +421,12 @@ def write_amp_line(benchmark: str, results: Sequence[Result]) -> str | None:
     ]
     if not parts:
         return None
-    return (
-        f"{benchmark:<12} : write-amp {' '.join(parts)} (SST bytes written by flushes and compactions during "
-        "the benchmark / user bytes; memtables not flushed yet not counted)"
+    when = (
+        "the benchmark and the flush and compactions after it (--settle)"
+        if settled
+        else "the benchmark; memtables not flushed yet not counted"
     )
+    return f"{benchmark:<12} : write-amp {' '.join(parts)} (SST bytes written by flushes and compactions / user bytes, during {when})"
 
 
 def _print_header(

@@ -18,17 +18,22 @@ import importlib.util
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from compaction.policy import DEFAULT_POLICY, POLICIES
 from tools.render import plural
-
-DEFAULT_POLICY = "tiered"
 
 # lsm's compaction policy -> the RocksDB compaction style it is compared with: size-tiered merges whole
 # sorted runs as universal compaction does, leveled keeps one run per level as level compaction does,
 # fifo drops whole files as FIFO compaction does
 ROCKSDB_STYLE = {"tiered": "universal", "leveled": "level", "fifo": "fifo"}
+
+
+def bench_policies() -> list[str]:
+    """lsm's compaction policies the bench can compare (those with a RocksDB style), in registry order."""
+    return [p for p in POLICIES if p in ROCKSDB_STYLE]
 
 
 class Engine:
@@ -50,6 +55,11 @@ class Engine:
         """Bytes written to SSTs (flushes and compactions) since the engine opened, or None when the
         engine does not tell (write amplification is then not reported)."""
         return None
+
+    def settle(self) -> str:
+        """Flush the memtables and wait until no compaction is due or running (``--settle``); return what
+        was done, or "" when the engine cannot."""
+        return ""
 
     module: str | None = None  # the binding this engine needs (importable when usable)
 
@@ -130,6 +140,13 @@ class LsmEngine(Engine):
         # compactions still running are not counted yet; trivial moves write nothing
         return self.db.flush_bytes_written + self.db.compaction_stats.bytes_out
 
+    def settle(self) -> str:
+        # compact() waits for a running background job (one lock), then runs what the policy picks
+        # until nothing is due: where background compaction would end up
+        self.db.flush()
+        self.db.compact()
+        return "settled: flush() + compact()"
+
     def put_fn(self) -> Callable[[bytes, bytes], Any]:
         return functools.partial(self.db.put, options=self._wo) if self._wo else self.db.put
 
@@ -155,7 +172,7 @@ def lsm_options(policy: str) -> Any:
     """The `lsm.DbOptions` the bench runs lsm with: the defaults and `policy`."""
     import lsm
 
-    return lsm.DbOptions() if policy == DEFAULT_POLICY else lsm.DbOptions(compaction_policy=policy)
+    return lsm.DbOptions(compaction_policy=policy)
 
 
 def rocksdb_like_lsm(policy: str) -> dict[str, Any]:
@@ -171,6 +188,8 @@ def rocksdb_like_lsm(policy: str) -> dict[str, Any]:
         "compaction_style": ROCKSDB_STYLE[policy],
     }
 
+
+SETTLE_TIMEOUT_S = 600  # RocksDB's background compactions after a fill: minutes at most at --num 1M
 
 # RocksDB's statistics tickers of SST bytes written: by flushes and by compactions (exact byte counts;
 # the ``rocksdb.stats`` property gives them only in GB with two decimals)
@@ -241,6 +260,18 @@ class RocksdictEngine(Engine):
         stats = self._opts.get_statistics() or ""
         counts = _WRITE_TICKERS.findall(stats)
         return sum(map(int, counts)) if len(counts) == 2 else None
+
+    def settle(self) -> str:
+        self.db.flush(wait=True)
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            busy = self.db.property_int_value("rocksdb.compaction-pending") or 0
+            busy += self.db.property_int_value("rocksdb.num-running-compactions") or 0
+            busy += self.db.property_int_value("rocksdb.num-running-flushes") or 0
+            if not busy:
+                return "settled: flush(wait) + compactions done"
+            time.sleep(0.05)
+        return f"not settled after {SETTLE_TIMEOUT_S} s"
 
     def put_fn(self) -> Callable[[bytes, bytes], Any]:
         return functools.partial(self.db.put, write_opt=self._wo) if self._wo else self.db.put

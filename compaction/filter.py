@@ -71,6 +71,8 @@ class Reason(enum.StrEnum):
     SIZE_TIERED = "size_tiered"
     PERIODIC = "periodic"
     MANUAL = "manual"
+    LEVELED = "leveled"  # a leveled policy's job (compaction/leveled.py)
+    FIFO = "fifo"  # whole SSTs dropped by a manifest edit (compaction/fifo.py); no merge, no filter runs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -125,6 +125,11 @@ class CompactionStats:
     # trivial moves (compaction/trivial_move.py): SSTs listed in a new run unchanged, not rewritten
     moved_files: int = 0
     moved_bytes: int = 0
+    # whole SSTs a policy dropped by a manifest edit (compaction/drop.py), and their rows dropped for a
+    # size cap rather than for expiry (every input row is still accounted for)
+    dropped_files: int = 0
+    dropped_bytes: int = 0
+    evicted_rows: int = 0
     # with CompactionJob.report_changes: (key, seq, new row or None when dropped) of each key whose newest
     # version among the inputs was dropped or rewritten (filters, the oldest-run purge); per job, never summed
     changed_rows: list[tuple] | None = None

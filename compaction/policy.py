@@ -1,9 +1,9 @@
 """The compaction policy seam: what to compact next, and how a job's result changes the LSM shape.
 
 A policy is one module with a class implementing `CompactionPolicy` and one entry in `POLICIES` (name
--> ``"module:Class"``); ``DbOptions(compaction_policy=name)`` selects it. The DB's compactor
+-> ``"module:Class"``, or the class itself); ``DbOptions(compaction_policy=name)`` selects it. The DB's compactor
 (`lsm.compactor`) asks the policy for a `Plan` (`pick`), runs the plan's merge (or carries it out as a
-trivial move or a drop) and commits ``policy.apply(manifest, plan, outputs, ...)`` as one manifest edit.
+trivial move, or a drop of whole SSTs: `compaction.drop`) and commits ``policy.apply(manifest, plan, outputs, ...)`` as one manifest edit.
 
 The shape is the manifest's: L0 (overlapping SSTs, newest first) and sorted runs (newest first). A
 policy gives the runs its own meaning (size tiers, levels) but never stores anything else, so a store
@@ -26,9 +26,11 @@ from typing import Any, Protocol
 from compaction.scheduler import Plan, apply_plan
 from formats.manifest import Manifest, SstEntry
 
-# name -> "module:Class". Adding a policy: write the module, add its line here (docs/compaction.md)
-POLICIES: dict[str, str] = {
+# name -> "module:Class" (imported when first used) or the class. Adding a policy: write the module,
+# add its line here (docs/compaction.md)
+POLICIES: dict[str, str | type] = {
     "tiered": "compaction.tiered:TieredPolicy",
+    "fifo": "compaction.fifo:FifoPolicy",
 }
 DEFAULT_POLICY = "tiered"
 
@@ -38,8 +40,10 @@ class CompactionPolicy(Protocol):
 
     name: str
 
-    def pick(self, m: Manifest, tick: int) -> Plan | None:
-        """The next job for manifest `m` at compaction tick `tick` (ms), or None when nothing is due."""
+    def pick(self, m: Manifest, tick: int, expired_before: int | None = None) -> Plan | None:
+        """The next job for manifest `m` at compaction tick `tick` (ms), or None when nothing is due.
+        `expired_before`: rows whose expire_ts is before it are expired for every reader (the tick, or
+        the history-retention cutoff when earlier; None means the tick)."""
 
     def apply(
         self, m: Manifest, plan: Plan, outputs: tuple[SstEntry, ...], tick: int, history_floor: int = 0
@@ -80,6 +84,8 @@ def policy_class(name: str) -> type:
     target = POLICIES.get(name) if isinstance(name, str) else None
     if target is None:
         raise ValueError(f"unknown compaction policy {name!r}: use one of {', '.join(sorted(POLICIES))}")
+    if isinstance(target, type):  # registered as the class itself (a policy defined in a program)
+        return target
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -78,7 +78,9 @@ class Plan:
     """One compaction: which inputs, and where the output goes.
 
     ``l0`` names the L0 SSTs taken (always the oldest ones); ``runs`` the ids of the adjacent runs
-    merged; ``partial`` = (run id, SST names) for an in-place rewrite of part of one run.
+    merged; ``partial`` = (run id, SST names) for an in-place rewrite of part of one run. ``drop`` names
+    SSTs (anywhere) that leave the manifest with no merge and no output: a plan with ``drop`` has no
+    other inputs (compaction/fifo.py).
     """
 
     reason: Reason
@@ -86,6 +88,7 @@ class Plan:
     runs: tuple[int, ...] = ()
     partial: tuple[int, tuple[str, ...]] | None = None
     is_last_run: bool = False
+    drop: tuple[str, ...] = ()
 
     def input_entries(self, l0: Sequence[SstEntry], runs: Sequence[SortedRun]) -> list[list[SstEntry]]:
         """The inputs as sorted sources, newest first: each L0 SST alone, then each run."""
@@ -219,6 +222,8 @@ def apply_plan(
     """The manifest after `plan` produced `outputs` (raises CompactionError if its inputs are gone).
 
     `history_floor` is the largest seq of a version the job dropped or rewrote (`CompactionStats`)."""
+    if plan.drop:
+        return _apply_drop(m, plan, history_floor)
     l0_names = {e.name for e in m.l0}
     run_ssts = {r.id: {e.name for e in r.ssts} for r in m.runs}
     gone_partial = plan.partial is not None and not set(plan.partial[1]) <= run_ssts.get(plan.partial[0], set())
@@ -248,5 +253,20 @@ def apply_plan(
         l0=new_l0,
         runs=tuple(runs),
         next_run_id=next_run_id,
+        history_floor=max(m.history_floor, history_floor),
+    )
+
+
+def _apply_drop(m: Manifest, plan: Plan, history_floor: int) -> Manifest:
+    """The manifest without the SSTs `plan.drop` names (a run left with none goes)."""
+    gone = set(plan.drop)
+    if not gone <= {e.name for e in m.all_ssts()}:
+        raise CompactionError("the compaction's inputs changed before it could commit")
+    runs = tuple(
+        SortedRun(r.id, kept) for r in m.runs if (kept := tuple(e for e in r.ssts if e.name not in gone))
+    )
+    return m.replace(
+        l0=tuple(e for e in m.l0 if e.name not in gone),
+        runs=runs,
         history_floor=max(m.history_floor, history_floor),
     )

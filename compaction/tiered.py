@@ -18,7 +18,7 @@ class TieredPolicy(BasePolicy):
 
     name = "tiered"
 
-    def pick(self, m: Manifest, tick: int) -> Plan | None:
+    def pick(self, m: Manifest, tick: int, expired_before: int | None = None) -> Plan | None:
         """A size-tiered job, else a periodic one, else None."""
         return scheduler.pick(m.l0, m.runs, tick, self.options)
 

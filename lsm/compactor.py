@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from compaction import scheduler
+from compaction.drop import drop_stats
 from compaction.filter import Reason
 from compaction.local import BackgroundCompactor, run_in_worker, run_local
 from compaction.merge import CompactionJob, CompactionStats, MergeResult
@@ -118,7 +119,7 @@ class DbCompactor:
         with self._lock:
             t0 = time.perf_counter()
             m = self.versions.manifest
-            plan = self.policy.pick(m, db.now())
+            plan = self._pick(m, db.now())
             if plan is None:
                 return False
             self._run(plan, None, background=True, planned=time.perf_counter() - t0)
@@ -142,11 +143,19 @@ class DbCompactor:
             for _ in range(10_000):
                 t0 = time.perf_counter()
                 m = self.versions.manifest
-                plan = self.policy.pick(m, self.db.now())
+                plan = self._pick(m, self.db.now())
                 if plan is None:
                     break
                 total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
         return total
+
+    def _expired_before(self, tick: int) -> int:
+        """Rows with an expire_ts before this are expired for every reader (as in the merge)."""
+        cutoff = self.db.retention_cutoff(tick)
+        return tick if cutoff is None else min(tick, cutoff)
+
+    def _pick(self, m: Manifest, tick: int) -> scheduler.Plan | None:
+        return self.policy.pick(m, tick, self._expired_before(tick))
 
     # -- running -----------------------------------------------------------------------------------
     def make_job(self, plan: scheduler.Plan, m: Manifest, tick: int) -> CompactionJob:
@@ -203,6 +212,8 @@ class DbCompactor:
         t0 = time.perf_counter()
         tick = db.now()
         m = vs.manifest
+        if plan.drop:
+            return self._drop(plan, m, tick, planned, t0, on_begin)
         if executor is None:
             moved = self._move(plan, m, tick, planned, t0, on_begin)
             if moved is not None:
@@ -291,6 +302,44 @@ class DbCompactor:
         self.stats.commit_seconds += stats.commit_seconds
         self.stats.seconds += stats.seconds
         return stats, names
+
+    def _drop(
+        self,
+        plan: scheduler.Plan,
+        m: Manifest,
+        tick: int,
+        planned: float,
+        t0: float,
+        on_begin: Callable[[CompactionInfo], None] | None,
+    ) -> tuple[CompactionStats, tuple[str, ...]]:
+        """Carry out a drop plan (compaction/drop.py): one manifest edit without its SSTs, then retire
+        their files. Nothing is read or written, whatever executor was asked for."""
+        vs = self.versions
+        wanted = set(plan.drop)
+        entries = [e for e in m.all_ssts() if e.name in wanted]
+        if on_begin is not None:
+            on_begin(CompactionInfo(str(plan.reason), "drop", plan.drop))
+        t1 = time.perf_counter()
+        stats = drop_stats(entries, tick, self._expired_before(tick))
+        stats.plan_seconds = planned + (t1 - t0)
+        before = copy.deepcopy(self.stats)
+        self.stats.add(stats)
+        try:
+            vs.commit(
+                lambda cur: with_purge_lag(self.policy.apply(cur, plan, (), tick, stats.history_floor), stats),
+                vs.install,
+            )
+        except BaseException:
+            self.stats = before  # nothing was written, so there is nothing to remove
+            raise
+        vs.retire_files(list(plan.drop))
+        self.distinct_keys.forget(plan.drop)
+        t2 = time.perf_counter()
+        stats.commit_seconds = t2 - t1
+        stats.seconds = t2 - t0
+        self.stats.commit_seconds += stats.commit_seconds
+        self.stats.seconds += stats.seconds
+        return stats, ()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

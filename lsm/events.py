@@ -45,9 +45,10 @@ class FlushInfo:
 
 @dataclasses.dataclass(frozen=True)
 class CompactionInfo:
-    """One compaction job. ``reason``: the scheduler's reason ("size_tiered", "periodic", "manual");
-    ``executor``: "local", "worker", "spark", or "move" (a trivial move: the inputs, unchanged, are the
-    outputs; compaction/trivial_move.py); ``inputs``: the SST names it reads.
+    """One compaction job. ``reason``: the policy's reason ("size_tiered", "periodic", "manual", "leveled",
+    "fifo"); ``executor``: "local", "worker", "spark", "move" (a trivial move: the inputs, unchanged, are
+    the outputs; compaction/trivial_move.py) or "drop" (whole SSTs removed by a manifest edit, no
+    outputs; compaction/drop.py); ``inputs``: the SST names it reads (or drops).
 
     At end: the SST names it committed, its `CompactionStats` (with the plan/execute/commit phases), or
     the error that stopped it (then nothing was committed and stats is None). When a listener sets

@@ -80,6 +80,8 @@ class DbOptions:
     trivial_move_min_bytes: int | None = 1 << 20
     periodic_compaction_jitter: float = 0.0  # fraction of the interval, deterministic per SST
     periodic_compaction_max_bytes: int | None = None  # cap on input bytes of one periodic job
+    # compaction_policy="fifo": the oldest SSTs are dropped while all SSTs add up to more (None: no cap)
+    fifo_max_bytes: int | None = None
     spark_session: Any = None
     spark_master: str = "local[*]"
     spark_tasks: int | None = None
@@ -133,6 +135,7 @@ class DbOptions:
         _positive("min_merge_width", self.min_merge_width, minimum=2)
         if self.min_merge_width > self.max_merge_inputs:
             raise ValueError("DbOptions.min_merge_width must be <= max_merge_inputs")
+        _positive("fifo_max_bytes", self.fifo_max_bytes, allow_none=True)
         _positive("trivial_move_min_bytes", self.trivial_move_min_bytes, allow_none=True, minimum=0)
         if not self.size_ratio >= 1:
             raise ValueError("DbOptions.size_ratio must be >= 1")

@@ -114,6 +114,9 @@ def test_fifo_drops_leave_the_account_as_du_sees_them(tmp_path, periodic):
     sim, res = _run_checked(spec, str(tmp_path / "db"))
     try:
         assert res.summary["compactions"]["fifo"] > 0
+        drops = res.summary["sst_drop_lag_ms"]
+        if not periodic:  # each expired SST went at the first db.compact() after its last row expired
+            assert drops["count"] > 0 and 0 <= drops["max"] <= 10 * 60_000  # compact_every = 10m
         # two quiet days: every SST expired and went (without periodic compaction the last memtable is
         # never flushed, so its rows wait in the WAL)
         assert list(sim.db.manifest.all_ssts()) == []

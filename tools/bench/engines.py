@@ -178,18 +178,26 @@ def lsm_options(policy: str) -> Any:
 def rocksdb_like_lsm(policy: str) -> dict[str, Any]:
     """RocksDB options that match lsm's with `policy`: the same memtable size (write_buffer_size), the
     same number of L0 files that triggers a compaction (level0_file_num_compaction_trigger), the same
-    block compression (none unless lsm's compression is set), and the compaction style of `ROCKSDB_STYLE`.
+    block compression (none unless lsm's compression is set), and the compaction style of `ROCKSDB_STYLE`;
+    for leveled also lsm's SST size and level targets (max_bytes_for_level_base, _multiplier; RocksDB's
+    dynamic level sizes, its default, as lsm's leveled policy computes them).
     """
     o = lsm_options(policy)
-    return {
+    out: dict[str, Any] = {
         "write_buffer_size": o.memtable_bytes,
         "level0_file_num_compaction_trigger": o.l0_compaction_threshold,
         "compression": "none" if o.compression in (None, "none") else o.compression,
         "compaction_style": ROCKSDB_STYLE[policy],
     }
+    if policy == "leveled":  # the level targets lsm's leveled policy uses, and its SST size
+        out["target_file_size_base"] = o.target_sst_bytes
+        out["max_bytes_for_level_base"] = o.max_bytes_for_level_base
+        out["max_bytes_for_level_multiplier"] = o.max_bytes_for_level_multiplier
+    return out
 
 
 SETTLE_TIMEOUT_S = 600  # RocksDB's background compactions after a fill: minutes at most at --num 1M
+SETTLE_QUIET_S = 1.0  # no flush or compaction running and nothing written for this long: settled
 
 # RocksDB's statistics tickers of SST bytes written: by flushes and by compactions (exact byte counts;
 # the ``rocksdb.stats`` property gives them only in GB with two decimals)
@@ -240,6 +248,12 @@ class RocksdictEngine(Engine):
             opts.set_level_zero_file_num_compaction_trigger(s["level0_file_num_compaction_trigger"])
         if "compression" in s:
             opts.set_compression_type(getattr(rocksdict.DBCompressionType, s["compression"])())
+        if "target_file_size_base" in s:
+            opts.set_target_file_size_base(s["target_file_size_base"])
+        if "max_bytes_for_level_base" in s:
+            opts.set_max_bytes_for_level_base(s["max_bytes_for_level_base"])
+        if "max_bytes_for_level_multiplier" in s:
+            opts.set_max_bytes_for_level_multiplier(float(s["max_bytes_for_level_multiplier"]))
         if "compaction_style" in s:
             opts.set_compaction_style(getattr(rocksdict.DBCompactionStyle, s["compaction_style"])())
         return opts
@@ -262,15 +276,21 @@ class RocksdictEngine(Engine):
         return sum(map(int, counts)) if len(counts) == 2 else None
 
     def settle(self) -> str:
+        # "rocksdb.compaction-pending" cannot be the test: universal compaction keeps it at 1 while its
+        # picker finds nothing to do (as many sorted runs as the trigger, none it may merge). So: no
+        # flush or compaction running, and the write counter unchanged, for SETTLE_QUIET_S in a row
         self.db.flush(wait=True)
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        quiet_since, last = time.monotonic(), self.sst_bytes_written()
         while time.monotonic() < deadline:
-            busy = self.db.property_int_value("rocksdb.compaction-pending") or 0
-            busy += self.db.property_int_value("rocksdb.num-running-compactions") or 0
-            busy += self.db.property_int_value("rocksdb.num-running-flushes") or 0
-            if not busy:
-                return "settled: flush(wait) + compactions done"
             time.sleep(0.05)
+            busy = self.db.property_int_value("rocksdb.num-running-compactions") or 0
+            busy += self.db.property_int_value("rocksdb.num-running-flushes") or 0
+            now = self.sst_bytes_written()
+            if busy or now != last:
+                quiet_since, last = time.monotonic(), now
+            elif time.monotonic() - quiet_since >= SETTLE_QUIET_S:
+                return "settled: flush(wait) + compactions done"
         return f"not settled after {SETTLE_TIMEOUT_S} s"
 
     def put_fn(self) -> Callable[[bytes, bytes], Any]:

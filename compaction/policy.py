@@ -31,6 +31,7 @@ from formats.manifest import Manifest, SstEntry
 POLICIES: dict[str, str | type] = {
     "tiered": "compaction.tiered:TieredPolicy",
     "fifo": "compaction.fifo:FifoPolicy",
+    "leveled": "compaction.leveled:LeveledPolicy",
 }
 DEFAULT_POLICY = "tiered"
 

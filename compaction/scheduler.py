@@ -78,7 +78,10 @@ class Plan:
     """One compaction: which inputs, and where the output goes.
 
     ``l0`` names the L0 SSTs taken (always the oldest ones); ``runs`` the ids of the adjacent runs
-    merged; ``partial`` = (run id, SST names) for an in-place rewrite of part of one run. ``drop`` names
+    merged; ``partial`` = (run id, SST names) for an in-place rewrite of part of one run (the outputs
+    go into that run; the names may be empty, when only ``l0`` or ``lifted`` feed it). ``lifted`` =
+    (run id, SST names) takes SSTs out of a newer run into the job, whose outputs go to the ``partial``
+    run (a leveled push, compaction/leveled.py). ``drop`` names
     SSTs (anywhere) that leave the manifest with no merge and no output: a plan with ``drop`` has no
     other inputs (compaction/fifo.py).
     """
@@ -89,6 +92,7 @@ class Plan:
     partial: tuple[int, tuple[str, ...]] | None = None
     is_last_run: bool = False
     drop: tuple[str, ...] = ()
+    lifted: tuple[int, tuple[str, ...]] | None = None
 
     def input_entries(self, l0: Sequence[SstEntry], runs: Sequence[SortedRun]) -> list[list[SstEntry]]:
         """The inputs as sorted sources, newest first: each L0 SST alone, then each run."""
@@ -97,9 +101,10 @@ class Plan:
         for r in runs:
             if r.id in self.runs:
                 sources.append(list(r.ssts))
-            elif self.partial is not None and r.id == self.partial[0]:
-                wanted = set(self.partial[1])
-                sources.append([e for e in r.ssts if e.name in wanted])
+            for part in (self.lifted, self.partial):
+                if part is not None and r.id == part[0] and part[1]:
+                    wanted = set(part[1])
+                    sources.append([e for e in r.ssts if e.name in wanted])
         return sources
 
 
@@ -226,13 +231,24 @@ def apply_plan(
         return _apply_drop(m, plan, history_floor)
     l0_names = {e.name for e in m.l0}
     run_ssts = {r.id: {e.name for e in r.ssts} for r in m.runs}
-    gone_partial = plan.partial is not None and not set(plan.partial[1]) <= run_ssts.get(plan.partial[0], set())
+    gone_partial = any(
+        part is not None and (part[0] not in run_ssts or not set(part[1]) <= run_ssts[part[0]])
+        for part in (plan.partial, plan.lifted)
+    )
     if not set(plan.l0) <= l0_names or not set(plan.runs) <= run_ssts.keys() or gone_partial:
         raise CompactionError("the compaction's inputs changed before it could commit")
     gone = set(plan.l0)
     new_l0 = tuple(e for e in m.l0 if e.name not in gone)
     runs = list(m.runs)
     next_run_id = m.next_run_id
+    if plan.lifted is not None:  # out of the newer run; the outputs go to the partial run below
+        rid, names = plan.lifted
+        idx = next(k for k, r in enumerate(runs) if r.id == rid)
+        kept = tuple(e for e in runs[idx].ssts if e.name not in set(names))
+        if kept:
+            runs[idx] = SortedRun(rid, kept)
+        else:
+            del runs[idx]
     if plan.partial is not None:
         rid, names = plan.partial
         idx = next(k for k, r in enumerate(runs) if r.id == rid)

@@ -1,11 +1,13 @@
-"""Trivial move: a size-tiered job whose inputs become the new sorted run unchanged, by a manifest edit.
+"""Trivial move: a size-tiered or leveled job whose inputs go to their new run unchanged, by a manifest edit.
 
 RocksDB moves a file to the next level instead of rewriting it when nothing overlaps it there (its
 "trivial move"). Here a job's output is a new sorted run built from the job's inputs alone, so the
 question is whether merging the inputs would change any row. It would not, and the inputs' SSTs are
 listed in the new run as they are (same names, same bytes), when all of these hold:
 
-1. The plan is a size-tiered one (`Reason.SIZE_TIERED`) over whole L0 SSTs and whole runs. A periodic
+1. The plan is a size-tiered one (`Reason.SIZE_TIERED`) over whole L0 SSTs and whole runs, or a
+   leveled one (`Reason.LEVELED`: L0 SSTs or SSTs lifted from a level, with the SSTs of the level
+   below they overlap; moved when they overlap none, RocksDB's own case). A periodic
    job exists to rewrite an SST it is meant to purge (a moved SST keeps its creation_timestamp, so it
    would stay due and be picked again at once); a manual full compaction is an explicit request to
    rewrite.
@@ -39,6 +41,10 @@ from compaction.filter import Reason
 from compaction.scheduler import Plan
 from formats.manifest import SstEntry
 from formats.sst import SstReader
+
+# the jobs that exist to reshape the LSM (a periodic job exists to rewrite, a manual one was asked to);
+# a leveled plan's `partial` is the run its outputs go into, not an in-place rewrite
+MOVABLE_REASONS = (Reason.SIZE_TIERED, Reason.LEVELED)
 
 
 def _compression(c: str | None) -> str | None:
@@ -95,7 +101,9 @@ def movable(
     """The plan's input SSTs in key order when the plan can be carried out as a trivial move (the rules
     in the module docstring), else None. `distinct(entry)` tells whether an SST holds one version per
     key; it is asked last, only when every cheaper rule passed."""
-    if plan.reason is not Reason.SIZE_TIERED or plan.partial is not None or has_filters or min_bytes is None:
+    if plan.reason not in MOVABLE_REASONS or has_filters or min_bytes is None:
+        return None
+    if plan.reason is Reason.SIZE_TIERED and plan.partial is not None:  # in place: moving changes nothing
         return None
     entries = sorted((e for s in sources for e in s), key=lambda e: e.info.first_key)
     if not entries or sum(e.info.file_size for e in entries) < min_bytes:

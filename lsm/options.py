@@ -80,6 +80,10 @@ class DbOptions:
     trivial_move_min_bytes: int | None = 1 << 20
     periodic_compaction_jitter: float = 0.0  # fraction of the interval, deterministic per SST
     periodic_compaction_max_bytes: int | None = None  # cap on input bytes of one periodic job
+    # compaction_policy="leveled" (compaction/leveled.py): the top level's target is at most the base;
+    # each level targets 1/multiplier of the one below it
+    max_bytes_for_level_base: int = 16 << 20
+    max_bytes_for_level_multiplier: float = 10.0
     # compaction_policy="fifo": the oldest SSTs are dropped while all SSTs add up to more (None: no cap)
     fifo_max_bytes: int | None = None
     spark_session: Any = None
@@ -135,6 +139,13 @@ class DbOptions:
         _positive("min_merge_width", self.min_merge_width, minimum=2)
         if self.min_merge_width > self.max_merge_inputs:
             raise ValueError("DbOptions.min_merge_width must be <= max_merge_inputs")
+        _positive("max_bytes_for_level_base", self.max_bytes_for_level_base)
+        if not (
+            type(self.max_bytes_for_level_multiplier) in (int, float) and self.max_bytes_for_level_multiplier >= 2
+        ):
+            raise ValueError(
+                f"DbOptions.max_bytes_for_level_multiplier must be a number >= 2, got {self.max_bytes_for_level_multiplier!r}"
+            )
         _positive("fifo_max_bytes", self.fifo_max_bytes, allow_none=True)
         _positive("trivial_move_min_bytes", self.trivial_move_min_bytes, allow_none=True, minimum=0)
         if not self.size_ratio >= 1:

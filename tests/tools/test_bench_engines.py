@@ -173,8 +173,8 @@ def test_settle_flushes_and_leaves_nothing_due(tmp_path, name):
 
 @needs_rocksdict
 def test_bench_settle_counts_every_flushed_row_for_both_engines(tmp_path):
-    """30,000 rows fit one 4 MiB memtable: without --settle nothing is written, with it all of them."""
-    args = ["bench", "--num", "30000", "--benchmarks", "fillseq", "--compare", "rocksdict", "--json"]
+    """15,000 rows fit one 4 MiB memtable: without --settle nothing is written, with it all of them."""
+    args = ["bench", "--num", "15000", "--benchmarks", "fillseq", "--compare", "rocksdict", "--json"]
     loose = {x["engine"]: x for x in json.loads(run_lsm(*args).out)}
     r = run_lsm(*args, "--settle")
     assert r.code == 0, r.err
@@ -183,3 +183,19 @@ def test_bench_settle_counts_every_flushed_row_for_both_engines(tmp_path):
         assert loose[e]["write_amp"] == 0.0
         assert 0.9 < settled[e]["write_amp"] < 1.5, settled[e]
         assert settled[e]["note"].startswith("settled: ")
+
+
+@needs_rocksdict
+def test_rocksdict_for_leveled_runs_level_compaction_with_lsms_level_targets(tmp_path):
+    eng = ENGINES["rocksdict"](str(tmp_path / "l"), sync=False, policy="leveled")
+    eng.open(fresh=True)
+    try:
+        got = rocksdb_options_file(tmp_path / "l")
+    finally:
+        eng.close()
+    o = lsm.DbOptions(compaction_policy="leveled")
+    assert got["compaction_style"] == "kCompactionStyleLevel"
+    assert got["max_bytes_for_level_base"] == str(o.max_bytes_for_level_base)
+    assert float(got["max_bytes_for_level_multiplier"]) == o.max_bytes_for_level_multiplier
+    assert got["target_file_size_base"] == str(o.target_sst_bytes)
+    assert got["write_buffer_size"] == str(o.memtable_bytes)

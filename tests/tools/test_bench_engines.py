@@ -182,6 +182,7 @@ def test_bench_settle_counts_every_flushed_row_for_both_engines(tmp_path):
     for e in ("lsm", "rocksdict"):
         assert loose[e]["write_amp"] == 0.0
         assert 0.9 < settled[e]["write_amp"] < 1.5, settled[e]
+        assert settled[e]["flush_amp"] == settled[e]["write_amp"]  # one flush, nothing to compact
         assert settled[e]["note"].startswith("settled: ")
 
 

@@ -137,15 +137,30 @@ def write_keys(ctx: RunContext, eng: Engine, name: str, keys: list[bytes]) -> Re
                 write_batch(list(zip(keys[i : min(i + bs, b)], values)))  # noqa: B905
             return 0
 
-    before = eng.sst_bytes_written()
+    before, flushed_before = eng.sst_bytes_written(), eng.flush_bytes_written()
     t, done, _ = timed_chunks(ctx.progress, f"{eng.name} {name}", len(keys), body)
     settled = eng.settle() if ctx.settle else ""  # not timed
-    after = eng.sst_bytes_written()
+    after, flushed_after = eng.sst_bytes_written(), eng.flush_bytes_written()
     notes = [f"batch {ctx.batch_size}" if ctx.batch_size > 1 else "", "sync" if ctx.sync else "", settled]
     note = "; ".join(n for n in notes if n)
     nbytes = done * (KEY_SIZE + ctx.value_size)
     wa = None if before is None or after is None or not nbytes else (after - before) / nbytes
-    return Result(eng.name, name, done, t.seconds, nbytes, note=note, cpu_seconds=t.cpu_seconds, write_amp=wa)
+    fa = (
+        None
+        if flushed_before is None or flushed_after is None or not nbytes
+        else (flushed_after - flushed_before) / nbytes
+    )
+    return Result(
+        eng.name,
+        name,
+        done,
+        t.seconds,
+        nbytes,
+        note=note,
+        cpu_seconds=t.cpu_seconds,
+        write_amp=wa,
+        flush_amp=fa,
+    )
 
 
 @workload("fillseq", fresh_db=True)

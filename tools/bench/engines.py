@@ -56,6 +56,10 @@ class Engine:
         engine does not tell (write amplification is then not reported)."""
         return None
 
+    def flush_bytes_written(self) -> int | None:
+        """The flushes' part of `sst_bytes_written` (None when the engine does not tell)."""
+        return None
+
     def settle(self) -> str:
         """Flush the memtables and wait until no compaction is due or running (``--settle``); return what
         was done, or "" when the engine cannot."""
@@ -139,6 +143,9 @@ class LsmEngine(Engine):
     def sst_bytes_written(self) -> int | None:
         # compactions still running are not counted yet; trivial moves write nothing
         return self.db.flush_bytes_written + self.db.compaction_stats.bytes_out
+
+    def flush_bytes_written(self) -> int | None:
+        return self.db.flush_bytes_written
 
     def settle(self) -> str:
         # compact() waits for a running background job (one lock), then runs what the policy picks
@@ -274,6 +281,12 @@ class RocksdictEngine(Engine):
         stats = self._opts.get_statistics() or ""
         counts = _WRITE_TICKERS.findall(stats)
         return sum(map(int, counts)) if len(counts) == 2 else None
+
+    def flush_bytes_written(self) -> int | None:
+        m = re.search(
+            r"^rocksdb\.flush\.write\.bytes COUNT : (\d+)$", self._opts.get_statistics() or "", re.M
+        )
+        return None if m is None else int(m.group(1))
 
     def settle(self) -> str:
         # "rocksdb.compaction-pending" cannot be the test: universal compaction keeps it at 1 while its

@@ -1,4 +1,8 @@
-"""The DB's side of compaction: turn scheduler plans into jobs, run them, commit the result.
+"""The DB's side of compaction: turn the policy's plans into jobs, run them, commit the result.
+
+The policy (`compaction.policy`, ``DbOptions.compaction_policy``) says what to compact and how the
+result changes the shape; this module carries a plan out as a merge on an executor, a trivial move, or
+a drop of whole SSTs (no merge), and commits ``policy.apply``.
 
 `compaction` knows nothing of the DB: it takes a `CompactionJob` and returns output SSTs. This module
 turns a plan into a job, chooses the executor, and hands the result to the version set
@@ -77,7 +81,7 @@ class CompactionHost(Protocol):
 
 
 class DbCompactor:
-    """The DB's compaction driver: picks plans (scheduler), builds jobs, runs them on an executor,
+    """The DB's compaction driver: picks plans (the policy), builds jobs, runs them on an executor,
     commits their result, and owns the background compaction thread. Jobs run one at a time."""
 
     def __init__(self, db: CompactionHost) -> None:

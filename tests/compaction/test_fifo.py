@@ -138,3 +138,44 @@ def test_fifo_with_periodic_compaction_still_purges_deletes(tmp_path) -> None:
 def test_bad_fifo_max_bytes() -> None:
     with pytest.raises(ValueError, match="fifo_max_bytes"):
         lsm.DbOptions(fifo_max_bytes=0)
+
+
+def test_a_drop_is_reported_as_a_job_with_the_drop_executor(tmp_path) -> None:
+    from lsm.events import EventListener
+
+    seen = []
+
+    class Listener(EventListener):
+        def on_compaction_end(self, info) -> None:
+            seen.append(info)
+
+    clock = lsm.ManualClock(1_000)
+    db = open_db(str(tmp_path / "db"), clock, compaction_policy="fifo", event_listeners=[Listener()])
+    db.put(b"a", b"1", ttl=10)
+    db.flush()
+    name = db.manifest.l0[0].name
+    clock.advance(11)
+    db.compact()
+    assert [(i.reason, i.executor, i.inputs, i.outputs, i.error) for i in seen] == [
+        ("fifo", "drop", (name,), (), None)
+    ]
+    assert seen[0].stats.expired_dropped == 1 and db.purge_lag.count == 1
+    db.close()
+
+
+def test_background_compaction_drops_expired_ssts_without_a_flush(tmp_path) -> None:
+    import time
+
+    clock = lsm.ManualClock(1_000)
+    db = open_db(str(tmp_path / "db"), clock, compaction_policy="fifo", background_compaction=True)
+    assert db.engine.compactor.policy.poll_seconds() == 1.0
+    db.put(b"a", b"1", ttl=10)
+    db.flush()
+    time.sleep(0.2)  # the flush's wake-up pass finds nothing expired
+    assert len(db.manifest.l0) == 1
+    clock.advance(11)  # no write, no flush: only the poll can find it
+    deadline = time.monotonic() + 5
+    while db.manifest.l0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert db.manifest.l0 == () and db.compaction_stats.dropped_files == 1
+    db.close()

@@ -16,11 +16,17 @@ for every engine; what is timed is the loop of engine calls (chunked so a progre
 between chunks). Values come from a pool of distinct byte strings that the loop cycles through.
 
 Write benchmarks also give their **write amplification** (SST bytes the engine wrote by flushes and
-compactions during the benchmark / user bytes; ``write_amp`` in ``--json``, a ``write-amp`` line after
-the results): lsm from its own counters, RocksDB from its cumulative compaction statistic (0.01 GB
-resolution); rows still in a memtable and work still running when the benchmark ends are not counted
-(RocksDB's 64 MiB memtable holds most of a 1M-key fill, so its figure there is mostly unflushed; `lsm
-bench merge` compares the two after a flush).
+compactions during the benchmark / user bytes, keys and values as given; ``write_amp`` in ``--json``, a
+``write-amp`` line after the results), read the same way for every engine that tells: lsm from its own
+counters, RocksDB from its statistics tickers ``rocksdb.flush.write.bytes`` +
+``rocksdb.compact.write.bytes`` (exact bytes). Rows still in a memtable and compactions still running
+when the benchmark ends are not counted, for either, unless ``--settle``: then each engine flushes and
+waits until no compaction is due or running after the loop (not timed), and the figure counts that too.
+
+Like for like: ``--compaction-policy`` picks lsm's policy, and the ``rocksdict`` engine is RocksDB
+configured as that lsm is (the same memtable size, L0 trigger and block compression, the matching
+compaction style: tiered - universal, leveled - level, fifo - FIFO; `engines.rocksdb_like_lsm`);
+``rocksdict-defaults`` is RocksDB with its own defaults, for a second line.
 
 ``--profile [N]`` runs lsm's benchmarks under cProfile and prints, after the results, the top N functions
 by own time for each benchmark (the calling thread: puts, gets, scans, and key generation) and for the
@@ -39,13 +45,12 @@ import itertools
 import json
 import os
 import random
-import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 
-from tools.bench.engines import ENGINES, Engine
+from tools.bench.engines import DEFAULT_POLICY, ENGINES, ROCKSDB_STYLE, Engine, bench_policies
 from tools.bench.harness import (
     DEFAULT_SEED,
     KEY_SIZE,
@@ -75,6 +80,10 @@ class RunContext:
     seed: int
     progress: bool
     values: list[bytes]
+    policy: str = DEFAULT_POLICY  # lsm's compaction policy; the rocksdict engine matches it
+    settle: bool = (
+        False  # after a write benchmark's loop: flush, wait for compactions (write amp counts them)
+    )
 
     def rng(self, step: int, name: str) -> random.Random:
         """The same generator for every engine at benchmark number `step`."""
@@ -128,30 +137,30 @@ def write_keys(ctx: RunContext, eng: Engine, name: str, keys: list[bytes]) -> Re
                 write_batch(list(zip(keys[i : min(i + bs, b)], values)))  # noqa: B905
             return 0
 
-    before = sst_bytes_written(eng)
+    before, flushed_before = eng.sst_bytes_written(), eng.flush_bytes_written()
     t, done, _ = timed_chunks(ctx.progress, f"{eng.name} {name}", len(keys), body)
-    after = sst_bytes_written(eng)
-    note = f"batch {ctx.batch_size}" if ctx.batch_size > 1 else ""
-    if ctx.sync:
-        note = f"{note}; sync" if note else "sync"
+    settled = eng.settle() if ctx.settle else ""  # not timed
+    after, flushed_after = eng.sst_bytes_written(), eng.flush_bytes_written()
+    notes = [f"batch {ctx.batch_size}" if ctx.batch_size > 1 else "", "sync" if ctx.sync else "", settled]
+    note = "; ".join(n for n in notes if n)
     nbytes = done * (KEY_SIZE + ctx.value_size)
     wa = None if before is None or after is None or not nbytes else (after - before) / nbytes
-    return Result(eng.name, name, done, t.seconds, nbytes, note=note, cpu_seconds=t.cpu_seconds, write_amp=wa)
-
-
-def sst_bytes_written(eng: Engine) -> int | None:
-    """Bytes the engine has written to SSTs (flushes and compactions) since it opened, for write
-    amplification; None when the engine does not tell. lsm: its own counters (compactions that are still
-    running are not counted yet). RocksDB: its cumulative compaction statistic, which counts flushes as
-    writes into L0, in GB with two decimals (so about 10 MB resolution)."""
-    if eng.name == "lsm":
-        return eng.db.flush_bytes_written + eng.db.compaction_stats.bytes_out
-    if eng.name == "rocksdict":
-        m = re.search(
-            r"Cumulative compaction: ([0-9.]+) GB write", eng.db.property_value("rocksdb.stats") or ""
-        )
-        return None if m is None else int(float(m.group(1)) * 2**30)
-    return None
+    fa = (
+        None
+        if flushed_before is None or flushed_after is None or not nbytes
+        else (flushed_after - flushed_before) / nbytes
+    )
+    return Result(
+        eng.name,
+        name,
+        done,
+        t.seconds,
+        nbytes,
+        note=note,
+        cpu_seconds=t.cpu_seconds,
+        write_amp=wa,
+        flush_amp=fa,
+    )
 
 
 @workload("fillseq", fresh_db=True)
@@ -246,7 +255,24 @@ def parser() -> argparse.ArgumentParser:
         "--seed", type=int_arg(None), default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})"
     )
     p.add_argument(
-        "--compare", default="", help="other engines to run the same workload on: rocksdict,plyvel"
+        "--compare",
+        default="",
+        help="other engines to run the same workload on: rocksdict (RocksDB configured like lsm: same "
+        "memtable size, L0 trigger, compression, and the compaction style matching --compaction-policy), "
+        "rocksdict-defaults (RocksDB's default options), plyvel (LevelDB)",
+    )
+    p.add_argument(
+        "--settle",
+        action="store_true",
+        help="after each write benchmark's loop, flush and wait until no compaction is due or running (not "
+        "timed), so its write amplification counts every flush and compaction the writes caused",
+    )
+    p.add_argument(
+        "--compaction-policy",
+        default=DEFAULT_POLICY,
+        choices=bench_policies(),
+        help=f"lsm's DbOptions.compaction_policy (default {DEFAULT_POLICY}); rocksdict runs the matching "
+        f"RocksDB compaction style ({', '.join(f'{k}: {v}' for k, v in ROCKSDB_STYLE.items())})",
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of results instead of lines")
     p.add_argument(
@@ -288,7 +314,7 @@ def run_engine(
 ) -> tuple[str, list[Result], list[str]]:
     """Every benchmark of `names`, in order, on engine `name` in `path`; return (its version, results,
     profile tables: one per benchmark, then the background threads', when `profile_top` is set)."""
-    eng = ENGINES[name](path, ctx.sync)
+    eng = ENGINES[name](path, ctx.sync, ctx.policy)
     results = []
     tables: list[str] = []
     prof = Profiler() if profile_top is not None else None
@@ -358,6 +384,8 @@ def main(argv: list[str]) -> int:
         seed=a.seed,
         progress=not a.no_progress,
         values=make_values(a.value_size, a.compression_ratio, a.seed),
+        policy=a.compaction_policy,
+        settle=a.settle,
     )
     stream = len(engines) == 1 and not a.json  # one engine: print each line as soon as it is measured
 
@@ -390,7 +418,7 @@ def main(argv: list[str]) -> int:
         print_grouped(names, versions, results)
     if not a.json:
         for bench in names:
-            line = write_amp_line(bench, results)
+            line = write_amp_line(bench, results, a.settle)
             if line:
                 print(line)
     for t in profiles:  # with --json on stderr, so stdout stays one JSON document
@@ -398,8 +426,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def write_amp_line(benchmark: str, results: Sequence[Result]) -> str | None:
-    """``fillrandom   : write-amp lsm 2.05 rocksdict 1.11 (...)`` for a write benchmark, else None."""
+def write_amp_line(benchmark: str, results: Sequence[Result], settled: bool = False) -> str | None:
+    """``fillrandom   : write-amp lsm 2.05 rocksdict 1.11 (...)`` for a write benchmark, else None;
+    `settled`: the figures include the flush and compactions after the loop (``--settle``)."""
     parts = [
         f"{r.engine} {r.write_amp:.2f}"
         for r in results
@@ -407,16 +436,20 @@ def write_amp_line(benchmark: str, results: Sequence[Result]) -> str | None:
     ]
     if not parts:
         return None
-    return (
-        f"{benchmark:<12} : write-amp {' '.join(parts)} (SST bytes written by flushes and compactions during "
-        "the benchmark / user bytes; memtables not flushed yet not counted)"
+    when = (
+        "the benchmark and the flush and compactions after it (--settle)"
+        if settled
+        else "the benchmark; memtables not flushed yet not counted"
     )
+    return f"{benchmark:<12} : write-amp {' '.join(parts)} (SST bytes written by flushes and compactions / user bytes, during {when})"
 
 
 def _print_header(
     ctx: RunContext, a: argparse.Namespace, names: list[str], engines: list[str], root: str
 ) -> None:
-    print(f"Engines:    {', '.join(engines)} (each with its default options)")
+    print(f"Engines:    {', '.join(engines)}")
+    for name in engines:
+        print(f"  {name + ':':<19} {ENGINES[name]('', ctx.sync, ctx.policy).describe()}")
     print(f"Keys:       {KEY_SIZE} bytes each")
     print(f"Values:     {ctx.value_size} bytes each (compression ratio {a.compression_ratio})")
     print(f"Entries:    {ctx.num}")

@@ -1,9 +1,13 @@
 """The stores a `lsm bench` db-suite workload runs on: lsm itself, RocksDB (rocksdict), LevelDB (plyvel).
 
-Each engine opens with its default options, in its own directory, and exposes what a workload needs:
-a put function, batched writes, a get function, a full scan, and `prepare_reads` (the state readrandom
-is measured on; each engine says what it did). Adding an engine: an `Engine` subclass with `name` and
-`module` (the binding it needs), added to `ENGINES`.
+Each engine opens in its own directory and exposes what a workload needs: a put function, batched
+writes, a get function, a full scan, `prepare_reads` (the state readrandom is measured on; each engine
+says what it did) and `sst_bytes_written` (for write amplification). lsm runs its default options with
+the run's compaction policy; ``rocksdict`` is RocksDB configured like that lsm (`rocksdb_like_lsm`: the
+same memtable size, L0 trigger and compression, and the compaction style that matches the policy,
+`ROCKSDB_STYLE`), ``rocksdict-defaults`` is RocksDB with its own defaults; plyvel runs LevelDB's
+defaults. Adding an engine: an `Engine` subclass with `name`, `module` (the binding it needs) and
+`describe`, added to `ENGINES`.
 """
 
 from __future__ import annotations
@@ -12,11 +16,24 @@ import functools
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from compaction.policy import DEFAULT_POLICY, POLICIES
 from tools.render import plural
+
+# lsm's compaction policy -> the RocksDB compaction style it is compared with: size-tiered merges whole
+# sorted runs as universal compaction does, leveled keeps one run per level as level compaction does,
+# fifo drops whole files as FIFO compaction does
+ROCKSDB_STYLE = {"tiered": "universal", "leveled": "level", "fifo": "fifo"}
+
+
+def bench_policies() -> list[str]:
+    """lsm's compaction policies the bench can compare (those with a RocksDB style), in registry order."""
+    return [p for p in POLICIES if p in ROCKSDB_STYLE]
 
 
 class Engine:
@@ -24,10 +41,29 @@ class Engine:
 
     name = "?"
 
-    def __init__(self, path: str, sync: bool) -> None:
+    def __init__(self, path: str, sync: bool, policy: str = DEFAULT_POLICY) -> None:
         self.path = path
         self.sync = sync
+        self.policy = policy  # lsm's compaction policy in this run (what the like-for-like engines match)
         self.db: Any = None
+
+    def describe(self) -> str:
+        """How this engine is configured, for the output's ``Engines:`` header."""
+        return "default options"
+
+    def sst_bytes_written(self) -> int | None:
+        """Bytes written to SSTs (flushes and compactions) since the engine opened, or None when the
+        engine does not tell (write amplification is then not reported)."""
+        return None
+
+    def flush_bytes_written(self) -> int | None:
+        """The flushes' part of `sst_bytes_written` (None when the engine does not tell)."""
+        return None
+
+    def settle(self) -> str:
+        """Flush the memtables and wait until no compaction is due or running (``--settle``); return what
+        was done, or "" when the engine cannot."""
+        return ""
 
     module: str | None = None  # the binding this engine needs (importable when usable)
 
@@ -97,9 +133,26 @@ class LsmEngine(Engine):
     def _open(self) -> None:
         import lsm
 
-        self.db = lsm.DB.open(self.path, lsm.DbOptions())
+        self.db = lsm.DB.open(self.path, lsm_options(self.policy))
         self._wo = lsm.WriteOptions(sync=True) if self.sync else None
         self._batch = lsm.WriteBatch
+
+    def describe(self) -> str:
+        return f"DbOptions(compaction_policy={self.policy!r})"
+
+    def sst_bytes_written(self) -> int | None:
+        # compactions still running are not counted yet; trivial moves write nothing
+        return self.db.flush_bytes_written + self.db.compaction_stats.bytes_out
+
+    def flush_bytes_written(self) -> int | None:
+        return self.db.flush_bytes_written
+
+    def settle(self) -> str:
+        # compact() waits for a running background job (one lock), then runs what the policy picks
+        # until nothing is due: where background compaction would end up
+        self.db.flush()
+        self.db.compact()
+        return "settled: flush() + compact()"
 
     def put_fn(self) -> Callable[[bytes, bytes], Any]:
         return functools.partial(self.db.put, options=self._wo) if self._wo else self.db.put
@@ -122,12 +175,59 @@ class LsmEngine(Engine):
         return note
 
 
+def lsm_options(policy: str) -> Any:
+    """The `lsm.DbOptions` the bench runs lsm with: the defaults and `policy`."""
+    import lsm
+
+    return lsm.DbOptions(compaction_policy=policy)
+
+
+def rocksdb_like_lsm(policy: str) -> dict[str, Any]:
+    """RocksDB options that match lsm's with `policy`: the same memtable size (write_buffer_size), the
+    same number of L0 files that triggers a compaction (level0_file_num_compaction_trigger), the same
+    block compression (none unless lsm's compression is set), and the compaction style of `ROCKSDB_STYLE`;
+    for leveled also lsm's SST size and level targets (max_bytes_for_level_base, _multiplier; RocksDB's
+    dynamic level sizes, its default, as lsm's leveled policy computes them).
+    """
+    o = lsm_options(policy)
+    out: dict[str, Any] = {
+        "write_buffer_size": o.memtable_bytes,
+        "level0_file_num_compaction_trigger": o.l0_compaction_threshold,
+        "compression": "none" if o.compression in (None, "none") else o.compression,
+        "compaction_style": ROCKSDB_STYLE[policy],
+    }
+    if policy == "leveled":  # the level targets lsm's leveled policy uses, and its SST size
+        out["target_file_size_base"] = o.target_sst_bytes
+        out["max_bytes_for_level_base"] = o.max_bytes_for_level_base
+        out["max_bytes_for_level_multiplier"] = o.max_bytes_for_level_multiplier
+    return out
+
+
+SETTLE_TIMEOUT_S = 600  # RocksDB's background compactions after a fill: minutes at most at --num 1M
+SETTLE_QUIET_S = 1.0  # no flush or compaction running and nothing written for this long: settled
+
+# RocksDB's statistics tickers of SST bytes written: by flushes and by compactions (exact byte counts;
+# the ``rocksdb.stats`` property gives them only in GB with two decimals)
+_WRITE_TICKERS = re.compile(r"^rocksdb\.(?:flush|compact)\.write\.bytes COUNT : (\d+)$", re.M)
+
+
 class RocksdictEngine(Engine):
-    """RocksDB through rocksdict, default Options (so not raw mode: keys and values get a type byte)."""
+    """RocksDB through rocksdict, configured like lsm (`rocksdb_like_lsm`), in raw mode (keys and values
+    stored as the bytes given, as lsm stores them), with statistics on for write amplification."""
 
     name = "rocksdict"
 
     module = "rocksdict"
+
+    def settings(self) -> dict[str, Any]:
+        """The options set on top of RocksDB's defaults (empty: all defaults)."""
+        return rocksdb_like_lsm(self.policy)
+
+    def describe(self) -> str:
+        s = self.settings()
+        if not s:
+            return "RocksDB's default options"
+        return ", ".join(f"{k}={v}" for k, v in s.items())
 
     def version(self) -> str:
         v = f"rocksdict {importlib.metadata.version('rocksdict')}"
@@ -142,15 +242,69 @@ class RocksdictEngine(Engine):
             pass
         return v
 
+    def _options(self) -> Any:
+        import rocksdict
+
+        opts = rocksdict.Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.enable_statistics()
+        s = self.settings()
+        if "write_buffer_size" in s:
+            opts.set_write_buffer_size(s["write_buffer_size"])
+        if "level0_file_num_compaction_trigger" in s:
+            opts.set_level_zero_file_num_compaction_trigger(s["level0_file_num_compaction_trigger"])
+        if "compression" in s:
+            opts.set_compression_type(getattr(rocksdict.DBCompressionType, s["compression"])())
+        if "target_file_size_base" in s:
+            opts.set_target_file_size_base(s["target_file_size_base"])
+        if "max_bytes_for_level_base" in s:
+            opts.set_max_bytes_for_level_base(s["max_bytes_for_level_base"])
+        if "max_bytes_for_level_multiplier" in s:
+            opts.set_max_bytes_for_level_multiplier(float(s["max_bytes_for_level_multiplier"]))
+        if "compaction_style" in s:
+            opts.set_compaction_style(getattr(rocksdict.DBCompactionStyle, s["compaction_style"])())
+        return opts
+
     def _open(self) -> None:
         import rocksdict
 
-        self.db = rocksdict.Rdict(self.path)
+        self._opts = self._options()  # kept: its statistics object is where the write counters live
+        self.db = rocksdict.Rdict(self.path, options=self._opts)
         self._wo = None
         if self.sync:
             self._wo = rocksdict.WriteOptions()
             self._wo.sync = True
-        self._batch = rocksdict.WriteBatch
+        self._batch = functools.partial(rocksdict.WriteBatch, raw_mode=True)
+
+    def sst_bytes_written(self) -> int | None:
+        # flush and compaction output bytes as RocksDB counts them (trivial moves write nothing)
+        stats = self._opts.get_statistics() or ""
+        counts = _WRITE_TICKERS.findall(stats)
+        return sum(map(int, counts)) if len(counts) == 2 else None
+
+    def flush_bytes_written(self) -> int | None:
+        m = re.search(
+            r"^rocksdb\.flush\.write\.bytes COUNT : (\d+)$", self._opts.get_statistics() or "", re.M
+        )
+        return None if m is None else int(m.group(1))
+
+    def settle(self) -> str:
+        # "rocksdb.compaction-pending" cannot be the test: universal compaction keeps it at 1 while its
+        # picker finds nothing to do (as many sorted runs as the trigger, none it may merge). So: no
+        # flush or compaction running, and the write counter unchanged, for SETTLE_QUIET_S in a row
+        self.db.flush(wait=True)
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        quiet_since, last = time.monotonic(), self.sst_bytes_written()
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            busy = self.db.property_int_value("rocksdb.num-running-compactions") or 0
+            busy += self.db.property_int_value("rocksdb.num-running-flushes") or 0
+            now = self.sst_bytes_written()
+            if busy or now != last:
+                quiet_since, last = time.monotonic(), now
+            elif time.monotonic() - quiet_since >= SETTLE_QUIET_S:
+                return "settled: flush(wait) + compactions done"
+        return f"not settled after {SETTLE_TIMEOUT_S} s"
 
     def put_fn(self) -> Callable[[bytes, bytes], Any]:
         return functools.partial(self.db.put, write_opt=self._wo) if self._wo else self.db.put
@@ -161,6 +315,16 @@ class RocksdictEngine(Engine):
     def prepare_reads(self) -> str:
         self.db.flush(wait=True)
         return "after flush(); no compact_range()"
+
+
+class RocksdictDefaultsEngine(RocksdictEngine):
+    """RocksDB through rocksdict with RocksDB's default options (64 MiB memtable, level compaction,
+    Snappy), in raw mode and with statistics on, as `RocksdictEngine`: the second line beside it."""
+
+    name = "rocksdict-defaults"
+
+    def settings(self) -> dict[str, Any]:
+        return {}
 
 
 class PlyvelEngine(Engine):
@@ -174,6 +338,9 @@ class PlyvelEngine(Engine):
         import plyvel
 
         return f"plyvel {plyvel.__version__} (LevelDB {plyvel.__leveldb_version__})"
+
+    def describe(self) -> str:
+        return "LevelDB's default options"
 
     def _open(self) -> None:
         import plyvel
@@ -201,4 +368,6 @@ class PlyvelEngine(Engine):
         return "no flush API; memtable left as is"
 
 
-ENGINES: dict[str, type[Engine]] = {e.name: e for e in (LsmEngine, RocksdictEngine, PlyvelEngine)}
+ENGINES: dict[str, type[Engine]] = {
+    e.name: e for e in (LsmEngine, RocksdictEngine, RocksdictDefaultsEngine, PlyvelEngine)
+}

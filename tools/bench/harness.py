@@ -51,6 +51,7 @@ class Result:
     cpu_seconds: float | None = None  # CPU time of this process and its children over the same span
     # write benchmarks: SST bytes written by flushes and compactions during the benchmark / `bytes`
     write_amp: float | None = None
+    flush_amp: float | None = None  # the flushes' share of write_amp: SST bytes they wrote / `bytes`
 
     @property
     def cpu_micros_per_op(self) -> float | None:
@@ -106,6 +107,7 @@ class Result:
             "found": self.found,
             "note": self.note,
             "write_amp": self.write_amp,
+            "flush_amp": self.flush_amp,
         }
 
 

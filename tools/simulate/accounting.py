@@ -34,6 +34,10 @@ whether it is a tombstone, its expire_ts and its ts. No Python object per write 
 Row sizes are du's: the encoded row plus its 4-byte offset slot in an SST, the encoded row in the WAL.
 ``disk_bytes`` is du's total ``size`` (SST files plus the WAL segments from the replay point).
 
+A drop (``executor == "drop"``: a policy removing whole SSTs by a manifest edit, compaction/drop.py)
+reports no rows, so the account reads the dropped SSTs' keys and seqs when it begins (their files go
+once it commits), and the newest rows among them leave the account when it ends.
+
 A compaction whose executor reported nothing (``changed_rows`` None, a custom executor) is accounted by
 reading every SST of the new manifest once. At the end of a run `verify` recounts every row from the
 files once and raises `AccountingMismatch` if the incremental account drifted (`ssts_read` counts the
@@ -109,6 +113,7 @@ class DiskAccount(EventListener):
         self._wal_rows = 0
         self._sst_totals: dict[str, tuple[int, int]] = {}  # SST name -> (row bytes, rows), from metadata
         self._input_fixed: set[int] = set()  # row_fixed of the running compaction's inputs
+        self._dropping = np.zeros((2, 0), np.int64)  # a running drop's (key index, seq) rows, by column
         self.disk_bytes = 0
         self._now = 0  # the time of the last sync: what expiry is judged against
         self._code: tuple | None = None  # `_tally` as of _code_now (None: the account changed)
@@ -226,11 +231,15 @@ class DiskAccount(EventListener):
         self._wal = [(k[keep], seq[keep], size[keep])] if keep.any() else []
 
     def on_compaction_begin(self, info: CompactionInfo) -> None:
-        """Note the row layouts of the job's inputs (a move between layouts resizes rows)."""
+        """Note the row layouts of the job's inputs (a move between layouts resizes rows); for a drop,
+        which keys' rows the dropped SSTs hold (read now: the files are retired once it commits)."""
         c0 = time.process_time()
         self._apply_writes()
         inputs = set(info.inputs)
         self._input_fixed = {row_fixed(e.info) for e in self._current().all_ssts() if e.name in inputs}
+        if info.executor == "drop":
+            pairs = [(key_index(r[0]), r[1]) for name in info.inputs for r in self._rows_of(name)]
+            self._dropping = np.array(pairs, np.int64).reshape(-1, 2).T
         self.event_cpu_s += time.process_time() - c0
 
     def on_compaction_end(self, info: CompactionInfo) -> None:
@@ -246,6 +255,11 @@ class DiskAccount(EventListener):
 
     def _compacted(self, info: CompactionInfo) -> None:
         m = self._current()
+        if info.executor == "drop":  # whole SSTs gone, no outputs: their newest rows leave the account
+            k, seq = self._dropping
+            k = self._slots(k)
+            self._forget(k[self.seq[k] == seq])
+            return
         names = set(info.outputs)
         changed = info.stats.changed_rows if info.stats is not None else None
         if changed is None:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 import lsm
+from compaction.drop import is_expired
 from compaction.filter import Reason
 from lsm.events import CompactionInfo, EventListener, FlushInfo
 from lsm.options import NO_TTL
@@ -69,12 +70,25 @@ SAMPLE_FIELDS = (
 
 
 class Observer(EventListener):
-    """Counts flushes and finished compactions by reason; notes that a flush happened."""
+    """Counts flushes and finished compactions by reason; notes that a flush happened; for drops (whole
+    SSTs removed, compaction/drop.py), how long after its last row expired each expired SST went."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: lsm.ManualClock | None = None) -> None:
         self.flushed = False
         self.flushes = 0
         self.compactions: Counter[str] = Counter()
+        self.clock = clock
+        self.manifest: Callable[[], Any] | None = None  # set by the simulation once the DB is open
+        self.drop_lags: list[int] = []  # ms from a dropped SST's largest expire_ts to its drop
+
+    def on_compaction_begin(self, info: CompactionInfo) -> None:
+        """A drop: note each expired SST's lag (its largest expire_ts is in the manifest, not read)."""
+        if info.executor != "drop" or self.manifest is None or self.clock is None:
+            return
+        now, gone = self.clock.now(), set(info.inputs)
+        for e in self.manifest().all_ssts():
+            if e.name in gone and is_expired(e, now):  # not one a size cap evicted
+                self.drop_lags.append(now - e.info.max_expire_ts)
 
     def on_flush_end(self, info: FlushInfo) -> None:
         """A flush finished: count it, and note that the driver should call db.compact()."""
@@ -111,7 +125,7 @@ class Simulation:
         self.spec, self.policy, self.ops, self.directory = spec, policy, ops, directory
         self.progress = progress
         self.clock = lsm.ManualClock(spec.start_ms)
-        self.observer = Observer()
+        self.observer = Observer(self.clock)
         # an event listener too: flushes and compactions move rows
         self.account = DiskAccount(directory)
         overrides = dict(policy.options)
@@ -137,6 +151,7 @@ class Simulation:
         spec, ops, clock = self.spec, self.ops, self.clock
         db = self.db = lsm.DB.open(self.directory, self.options)
         self.account.bind(lambda: db.manifest)
+        self.observer.manifest = lambda: db.manifest
         account, observer = self.account, self.observer
         c0 = time.process_time()
         account.bind_writes(*write_columns(ops, self.default_ttl))
@@ -281,6 +296,11 @@ class Simulation:
             "ops_by_kind": self.ops.counts(),
             "purge_lag_histogram": lag.to_dict()["buckets"],
             "ssts_read_for_accounting": self.account.ssts_read,
+            # drops (fifo): from each expired SST's last expiry (its largest expire_ts) to its removal
+            "sst_drop_lag_ms": {
+                "count": len(self.observer.drop_lags),
+                "max": max(self.observer.drop_lags, default=None),
+            },
         }
 
     def close(self) -> None:

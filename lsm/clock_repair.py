@@ -24,18 +24,15 @@ the old watermark, and running the repair again finishes it.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import TYPE_CHECKING
 
 import msgpack
 
-from lsm.clock import check_i64_ms
 from lsm.remap_store import REMAP_PREFIX
 from lsm.seq_tracker import SeqTracker
 
 if TYPE_CHECKING:
     from formats.manifest import SstEntry
-    from lsm.db import DB
     from lsm.versions import VersionSet
 
 
@@ -100,52 +97,8 @@ def clamp_tracker(tracker: SeqTracker, to_s: int) -> SeqTracker:
     return out
 
 
-def repair_clock(db: DB, to_ms: int | None = None) -> ClockRepair:
-    """See `DB.repair_clock` (the module docstring says why it works this way)."""
-    db._check_writable()
-    to = time.time_ns() // 1_000_000 if to_ms is None else to_ms
-    if type(to) is not int:
-        raise TypeError(f"to_ms must be int milliseconds, not {type(to).__name__}")
-    check_i64_ms(to, "to_ms")
-    vs = db._vs
-    before = max(vs.manifest.clock_watermark, db._clock.last)
-    if before <= to:
-        return ClockRepair(before, before, 0)
-    with db._write_lock:
-        db._check_fence()
-        # from here on writes are stamped from `to` on; the rows still in the memtable go to L0 with the
-        # rest of the future, which the compaction below moves back
-        clock = db._clock
-        with clock._lock:
-            clock.last = to
-        db._last_commit_ts = min(db._last_commit_ts, to)
-        tl = db._timeline
-        with tl._lock:
-            tl.tracker = clamp_tracker(tl.tracker, to // 1000)
-            tl.bins.reset()
-            tl.next_ms = 0
-        db._rotate_locked()
-    db._wait_flushed()
-    m = vs.manifest
-    moved = sum(_rows_after(vs, e, to) for e in (*m.l0, *(s for r in m.runs for s in r.ssts)))
-    db._compactor.compact(full=True, executor="local", row_map=ClampTs(to))
-    for st in db.__dict__.get("_ingest_states", {}).values():  # cached remap heads hold the old times
-        with st.lock:
-            st.head = _not_read()
-    after = vs.commit(
-        lambda cur: cur.replace(clock_watermark=max(to, db._clock.last), **db._manifest_extras(cur))
-    ).clock_watermark
-    return ClockRepair(before, after, moved)
-
-
-def _rows_after(vs: VersionSet, entry: SstEntry, to: int) -> int:
+def rows_after(vs: VersionSet, entry: SstEntry, to: int) -> int:
     """How many rows of SST `entry` have ts > `to` (0 without reading it when its max_ts is not)."""
     if entry.info.max_ts is None or entry.info.max_ts <= to:
         return 0
     return sum(1 for row in vs.reader(entry.name).iter() if row[2] is not None and row[2] > to)
-
-
-def _not_read() -> object:
-    from lsm.ingest import _NOT_READ
-
-    return _NOT_READ

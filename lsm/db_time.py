@@ -8,13 +8,15 @@ documented in `DB._init`. Nothing but `DB` inherits these classes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from lsm import clock_repair
-from lsm.clock import I64_MIN
+from lsm.clock import I64_MIN, check_i64_ms
 from lsm.clock_repair import ClockRepair
 from lsm.commit_time import first_seq_after
 from lsm.errors import NotYetCompleteError, RetentionError
+from lsm.ingest_state import NOT_READ
 from lsm.options import ReadOptions
 from lsm.readpath import changed_rows
 from lsm.seq_tracker import Round
@@ -159,7 +161,40 @@ class TimeMixin:
         handle's clock, if later). Seqs
         and the order of versions are unchanged. A full compaction does the rewrite. Returns a
         `lsm.clock_repair.ClockRepair`; with nothing after `to_ms` it changes nothing (docs/time.md)."""
-        return clock_repair.repair_clock(self, to_ms)  # type: ignore[arg-type]
+        self._check_writable()
+        to = time.time_ns() // 1_000_000 if to_ms is None else to_ms
+        if type(to) is not int:
+            raise TypeError(f"to_ms must be int milliseconds, not {type(to).__name__}")
+        check_i64_ms(to, "to_ms")
+        vs = self._vs
+        before = max(vs.manifest.clock_watermark, self._clock.last)
+        if before <= to:
+            return ClockRepair(before, before, 0)
+        with self._write_lock:
+            self._check_fence()
+            # from here on writes are stamped from `to` on; the rows still in the memtable go to L0 with
+            # the rest of the future, which the compaction below moves back
+            clock = self._clock
+            with clock._lock:
+                clock.last = to
+            self._last_commit_ts = min(self._last_commit_ts, to)
+            tl = self._timeline
+            with tl._lock:
+                tl.tracker = clock_repair.clamp_tracker(tl.tracker, to // 1000)
+                tl.bins.reset()
+                tl.next_ms = 0
+            self._rotate_locked()
+        self._wait_flushed()
+        m = vs.manifest
+        moved = sum(clock_repair.rows_after(vs, e, to) for e in (*m.l0, *(s for r in m.runs for s in r.ssts)))
+        self._compactor.compact(full=True, executor="local", row_map=clock_repair.ClampTs(to))
+        for st in self._ingest_states.values():  # cached remap heads hold the old times
+            with st.lock:
+                st.head = NOT_READ
+        after = vs.commit(
+            lambda cur: cur.replace(clock_watermark=max(to, self._clock.last), **self._manifest_extras(cur))
+        ).clock_watermark
+        return ClockRepair(before, after, moved)
 
     def reset_time_seq(self) -> None:
         """Forget the time bins (after a clock mishap); committed to the manifest at once."""

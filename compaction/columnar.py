@@ -22,7 +22,8 @@ from compaction.filter import TtlFilter
 from compaction.stream import round_array
 from formats.row_array import RowArray
 
-# the TTL flag of a RowArray row (its only flag: rows_array refuses tombstones)
+# RowFlags bits (formats.row): a tombstone (only in a ragged RowArray), has expire_ts
+_TOMBSTONE = 1
 _HAS_EXP = 2
 
 
@@ -72,8 +73,12 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
             np.not_equal(skey[1:], skey[:-1], out=first[1:])
     stats.rows_in += n
     ts = a["ts"]
-    has_exp = (a["flags"] & _HAS_EXP) != 0 if "exp" in dtype.names else None
+    flags = a["flags"]
+    has_exp = (flags & _HAS_EXP) != 0 if "exp" in dtype.names else None
     exp = a["exp"] if has_exp is not None else None
+    deletes = (flags & _TOMBSTONE) != 0 if any(p.ragged for p in pieces) else None  # only ragged arrays hold any
+    if deletes is not None and not deletes.any():
+        deletes = None
 
     # step 1: v0 of each key stays; an older version stays when its stripe differs from its successor's
     keep = first.copy()
@@ -91,11 +96,13 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
             stats.versions_dropped += count
             _raise_floor(stats, seq[dropped])
 
-    # step 3: the built-in TTL filter on each v0 no snapshot sees (a RowArray row is never a tombstone)
+    # step 3: the built-in TTL filter on each v0 that is no tombstone and that no snapshot sees
     ttl = resolver.filters[0]
-    tomb = None
+    tomb = deletes
     if has_exp is not None:
         cand = first & has_exp & (exp < ttl.tick)  # expired: tick > expire_ts
+        if deletes is not None:
+            cand &= ~deletes
         if resolver.snapshots:
             cand &= seq > resolver.top_snapshot
         if resolver.protected is not None and cand.any():
@@ -104,7 +111,7 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
         if removed:
             stats.filters[ttl.name].removed += removed
             _raise_floor(stats, seq[cand])
-            tomb = cand
+            tomb = cand if deletes is None else cand | deletes
 
     # step 4: in the oldest run, drop each key's bottom kept versions while tombstones or expired
     if resolver.is_last_run and (tomb is not None or has_exp is not None):
@@ -119,8 +126,11 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
                 tombs = 0 if t is None else int(np.count_nonzero(t))
                 stats.tombstones_dropped += tombs
                 stats.expired_dropped += int(np.count_nonzero(purge)) - tombs
-                # the lag counts from the expiry, for an expired row and for a TTL tombstone alike
-                lags = resolver.tick - exp[purge].astype(np.int64)
+                # the lag counts from the expiry (an expired row, a TTL tombstone), or from a delete's ts
+                since = ts.astype(np.int64)
+                if has_exp is not None:
+                    since = np.where(has_exp, exp, since)
+                lags = resolver.tick - since[purge]
                 values, counts = np.unique(np.maximum(lags, 0), return_counts=True)
                 for lag, c in zip(values.tolist(), counts.tolist(), strict=True):
                     stats.purge_lag.record(lag, c)
@@ -129,7 +139,7 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
     if not keep.all():
         if not keep.any():
             return None
-        a = a.view(void)[keep].view(dtype)
+        a = a.view(void)[keep].view(dtype)  # (a ragged array's records are whole: gathered, not views)
         if tomb is not None:
             tomb = tomb[keep]
             if not tomb.any():

@@ -257,7 +257,7 @@ class SourceBlocks:
             r = self.reader = SstReader(path)
             try:
                 if self.arrays:
-                    blocks = r.iter_batches(self.start, self.end)
+                    blocks = r.iter_batches(self.start, self.end, tombstones=True)
                 else:
                     blocks = r.iter_blocks(self.start, self.end)
                 while True:

@@ -2,8 +2,8 @@
 
 `run_job` with rounds of alike arrays resolved in numpy must write the same SST files, byte for byte, and
 return the same stats (counts, history floor, the purge-lag histogram) as `run_job(columnar=False)`, the
-row path, on random inputs: snapshots, a history window, tombstones (which make a source's groups row
-lists, so rounds mix both paths), TTLs on and next to the expiry boundary, keys with NUL and 0xFF bytes,
+row path, on random inputs: snapshots, a history window, tombstones (ragged arrays), values of another
+length (a group read as rows, so rounds mix both paths), TTLs on and next to the expiry boundary, keys with NUL and 0xFF bytes,
 a protected prefix, the oldest run or not, outputs cut at small target sizes.
 """
 
@@ -40,14 +40,17 @@ def sources(draw) -> list[list[list[tuple]]]:
     out = []
     for _ in range(draw(st.integers(1, 4))):
         keys = sorted(draw(st.sets(keyspace, min_size=1, max_size=40)))
-        deletes = draw(st.booleans())  # a source with tombstones is read as rows, not arrays
+        deletes = draw(st.booleans())  # tombstones: the source's groups are ragged arrays
         ttl = draw(st.booleans())
+        odd = draw(st.integers(0, 3)) == 0
         rows = []
         for k in keys:
             for s in sorted(draw(st.sets(st.integers(1, 60), min_size=1, max_size=3)), reverse=True):
                 value = b"%c" % (s % 256) * vlen
                 if deletes and draw(st.integers(0, 4)) == 0:
                     value = None
+                elif odd and draw(st.integers(0, 9)) == 0:
+                    value = b"longer" + value  # a value of another length: that group is read as rows
                 exp = draw(st.one_of(st.none(), EXPIRIES)) if ttl else None
                 rows.append((k, s, s * 100, exp, value))
         cut = draw(st.integers(0, len(rows)))

@@ -411,7 +411,7 @@ class RowCodec:
         if not len(live):
             return None
         vlen = VALUE_LEN.unpack_from(buf, int(starts[live[0]]) + head)[0]
-        if not vlen:
+        if not vlen or vlen > len(buf):  # (read at this key length: a row of another has any number here)
             return None
         dtype = array_dtype(klen, vlen, feats == _FTTS)
         size = dtype.itemsize

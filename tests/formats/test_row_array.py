@@ -193,3 +193,14 @@ def test_a_group_with_deletes_is_one_ragged_array():
     assert all(type(b) is RowArray and b.ragged for b in batches)
     assert all(type(b) is list for b in plain)  # the scan's arrays hold no tombstone
     assert [x for b in batches for x in b.rows()] == rows
+
+
+def test_keys_of_several_lengths_with_deletes_are_rows():
+    """The value length read at the first key's length is meaningless for a key of another length: the
+    group is decoded as rows (this raised a numpy error before)."""
+    rows = [(b"t", 9, 1, 5, b"x"), (b"zz", 8, 1, None, None), (b"zzz", 7, 1, None, b"f")]
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.sst")
+        write(p, rows)
+        with SstReader(p) as r:
+            assert list(r.iter_batches(tombstones=True)) == [rows]

@@ -418,8 +418,9 @@ def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report
                 f"(cpu {r['vs_rocksdb_cpu']:.2f}x)",
             )
         runs.append(r)
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.rmtree(rwork, ignore_errors=True)
+    for d in (work, rwork, rocks):
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
     keys = ["scan_seconds", "compact_seconds", "ratio", "peak_rss_mib", "base_rss_mib", "job_peak_rss_mib"]
     if all(r.get("anon_growth_mib") is not None for r in runs):
         keys += ["peak_anon_mib", "base_anon_mib", "anon_growth_mib"]

@@ -415,9 +415,10 @@ class RowCodec:
             return None
         dtype = array_dtype(klen, vlen, feats == _FTTS)
         size = dtype.itemsize
-        padded = np.zeros(len(buf) + size, np.uint8)
-        padded[: len(buf)] = b
-        a = padded[starts[:, None] + np.arange(size)].view(dtype).reshape(n)
+        from formats.log import byte_windows
+
+        # a record at each start (a tombstone at the end runs past the buffer: padded), one C gather
+        a = byte_windows(b"".join((buf, bytes(size))), size)[starts].view(dtype)
         flags = a["flags"]
         tomb = (flags & 1) != 0
         bad_flags = 0xFC if feats == _FTTS else 0xFE

@@ -4,7 +4,7 @@
 return the same stats (counts, history floor, the purge-lag histogram) as `run_job(columnar=False)`, the
 row path, on random inputs: snapshots, a history window, tombstones (ragged arrays), values of another
 length (a group read as rows, so rounds mix both paths), TTLs on and next to the expiry boundary, keys with NUL and 0xFF bytes,
-a protected prefix, the oldest run or not, outputs cut at small target sizes.
+a protected prefix, the oldest run or not, a Spark task's key range, outputs cut at small target sizes.
 """
 
 from __future__ import annotations
@@ -107,9 +107,13 @@ def comparable(stats) -> dict:
     protected=st.sampled_from([None, b"\xff\xff", b"\x00"]),
     target=st.sampled_from([None, 60, 300, 2000]),
     block_bytes=st.sampled_from([64, 256, 4096]),
+    bounds=st.one_of(
+        st.just((None, None)),
+        st.tuples(*[st.one_of(st.none(), st.tuples(*[st.sampled_from(ALPHABET)] * 2).map(bytes))] * 2),
+    ),
 )
 def test_columnar_merge_writes_the_bytes_and_stats_of_the_row_merge(
-    tmp_path_factory, srcs, last, snapshots, cutoff, protected, target, block_bytes
+    tmp_path_factory, srcs, last, snapshots, cutoff, protected, target, block_bytes, bounds
 ):
     root = str(tmp_path_factory.mktemp("cmerge"))
     paths = write_sources(root, srcs, block_bytes)
@@ -128,6 +132,8 @@ def test_columnar_merge_writes_the_bytes_and_stats_of_the_row_merge(
         snapshots=snapshots,
         retention_cutoff=cutoff,
         protected_prefix=protected,
+        start=bounds[0],  # a Spark task's key range
+        end=bounds[1],
     )
     (col_files, col_stats), (row_files, row_stats) = run_both(root, job)
     assert [(n, b) for n, b, _ in col_files] == [(n, b) for n, b, _ in row_files]

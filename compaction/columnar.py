@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from compaction.filter import TtlFilter
-from compaction.stream import round_array
+from compaction.stream import records, round_array
 from formats.row_array import RowArray
 
 # RowFlags bits (formats.row): a tombstone (only in a ragged RowArray), has expire_ts
@@ -53,7 +53,7 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
     same = skey[1:] == skey[:-1]
     if len(pieces) > 1 or (same & (seq[1:] >= seq[:-1])).any():
         order = np.lexsort((~seq.astype(np.uint64), skey))
-        a = a.view(void)[order].view(dtype)
+        a = records(records(a, void)[order], dtype)
         skey = a["skey"]
         seq = a["seq"]
         same = skey[1:] == skey[:-1]
@@ -139,7 +139,7 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
     if not keep.all():
         if not keep.any():
             return None
-        a = a.view(void)[keep].view(dtype)  # (a ragged array's records are whole: gathered, not views)
+        a = records(records(a, void)[keep], dtype)
         if tomb is not None:
             tomb = tomb[keep]
             if not tomb.any():

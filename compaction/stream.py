@@ -228,7 +228,19 @@ def round_array(pieces: list[RowArray]) -> Any:
 
     dtype = pieces[0].arr.dtype
     void = np.dtype((np.void, dtype.itemsize))
-    return np.concatenate([p.arr.view(void) for p in pieces]).view(dtype)
+    return records(np.concatenate([records(p.arr, void) for p in pieces]), dtype)
+
+
+def records(a: Any, dtype: Any) -> Any:
+    """A contiguous record array `a` seen as `dtype` (of the same item size): a structured array as whole
+    records (``V<itemsize>``: one copy per gather, not one per field) and back. Through the buffer, not
+    `ndarray.view`, whose safety check of a structured dtype with overlapping fields (a `RowArray`'s key
+    and skey) costs tens of µs a call, in Python."""
+    import numpy as np
+
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return np.frombuffer(a, dtype) if len(a) else np.empty(0, dtype)
 
 
 class SourceBlocks:

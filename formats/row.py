@@ -418,7 +418,7 @@ class RowCodec:
         from formats.log import byte_windows
 
         # a record at each start (a tombstone at the end runs past the buffer: padded), one C gather
-        a = byte_windows(b"".join((buf, bytes(size))), size)[starts].view(dtype)
+        a = np.frombuffer(byte_windows(b"".join((buf, bytes(size))), size)[starts], dtype)
         flags = a["flags"]
         tomb = (flags & 1) != 0
         bad_flags = 0xFC if feats == _FTTS else 0xFE

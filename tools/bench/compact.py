@@ -32,7 +32,8 @@ What it does:
    the compaction's cost against a full scan (the ratio), its peak RSS and its peak anonymous memory
    (RssAnon, sampled every 5 ms by a separate process: the heap, not the mapped SST files), which a
    fresh process measures without the build and the earlier runs; and the merge alone (`run_job` with
-   the DB closed, as the worker process runs it) with its peak RSS and RssAnon.
+   the DB closed, the job pickled into a fresh process, as the worker process or a Spark task runs it)
+   with its peak RSS and RssAnon.
 7. With rocksdict installed (unless ``--no-rocksdb``): the same rows written into RocksDB, oldest run
    first, one flush per run (`compact_db.build_rocksdb`: raw mode, no compression, no automatic
    compaction), and in each repeat, right after lsm's compaction, ``compact_range(None, None)`` on a fresh
@@ -400,7 +401,8 @@ def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report
             f"(cpu {r['compact_cpu_seconds']:.2f} s) = {r['ratio']:.2f}x the scan; peak RSS {r['peak_rss_mib']:.0f} MiB "
             f"(before {r['base_rss_mib']:.0f} MiB), peak RssAnon {_mib(r.get('peak_anon_mib'))} MiB (before "
             f"{_mib(r.get('base_anon_mib'))} MiB); the merge alone (as in the worker) {r['job_seconds']:.2f} s, "
-            f"peak RSS {r['job_peak_rss_mib']:.0f} MiB, RssAnon {_mib(r.get('job_peak_anon_mib'))} MiB",
+            f"peak RSS {r['job_peak_rss_mib']:.0f} MiB, RssAnon {_mib(r.get('job_peak_anon_mib'))} MiB (before "
+            f"{_mib(r.get('job_base_anon_mib'))} MiB)",
         )
         if rocks is not None:
             shutil.rmtree(rwork, ignore_errors=True)

@@ -19,8 +19,13 @@ includes the DB's own state (every open SST's block index and bloom filter, held
 outputs' readers opened by the commit), which grows with the data as RocksDB's unpartitioned index and
 filter blocks do. ``job`` measures the merge alone, as the compaction worker process or a Spark task runs
 it: it builds the full compaction's `CompactionJob` (``db.engine.compactor.make_job``), closes the
-database, resets the peak and runs `compaction.merge.run_job` (``job_seconds``, ``job_peak_rss_mib``,
-``job_base_rss_mib``); its outputs are left unreferenced in ``sst/`` (run it on a copy).
+database and hands the job, pickled, to a fresh process that never opened the database (as a Spark
+task gets it), which resets the peak and runs `compaction.merge.run_job` (``job_seconds``,
+``job_peak_rss_mib``, ``job_base_rss_mib``, ``job_peak_anon_mib``, ``job_base_anon_mib``); its outputs are
+left unreferenced in ``sst/`` (run it on a copy). ``compact`` and ``job`` also report the peak anonymous
+memory (``RssAnon``: the heap and numpy's buffers, without the mapped SST files) sampled every 5 ms by a
+separate process (`AnonPeak`). ``rocksdb`` times RocksDB's ``compact_range`` on a database built by
+`compact_db.build_rocksdb`.
 """
 
 from __future__ import annotations
@@ -164,15 +169,41 @@ def compact(path: str, tick: int) -> dict[str, Any]:
 
 
 def job(path: str, tick: int) -> dict[str, Any]:
-    """The full compaction's merge alone (`run_job`, as the worker process runs it), the DB closed."""
+    """The full compaction's merge alone (`run_job`), as the worker process or a Spark task runs it: the
+    job is built here (the DB open), pickled, and run by a fresh process that never opened the DB
+    (`runjob`), so its memory is the merge's and not the leftovers of the DB's indexes and filters."""
+    import pickle
+
     from compaction import scheduler
-    from compaction.merge import run_job
     from lsm import DB, DbOptions, ManualClock
 
     opts = DbOptions(clock=ManualClock(tick), background_compaction=False)
     with DB.open(path, opts) as db:
         m = db.manifest
         work = db.engine.compactor.make_job(scheduler.pick_full(m.l0, m.runs), m, tick)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run(
+        [sys.executable, "-m", "tools.bench.compact_rss", "runjob", "-", "0"],
+        input=pickle.dumps(work),
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    return json.loads(out.stdout)
+
+
+def runjob(_path: str, _tick: int) -> dict[str, Any]:
+    """`job`'s fresh process: run the pickled `CompactionJob` read from stdin; its figures."""
+    import pickle
+
+    import numpy  # noqa: F401
+
+    import compaction.merge  # noqa: F401  (what a worker imports before its first job)
+
+    work = pickle.loads(sys.stdin.buffer.read())
+    from compaction.merge import run_job
+
     base = _status_kib("VmRSS") or 0
     reset = reset_peak_rss()
     with AnonPeak() as anon:
@@ -223,7 +254,7 @@ def rocksdb(path: str, tick: int) -> dict[str, Any]:
     }
 
 
-MODES = {"scan": scan, "compact": compact, "job": job, "rocksdb": rocksdb}
+MODES = {"scan": scan, "compact": compact, "job": job, "runjob": runjob, "rocksdb": rocksdb}
 
 
 def main(argv: list[str] | None = None) -> int:

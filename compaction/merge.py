@@ -66,6 +66,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from compaction.columnar import columnar_resolver, resolve_round
 from compaction.filter import (
     CompactionFilter,
     DecisionKind,
@@ -82,6 +83,9 @@ from compaction.stream import (
     exp3,
     key0,
     merge_batches,
+    merge_rounds,
+    one_layout,
+    round_rows,
     versions_of,
     whole_key_batches,
 )
@@ -528,32 +532,41 @@ def make_filters(job: CompactionJob) -> list[CompactionFilter]:
     return filters
 
 
-def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) -> MergeResult:
+def run_job(
+    job: CompactionJob, on_rows: Callable[[int], None] | None = None, columnar: bool = True
+) -> MergeResult:
     """Merge the job's inputs into new SSTs. On any error the outputs written so far are removed.
 
-    Streams: each source reads one SST at a time (`SourceBlocks`), rows go through in batches of whole
-    keys, and only the output SST being written is buffered, so memory does not grow with the job."""
+    Streams: each source reads one SST at a time (`SourceBlocks`), rows go through in rounds of whole
+    keys, and only the output SST being written is buffered, so memory does not grow with the job.
+    Rounds of arrays of one layout are resolved column-wise (`compaction.columnar`) unless the job has
+    a user filter or reports changed rows, or `columnar` is False (the row path alone: the same files)."""
     t0 = time.perf_counter()
     stats = CompactionStats(jobs=1)
-    sources = [SourceBlocks(paths, job.start, job.end) for paths in job.sources]
     if job.report_changes:
         stats.changed_rows = []
+    resolver = (ChangeReporter if job.report_changes else Resolver)(
+        tick=job.tick,
+        is_last_run=job.is_last_run,
+        snapshots=job.snapshots,
+        retention_cutoff=job.retention_cutoff,
+        filters=make_filters(job),
+        stats=stats,
+        protected_prefix=job.protected_prefix,
+    )
+    # a row_map (DB.repair_clock) rewrites row tuples: the row path
+    columnar = columnar and job.row_map is None and columnar_resolver(resolver)
+    sources = [SourceBlocks(paths, job.start, job.end, arrays=columnar) for paths in job.sources]
     try:
         with cyclic_gc_paused():
-            resolver = (ChangeReporter if job.report_changes else Resolver)(
-                tick=job.tick,
-                is_last_run=job.is_last_run,
-                snapshots=job.snapshots,
-                retention_cutoff=job.retention_cutoff,
-                filters=make_filters(job),
-                stats=stats,
-                protected_prefix=job.protected_prefix,
-            )
             out = SstOutput(job.output, job.tick)
-            batches = merge_batches(sources)
-            if job.row_map is not None:
-                batches = map(job.row_map, batches)
-            outputs = out.write_batches(resolver.run_batches(batches))
+            if columnar:
+                outputs = out.write_stream(_column_chunks(merge_rounds(sources), resolver))
+            else:
+                batches = merge_batches(sources)
+                if job.row_map is not None:
+                    batches = map(job.row_map, batches)
+                outputs = out.write_batches(resolver.run_batches(batches))
             stats.write_seconds = out.write_seconds
             stats.read_seconds = sum(s.read_seconds for s in sources)
     finally:
@@ -564,6 +577,20 @@ def run_job(job: CompactionJob, on_rows: Callable[[int], None] | None = None) ->
     stats.bytes_out = sum(i.file_size for _, i in outputs)
     stats.seconds = time.perf_counter() - t0
     return MergeResult(outputs, stats)
+
+
+def _column_chunks(rounds: Iterable[list], resolver: Resolver) -> Iterator[list[tuple] | tuple]:
+    """The kept rows of each round: a round of arrays of one layout resolved column-wise
+    (`compaction.columnar.resolve_round`), any other as rows (`Resolver.run_batches`)."""
+    for pieces in rounds:
+        if one_layout(pieces):
+            chunk = resolve_round(pieces, resolver)
+            if chunk is not None:
+                yield chunk
+            continue
+        rows = list(itertools.chain.from_iterable(resolver.run_batches((round_rows(pieces),))))
+        if rows:
+            yield rows
 
 
 def flush_rows(

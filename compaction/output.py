@@ -18,7 +18,7 @@ from typing import Any
 
 from formats import fileio
 from formats.sst import SsTableInfo, SstWriter
-from formats.sst_blocks import is_value_array
+from formats.sst_blocks import is_value_array, value_list
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +150,73 @@ class SstOutput:
                 self._finish(name, w)
                 i = j
         return self.outputs
+
+    def write_stream(self, chunks: Iterable[list[tuple] | tuple]) -> list[tuple[str, SsTableInfo]]:
+        """`write` for a stream of chunks of sorted rows, each holding whole keys, each either a row
+        list or a column chunk ``(keys, seqs, tss, exps, values, sizes)`` as `compaction.columnar` makes
+        them (`values` a list or a numpy ``V<w>`` array, `sizes` each row's share of `estimated_size`).
+
+        Each file's chunks are held as they come (a row list turned into columns) and go into its
+        `SstWriter` with one `extend_columns` when the file is cut, so a file costs one join of its
+        columns; the cuts are found on the running size of the rows, exactly where `write` makes them,
+        so the files are the ones `write` makes from the same rows."""
+        import numpy as np
+
+        target = self.spec.target_bytes
+        pending: list[tuple] = []
+        est = 0  # `estimated_size` of a writer holding the pending rows
+        last_key: bytes | None = None
+        with self._removed_on_error():
+            for c in chunks:
+                if type(c) is list:
+                    if not c:
+                        continue
+                    keys, seqs, tss, exps, values = map(list, zip(*c, strict=True))
+                    vlens = [0 if v is None else len(v) for v in values] if None in values else map(len, values)
+                    sizes = np.fromiter(map(operator.add, map(len, keys), vlens), np.int64, len(keys)) + 33
+                    c = (keys, seqs, tss, exps, values, sizes)
+                keys, sizes = c[0], c[5]
+                n = len(keys)
+                if not n:
+                    continue
+                ends = np.cumsum(sizes) - sizes  # size of the chunk's rows before row i
+                i = 0
+                while i < n:
+                    j = n
+                    if target is not None:
+                        # `write` starts a new file before the first row that finds the writer at the
+                        # target size, unless that row continues the key before it (or the file is empty)
+                        lo = i if pending else i + 1
+                        j = max(lo, int(np.searchsorted(ends, target - est + int(ends[i]), "left")))
+                        while j < n and keys[j] == (keys[j - 1] if j else last_key):
+                            j += 1
+                    if j > i:
+                        pending.append(tuple(col[i:j] for col in c))
+                        est += int(sizes[i:j].sum())
+                        last_key = keys[j - 1]
+                    if j < n:
+                        self._write_columns(pending)
+                        pending = []
+                        est = 0
+                    i = j
+            if pending:
+                self._write_columns(pending)
+        return self.outputs
+
+    def _write_columns(self, chunks: list[tuple]) -> None:
+        """One output file from column chunks (`write_stream`): their columns joined, one `extend_columns`."""
+        name, w = self._new_writer()
+        cols = [list(itertools.chain.from_iterable(c[k] for c in chunks)) for k in range(4)]
+        vals = [c[4] for c in chunks]
+        if all(map(is_value_array, vals)) and len({v.dtype for v in vals}) == 1:
+            import numpy as np
+
+            values: Any = vals[0] if len(vals) == 1 else np.concatenate(vals)
+        else:
+            values = list(itertools.chain.from_iterable(map(value_list, vals)))
+        w.extend_columns(cols[0], cols[1], cols[2], cols[3], values)
+        del cols, vals, values
+        self._finish(name, w)
 
     @contextlib.contextmanager
     def _removed_on_error(self) -> Iterator[None]:

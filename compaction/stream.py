@@ -22,6 +22,7 @@ import operator
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from formats.row_array import RowArray
 from formats.sst import SstReader
@@ -208,6 +209,40 @@ def round_rows(pieces: list[list[tuple] | RowArray]) -> list[tuple]:
     return out
 
 
+def one_layout(pieces: list[list[tuple] | RowArray]) -> bool:
+    """Whether a round is made only of `RowArray`s of one layout (one numpy dtype): the rounds the scan
+    (`lsm.readpath`) and the columnar merge (`compaction.columnar`) resolve in numpy."""
+    first = pieces[0]
+    if type(first) is list:
+        return False
+    dtype = first.arr.dtype
+    return all(type(p) is not list and p.arr.dtype == dtype for p in pieces)
+
+
+def round_array(pieces: list[RowArray]) -> Any:
+    """A round of `RowArray`s of one layout (`one_layout`) as one structured array, in source order (the
+    pieces' records joined whole: one copy, not one per field)."""
+    if len(pieces) == 1:
+        return pieces[0].arr
+    import numpy as np
+
+    dtype = pieces[0].arr.dtype
+    void = np.dtype((np.void, dtype.itemsize))
+    return records(np.concatenate([records(p.arr, void) for p in pieces]), dtype)
+
+
+def records(a: Any, dtype: Any) -> Any:
+    """A contiguous record array `a` seen as `dtype` (of the same item size): a structured array as whole
+    records (``V<itemsize>``: one copy per gather, not one per field) and back. Through the buffer, not
+    `ndarray.view`, whose safety check of a structured dtype with overlapping fields (a `RowArray`'s key
+    and skey) costs tens of µs a call, in Python."""
+    import numpy as np
+
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return np.frombuffer(a, dtype) if len(a) else np.empty(0, dtype)
+
+
 class SourceBlocks:
     """One sorted source's rows as decoded blocks, reading its SSTs one after the other: each file is
     opened when the merge reaches it and closed (its mapping released) when the merge leaves it, so the
@@ -217,20 +252,26 @@ class SourceBlocks:
     No reference cycle is made (the cyclic collector is paused during a merge: a reader caught in a
     cycle would keep its index and filter alive until the job ends)."""
 
-    def __init__(self, paths: Sequence[str], start: bytes | None, end: bytes | None) -> None:
+    def __init__(
+        self, paths: Sequence[str], start: bytes | None, end: bytes | None, arrays: bool = False
+    ) -> None:
         self.paths = paths
         self.start = start
         self.end = end
+        self.arrays = arrays  # groups of blocks, alike ones as `RowArray`s (`SstReader.iter_batches`)
         self.read_seconds = 0.0
         self.reader: SstReader | None = None
 
-    def __iter__(self) -> Iterator[list[tuple]]:
+    def __iter__(self) -> Iterator[list[tuple] | RowArray]:
         clock = time.perf_counter
         for path in self.paths:
             t0 = clock()
             r = self.reader = SstReader(path)
             try:
-                blocks = r.iter_blocks(self.start, self.end)
+                if self.arrays:
+                    blocks = r.iter_batches(self.start, self.end, tombstones=True)
+                else:
+                    blocks = r.iter_blocks(self.start, self.end)
                 while True:
                     rows = next(blocks, None)
                     t1 = clock()

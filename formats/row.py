@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from formats.errors import CorruptionError, FormatVersionError
 from formats.row_array import RowArray, array_dtype
@@ -386,6 +386,51 @@ class RowCodec:
         if (a["kl"] != klen).any() or (a["vl"] != vlen).any() or (a["flags"] & bad_flags).any():
             return None
         return RowArray(a, self)
+
+    def rows_array_ragged(self, buf: bytes, starts: Any, nexts: Any) -> RowArray | None:
+        """`rows_array` for a row area whose rows are alike but for tombstones (db_bench's rows with some
+        deletes): one key length, every value of one length, a tombstone with no value. Row i starts at
+        ``starts[i]`` and must end at ``nexts[i]`` (the next row's start, or its block's end: an int64
+        numpy array each, from the blocks' offset arrays); every row's record of the alike layout is
+        gathered (a tombstone's record runs into the next row: its value bytes are meaningless) into a
+        `RowArray` with ``ragged`` set, which tells tombstones by their flag. None when the rows are not
+        so (the checks of `decode_block`, column-wise: lengths, flag bits, each row ending where the next
+        starts)."""
+        feats = self.features
+        n = len(starts)
+        if (feats != _FTS and feats != _FTTS) or not n or len(buf) < 2:
+            return None
+        import numpy as np
+
+        b = np.frombuffer(buf, np.uint8)
+        klen = KEY_LEN.unpack_from(buf, 0)[0]
+        head = 2 + klen + self.attrs_size  # a row's bytes before value_len
+        if not klen or int(starts.min()) < 0 or int(starts.max()) + head + 4 > len(buf):
+            return None
+        live = np.flatnonzero((b[starts + 2 + klen] & 1) == 0)  # the flags byte follows the key
+        if not len(live):
+            return None
+        vlen = VALUE_LEN.unpack_from(buf, int(starts[live[0]]) + head)[0]
+        if not vlen or vlen > len(buf):  # (read at this key length: a row of another has any number here)
+            return None
+        dtype = array_dtype(klen, vlen, feats == _FTTS)
+        size = dtype.itemsize
+        from formats.log import byte_windows
+
+        # a record at each start (a tombstone at the end runs past the buffer: padded), one C gather
+        a = np.frombuffer(byte_windows(b"".join((buf, bytes(size))), size)[starts], dtype)
+        flags = a["flags"]
+        tomb = (flags & 1) != 0
+        bad_flags = 0xFC if feats == _FTTS else 0xFE
+        vl = a["vl"]
+        if (
+            (a["kl"] != klen).any()
+            or (flags & bad_flags).any()
+            or (vl != np.where(tomb, 0, vlen)).any()
+            or (starts + (head + 4) + vl.astype(np.int64) != nexts).any()
+        ):
+            return None
+        return RowArray(a, self, ragged=True)
 
     # -- point reads: one row whose key the caller already holds -------------------------------------
     def decode_version(self, buf: bytes, pos: int, key: bytes, default_seq: int | None = None) -> tuple | None:

@@ -44,17 +44,20 @@ class RowArray:
     (`compaction.stream.merge_rounds`) cuts into rounds. `rows()` gives the row tuples `decode_block`
     gives for the same bytes, for any step that needs them."""
 
-    __slots__ = ("arr", "codec")
+    __slots__ = ("arr", "codec", "ragged")
 
-    def __init__(self, arr: Any, codec: RowCodec) -> None:
+    def __init__(self, arr: Any, codec: RowCodec, ragged: bool = False) -> None:
         self.arr = arr
         self.codec = codec
+        # rows gathered from a row area with tombstones (`RowCodec.rows_array_ragged`, for the compaction
+        # only: the scan's arrays have none): flag bit 0 marks a tombstone, whose value bytes mean nothing
+        self.ragged = ragged
 
     def __len__(self) -> int:
         return len(self.arr)
 
     def __getitem__(self, s: slice) -> RowArray:
-        return RowArray(self.arr[s], self.codec)
+        return RowArray(self.arr[s], self.codec, self.ragged)
 
     def first_key(self) -> bytes:
         """The key of the first row."""
@@ -76,7 +79,7 @@ class RowArray:
         """The smallest expire_ts of the rows that have one (None if none has)."""
         if "exp" not in self.arr.dtype.names:
             return None
-        has = self.arr["flags"] != 0  # a RowArray's only flag is "has expire_ts"
+        has = (self.arr["flags"] & 2) != 0  # "has expire_ts"
         return int(self.arr["exp"][has].min()) if has.any() else None
 
     def bisect_right(self, key: bytes, lo: int = 0) -> int:
@@ -85,7 +88,21 @@ class RowArray:
 
     def rows(self) -> list[tuple]:
         """The rows as tuples, exactly as `RowCodec.decode_block` decodes the same bytes."""
-        return self.codec.decode_block(self.arr.tobytes())
+        if not self.ragged:
+            return self.codec.decode_block(self.arr.tobytes())
+        import numpy as np
+
+        a = self.arr
+        flags = a["flags"]
+        values = np.array(a["val"].tolist(), object)
+        values[(flags & 1) != 0] = None
+        if "exp" in a.dtype.names:
+            exps = np.array(a["exp"].tolist(), object)
+            exps[(flags & 2) == 0] = None
+            exp_list = exps.tolist()
+        else:
+            exp_list = [None] * len(a)
+        return list(zip(a["key"].tolist(), a["seq"].tolist(), a["ts"].tolist(), exp_list, values.tolist(), strict=True))
 
 
 def _void_bytes(v: Any) -> bytes:

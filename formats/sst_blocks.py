@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from formats.row import MAX_VALUE_LEN, RowCodec, RowFeature
-from formats.sst_layout import INDEX_ENTRY, KLEN, _compress, _seal, _xxh3
+from formats.sst_layout import COMPRESSION_NONE, INDEX_ENTRY, KLEN, _compress, _seal, _xxh3
 
 I64_MIN, I64_MAX, U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
@@ -164,7 +164,7 @@ class BlockEncoder:
         if fixed_values:
             starts_np = np.arange(0, (n + 1) * (head + vwidth), head + vwidth, dtype=np.int64)
             rec["v"] = vals if vlens is None else np.frombuffer(b"".join(vals), f"V{vwidth}")
-            stream = rec.tobytes()
+            stream = rec.view(np.uint8)  # the row stream as it is: each block below copies its slice once
         else:
             starts_np = np.zeros(n + 1, np.int64)
             np.cumsum(np.array(vlens, np.int64) + head, out=starts_np[1:])
@@ -208,8 +208,11 @@ class BlockEncoder:
         offset = 0
         for b in range(len(cuts) - 1):
             i, j = cuts[b], cuts[b + 1]
-            payload = b"".join((stream[starts[i] : starts[j]], tails[4 * (i + b) : 4 * (j + b + 1)]))
-            stored = b"".join((_compress(payload, code), code_byte))
+            rows_tail = (stream[starts[i] : starts[j]], tails[4 * (i + b) : 4 * (j + b + 1)])
+            if code == COMPRESSION_NONE:  # stored as it is: one join, not two
+                stored = b"".join((*rows_tail, code_byte))
+            else:
+                stored = b"".join((_compress(b"".join(rows_tail), code), code_byte))
             chunks.append(stored + pack_q(_xxh3(stored)))  # as `_seal` seals it
             size = len(stored) + 8
             first, last = keys[i], keys[j - 1]

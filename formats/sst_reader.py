@@ -426,13 +426,17 @@ class SstReader:
 
         return map(rows_of, reversed(blocks) if reverse else blocks)
 
-    def iter_batches(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[list[tuple] | RowArray]:
+    def iter_batches(
+        self, start: bytes | None = None, end: bytes | None = None, tombstones: bool = False
+    ) -> Iterator[list[tuple] | RowArray]:
         """The rows of a forward `iter`, a group of consecutive blocks of at least `GROUP_ROWS` rows at a
         time (lazy): a group whose rows are all alike comes as one `RowArray` (its blocks' row areas
         joined and checked column-wise by `RowCodec.rows_array`, no Python step per row), any other as
         the row list of `iter_blocks`. Decoded columns are not cached: the cache keeps the payloads,
         from which a group's array costs one copy and a few vectorized checks, while cached columns
-        would double what each block holds for that small saving."""
+        would double what each block holds for that small saving. With `tombstones` (the compaction), a
+        group alike but for its tombstones comes as a ragged `RowArray` too
+        (`RowCodec.rows_array_ragged`)."""
         blocks = self._block_range(start, end)
         if not blocks:
             return
@@ -448,7 +452,7 @@ class SstReader:
             n += handles[i].num_rows
             if n < min_rows and i != last:
                 continue
-            batch = self._group_batch(group, n)
+            batch = self._group_batch(group, n, tombstones)
             if trim_start and group[0] == first:
                 batch = batch[bisect.bisect_left(_keys_of(batch), start) :]
             if trim_end and i == last:
@@ -457,15 +461,35 @@ class SstReader:
             group = []
             n = 0
 
-    def _group_batch(self, group: list[int], n: int) -> list[tuple] | RowArray:
-        """The rows of blocks `group` (`n` rows by the index): a `RowArray` when they are all alike,
-        else their decoded rows (which name the block of any fault)."""
+    def _group_batch(self, group: list[int], n: int, tombstones: bool = False) -> list[tuple] | RowArray:
+        """The rows of blocks `group` (`n` rows by the index): a `RowArray` when they are all alike
+        (with `tombstones`, alike but for tombstones), else their decoded rows (which name the block of
+        any fault)."""
         blks = list(map(self._load, group))
-        arr = self.codec.rows_array(blks[0].data if len(blks) == 1 else b"".join([b.data for b in blks]))
+        data = blks[0].data if len(blks) == 1 else b"".join([b.data for b in blks])
+        arr = self.codec.rows_array(data)
         if arr is not None and len(arr) == n:
             size = arr.arr.itemsize  # each block holds whole rows (the joined area might not say so)
             if all(len(b.data) == size * len(b.offsets) for b in blks):
                 return arr
+        elif tombstones and n and sum(len(b.offsets) for b in blks) == n:
+            import numpy as np
+
+            starts = np.empty(n, np.int64)
+            nexts = np.empty(n, np.int64)
+            at = base = 0
+            for b in blks:
+                k = len(b.offsets)
+                starts[at : at + k] = b.offsets
+                starts[at : at + k] += base
+                nexts[at : at + k - 1] = starts[at + 1 : at + k]
+                base += len(b.data)
+                nexts[at + k - 1] = base
+                at += k
+            if all(b.offsets and b.offsets[0] == 0 for b in blks):
+                ragged = self.codec.rows_array_ragged(data, starts, nexts)
+                if ragged is not None:
+                    return ragged
         rows: list[tuple] = []
         for i in group:
             rows += self.block_rows(i)

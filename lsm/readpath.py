@@ -17,7 +17,7 @@ import numpy as np
 
 from compaction.filter import Entry
 from compaction.merge import merge_sources
-from compaction.stream import merge_rounds, round_rows, whole_key_batches
+from compaction.stream import merge_rounds, one_layout, round_array, round_rows, whole_key_batches
 from formats.row_array import RowArray
 from lsm.iterators import run_blocks, run_iter
 from lsm.syskeys import SYSTEM_END, SYSTEM_PREFIX, is_system
@@ -193,7 +193,7 @@ def _forward_pairs(
         return
     expiry_at = now if check_expiry else None
     for pieces in merge_rounds(sources):
-        if _one_layout(pieces):
+        if one_layout(pieces):
             yield _array_pairs(pieces, max_seq, expiry_at)
             continue
         if _round_visible(pieces, max_seq, expiry_at):
@@ -230,15 +230,6 @@ def _round_visible(pieces: list[list[tuple] | RowArray], max_seq: int, now: int 
     return True
 
 
-def _one_layout(pieces: list[list[tuple] | RowArray]) -> bool:
-    """Whether a round is made only of `RowArray`s of one layout (one numpy dtype)."""
-    first = pieces[0]
-    if type(first) is list:
-        return False
-    dtype = first.arr.dtype
-    return all(type(p) is not list and p.arr.dtype == dtype for p in pieces)
-
-
 def _array_pairs(pieces: list[RowArray], max_seq: int, now: int | None) -> Iterable[tuple[bytes, bytes]]:
     """The (key, value) pairs a reader at `max_seq` (and, when `now` is given, time `now`) sees in a
     round of `RowArray`s of one layout (newest source first), in key order: the loop of
@@ -248,10 +239,7 @@ def _array_pairs(pieces: list[RowArray], max_seq: int, now: int | None) -> Itera
     become Python objects."""
     dtype = pieces[0].arr.dtype
     void = np.dtype((np.void, dtype.itemsize))  # whole records: gathers are one copy each, not per field
-    if len(pieces) == 1:
-        a = pieces[0].arr
-    else:
-        a = np.concatenate([p.arr.view(void) for p in pieces]).view(dtype)
+    a = round_array(pieces)
     seqs = a["seq"]
     if int(seqs.max()) > max_seq:  # a snapshot older than some rows: they do not exist for it
         a = a.view(void)[seqs <= max_seq].view(dtype)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tools.bench import compact as bench_compact
 from tools.bench import compact_rss
 
@@ -35,3 +37,34 @@ def test_peak_rss_reset_drops_an_earlier_peak():
     del big
     if compact_rss.reset_peak_rss():
         assert compact_rss.peak_rss_kib() < before - 32 * 1024
+
+
+def test_isolated_runs_compare_with_rocksdb_and_report_rss_anon(tmp_path, capsys):
+    pytest.importorskip("rocksdict")
+    argv = ["--num", "3000", "--runs", "3", "--repeat", "1", "--executors", "local", "--dir", str(tmp_path)]
+    assert bench_compact.main([*argv, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["rocksdb_database"]["rows"] == 3000
+    run = r["isolated"]["runs"][0]
+    assert run["rocksdb_files_before"] == 3 and run["rocksdb_files_after"] == 1  # one L0 file a run -> one
+    assert run["vs_rocksdb"] == run["compact_seconds"] / run["rocksdb_seconds"]
+    assert run["peak_anon_mib"] >= run["base_anon_mib"] > 0
+    assert run["anon_growth_mib"] == run["peak_anon_mib"] - run["base_anon_mib"]
+    assert run["job_peak_anon_mib"] >= run["job_base_anon_mib"] > 0
+    assert "vs_rocksdb" in r["isolated"]["median"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]  # the copies and RocksDB's base removed
+
+
+def test_anon_peak_sees_a_short_allocation():
+    """A 64 MiB buffer alive for 50 ms and freed before the block ends is in the peak (RssAnon sampled
+    every 5 ms by another process), though RssAnon at the end is back down."""
+    import time
+
+    with compact_rss.AnonPeak() as p:
+        if p.base_kib is None:
+            pytest.skip("no RssAnon in /proc/self/status (not Linux)")
+        big = bytearray(64 << 20)
+        big[::4096] = b"\1" * len(range(0, len(big), 4096))
+        time.sleep(0.05)
+        del big
+    assert p.peak_kib is not None and p.peak_kib >= p.base_kib + 60 * 1024

@@ -29,9 +29,15 @@ What it does:
 5. Checks that both executors produced the same rows (counts and key ranges; every row with --verify).
 6. With the local executor (unless ``--no-isolated``): ``--repeat`` more compactions of fresh copies, each
    in a fresh process (`tools.bench.compact_rss`) that first scans the whole database with ``db.scan()``:
-   the compaction's cost against a full scan (the ratio) and its peak RSS, which a fresh process measures
-   without the build and the earlier runs; and the merge alone (`run_job` with the DB closed, as the
-   worker process runs it) with its peak RSS.
+   the compaction's cost against a full scan (the ratio), its peak RSS and its peak anonymous memory
+   (RssAnon, sampled every 5 ms by a separate process: the heap, not the mapped SST files), which a
+   fresh process measures without the build and the earlier runs; and the merge alone (`run_job` with
+   the DB closed, the job pickled into a fresh process, as the worker process or a Spark task runs it)
+   with its peak RSS and RssAnon.
+7. With rocksdict installed (unless ``--no-rocksdb``): the same rows written into RocksDB, oldest run
+   first, one flush per run (`compact_db.build_rocksdb`: raw mode, no compression, no automatic
+   compaction), and in each repeat, right after lsm's compaction, ``compact_range(None, None)`` on a fresh
+   copy in a fresh process: the wall-time (and CPU-time) ratio lsm / RocksDB per repeat, and its median.
 """
 
 from __future__ import annotations
@@ -216,6 +222,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_false",
         help="skip the local compactions in a fresh process (scan ratio and peak RSS)",
     )
+    p.add_argument(
+        "--no-rocksdb",
+        dest="rocksdb",
+        action="store_false",
+        help="skip RocksDB's compact_range of the same rows (run with the isolated compactions, if rocksdict "
+        "is installed)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     return p
 
@@ -335,11 +348,44 @@ def _child(mode: str, path: str, tick: int) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+def _rocksdb_base(a: argparse.Namespace, root: str, base: str, report: dict[str, Any]) -> str | None:
+    """The same rows in a RocksDB database (`compact_db.build_rocksdb`), unless --no-rocksdb or rocksdict
+    is not installed (then None, and a line says so)."""
+    if not a.rocksdb:
+        return None
+    try:
+        import rocksdict  # noqa: F401
+    except ImportError:
+        _say(a, "rocksdb:    skipped (rocksdict is not installed: pip install -e '.[bench]')")
+        return None
+    from tools.bench.compact_db import build_rocksdb
+
+    path = os.path.join(root, "rocks-base")
+    t0 = time.perf_counter()
+    built = build_rocksdb(base, path)
+    built["build_seconds"] = time.perf_counter() - t0
+    report["rocksdb_database"] = built
+    _say(
+        a,
+        f"rocksdb:    the same {built['rows']} rows in {built['files']} L0 files ({built['runs']} runs, oldest "
+        f"first; raw mode, no compression, no automatic compaction; built in {built['build_seconds']:.1f} s)",
+    )
+    return path
+
+
+def _mib(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
 def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict[str, Any]) -> None:
     """--repeat local compactions, each of a fresh copy in a fresh process after a full scan of the copy in
-    another: the compaction's cost against the scan, and its peak RSS."""
+    another: the compaction's cost against the scan, its peak RSS and peak anonymous memory (RssAnon,
+    sampled every 5 ms) and, with rocksdict, RocksDB's ``compact_range`` of the same rows in a fresh
+    process right after it (the ratio of the two in one repeat is the figure: the load is alike)."""
     runs = []
     work = os.path.join(root, "work-isolated")
+    rocks = _rocksdb_base(a, root, base, report)
+    rwork = os.path.join(root, "work-rocksdb")
     for _ in range(a.repeat):
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(base, work)
@@ -347,17 +393,42 @@ def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report
         r.update(_child("job", work, tick))  # leaves its outputs unreferenced: no effect on what follows
         r.update(_child("compact", work, tick))
         r["ratio"] = r["compact_seconds"] / r["scan_seconds"] if r["scan_seconds"] else 0.0
-        runs.append(r)
+        if r.get("peak_anon_mib") is not None:
+            r["anon_growth_mib"] = r["peak_anon_mib"] - r["base_anon_mib"]  # the compaction's own share
         _say(
             a,
             f"isolated:   scan {r['scan_seconds']:.2f} s ({r['scan_rows']} rows), compact {r['compact_seconds']:.2f} s "
-            f"= {r['ratio']:.2f}x the scan; peak RSS {r['peak_rss_mib']:.0f} MiB (before {r['base_rss_mib']:.0f} MiB); "
-            f"the merge alone (as in the worker) {r['job_seconds']:.2f} s, peak RSS {r['job_peak_rss_mib']:.0f} MiB",
+            f"(cpu {r['compact_cpu_seconds']:.2f} s) = {r['ratio']:.2f}x the scan; peak RSS {r['peak_rss_mib']:.0f} MiB "
+            f"(before {r['base_rss_mib']:.0f} MiB), peak RssAnon {_mib(r.get('peak_anon_mib'))} MiB (before "
+            f"{_mib(r.get('base_anon_mib'))} MiB); the merge alone (as in the worker) {r['job_seconds']:.2f} s, "
+            f"peak RSS {r['job_peak_rss_mib']:.0f} MiB, RssAnon {_mib(r.get('job_peak_anon_mib'))} MiB (before "
+            f"{_mib(r.get('job_base_anon_mib'))} MiB)",
         )
-    shutil.rmtree(work, ignore_errors=True)
-    med = medians(
-        runs, ("scan_seconds", "compact_seconds", "ratio", "peak_rss_mib", "base_rss_mib", "job_peak_rss_mib")
-    )
+        if rocks is not None:
+            shutil.rmtree(rwork, ignore_errors=True)
+            shutil.copytree(rocks, rwork)
+            r.update(_child("rocksdb", rwork, tick))
+            r["vs_rocksdb"] = r["compact_seconds"] / r["rocksdb_seconds"] if r["rocksdb_seconds"] else 0.0
+            r["vs_rocksdb_cpu"] = (
+                r["compact_cpu_seconds"] / r["rocksdb_cpu_seconds"] if r["rocksdb_cpu_seconds"] else 0.0
+            )
+            _say(
+                a,
+                f"rocksdb:    compact_range {r['rocksdb_seconds']:.2f} s (cpu {r['rocksdb_cpu_seconds']:.2f} s, "
+                f"{r['rocksdb_files_before']} -> {r['rocksdb_files_after']} files), peak RssAnon "
+                f"{_mib(r.get('rocksdb_peak_anon_mib'))} MiB; lsm / rocksdb {r['vs_rocksdb']:.2f}x "
+                f"(cpu {r['vs_rocksdb_cpu']:.2f}x)",
+            )
+        runs.append(r)
+    for d in (work, rwork, rocks):
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
+    keys = ["scan_seconds", "compact_seconds", "ratio", "peak_rss_mib", "base_rss_mib", "job_peak_rss_mib"]
+    if all(r.get("anon_growth_mib") is not None for r in runs):
+        keys += ["peak_anon_mib", "base_anon_mib", "anon_growth_mib"]
+    if rocks is not None:
+        keys += ["rocksdb_seconds", "rocksdb_cpu_seconds", "vs_rocksdb", "vs_rocksdb_cpu", "compact_cpu_seconds"]
+    med = medians(runs, tuple(keys))
     report["isolated"] = {"runs": runs, "median": med}
     _say(
         a,
@@ -365,6 +436,19 @@ def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report
         f"{med['scan_seconds']:.2f} s), peak RSS {med['peak_rss_mib']:.0f} MiB, of the merge alone "
         f"{med['job_peak_rss_mib']:.0f} MiB (median of {len(runs)})",
     )
+    if "anon_growth_mib" in med:
+        _say(
+            a,
+            f"memory:     peak RssAnon of the compaction {med['peak_anon_mib']:.0f} MiB, "
+            f"{med['anon_growth_mib']:.0f} MiB above the open database's {med['base_anon_mib']:.0f} MiB (median)",
+        )
+    if rocks is not None:
+        _say(
+            a,
+            f"vs rocksdb: lsm {med['compact_seconds']:.2f} s / rocksdb compact_range {med['rocksdb_seconds']:.2f} s "
+            f"= {med['vs_rocksdb']:.2f}x (cpu {med['compact_cpu_seconds']:.2f} s / {med['rocksdb_cpu_seconds']:.2f} s "
+            f"= {med['vs_rocksdb_cpu']:.2f}x; medians of {len(runs)} per-repeat ratios)",
+        )
 
 
 def summarize(

@@ -129,3 +129,50 @@ def build_tiny(path: str, tick: int) -> None:
             if i == 4:
                 db.flush()
         db.delete(b"tiny00")
+
+
+def rocksdb_options() -> Any:
+    """The RocksDB options of the compaction comparison: raw mode (keys and values as given), no
+    compression (lsm-sim writes none), no automatic compaction (the database keeps the shape it was
+    built in until `compact_range`); RocksDB's defaults otherwise."""
+    import rocksdict
+
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_compression_type(rocksdict.DBCompressionType.none())
+    opts.set_disable_auto_compactions(True)
+    return opts
+
+
+def build_rocksdb(lsm_path: str, path: str) -> dict[str, Any]:
+    """The rows of the lsm database at `lsm_path` (built by `build_database`) written into a RocksDB
+    database at `path` (rocksdict), oldest run first, each run flushed into its own L0 files: the same
+    keys, values and deletes, in overlapping sorted runs of the same sizes. RocksDB has no per-row
+    expiry, so a TTL row is a plain value there (lsm-sim drops half of them in the compaction: it does
+    more work, not less)."""
+    import rocksdict
+
+    from formats.sst import SstReader
+    from lsm.manifest import ManifestStore
+
+    _, m = ManifestStore(lsm_path).latest()
+    db = rocksdict.Rdict(path, rocksdb_options())
+    rows = 0
+    try:
+        for run in reversed(m.runs):  # oldest first: RocksDB gives later writes higher seqs
+            for e in run.ssts:
+                with SstReader(os.path.join(lsm_path, "sst", e.name)) as r:
+                    for block in r.iter_blocks():
+                        wb = rocksdict.WriteBatch(raw_mode=True)
+                        for key, _seq, _ts, _exp, value in block:
+                            if value is None:
+                                wb.delete(key)
+                            else:
+                                wb.put(key, value)
+                        db.write(wb)
+                        rows += len(block)
+            db.flush(wait=True)
+        files = len(db.live_files())
+    finally:
+        db.close()
+    return {"rows": rows, "runs": len(m.runs), "files": files}

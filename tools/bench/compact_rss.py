@@ -4,6 +4,7 @@ full scan of the same database.
     python -m tools.bench.compact_rss scan PATH TICK       (prints one JSON object)
     python -m tools.bench.compact_rss compact PATH TICK
     python -m tools.bench.compact_rss job PATH TICK
+    python -m tools.bench.compact_rss rocksdb PATH TICK
 
 Fresh processes, because a process's peak RSS (``ru_maxrss``, ``VmHWM``) never goes down: measured in the
 benchmark's own process it would include the database build and every earlier compaction, and a scan
@@ -18,15 +19,22 @@ includes the DB's own state (every open SST's block index and bloom filter, held
 outputs' readers opened by the commit), which grows with the data as RocksDB's unpartitioned index and
 filter blocks do. ``job`` measures the merge alone, as the compaction worker process or a Spark task runs
 it: it builds the full compaction's `CompactionJob` (``db.engine.compactor.make_job``), closes the
-database, resets the peak and runs `compaction.merge.run_job` (``job_seconds``, ``job_peak_rss_mib``,
-``job_base_rss_mib``); its outputs are left unreferenced in ``sst/`` (run it on a copy).
+database and hands the job, pickled, to a fresh process that never opened the database (as a Spark
+task gets it), which resets the peak and runs `compaction.merge.run_job` (``job_seconds``,
+``job_peak_rss_mib``, ``job_base_rss_mib``, ``job_peak_anon_mib``, ``job_base_anon_mib``); its outputs are
+left unreferenced in ``sst/`` (run it on a copy). ``compact`` and ``job`` also report the peak anonymous
+memory (``RssAnon``: the heap and numpy's buffers, without the mapped SST files) sampled every 5 ms by a
+separate process (`AnonPeak`). ``rocksdb`` times RocksDB's ``compact_range`` on a database built by
+`compact_db.build_rocksdb`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import resource
+import subprocess
 import sys
 import time
 from typing import Any
@@ -57,6 +65,68 @@ def peak_rss_kib() -> int:
     return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+_SAMPLER = """
+import sys, time
+path = "/proc/%s/status" % sys.argv[1]
+def anon():
+    with open(path) as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    return 0
+peak = anon()
+print("ready", flush=True)
+import select
+while not select.select([sys.stdin], [], [], 0.005)[0]:
+    try:
+        a = anon()
+    except OSError:
+        break
+    if a > peak:
+        peak = a
+print(max(peak, anon()), flush=True)
+"""
+
+
+class AnonPeak:
+    """The peak anonymous memory (``RssAnon``: the heap and numpy's buffers, not the mapped SST files)
+    of this process while the block runs, sampled every 5 ms by a separate process (a thread here would
+    wait for the GIL during long numpy calls, exactly when memory peaks): ``base_kib`` when it starts,
+    ``peak_kib`` after. Both stay None where /proc has no RssAnon (not Linux)."""
+
+    def __init__(self) -> None:
+        self.base_kib: int | None = None
+        self.peak_kib: int | None = None
+        self._proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> AnonPeak:
+        self.base_kib = _status_kib("RssAnon")
+        if self.base_kib is not None:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _SAMPLER, str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert self._proc.stdout is not None
+            self._proc.stdout.readline()  # "ready": sampling from now on
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        p = self._proc
+        if p is None:
+            return
+        out, _ = p.communicate("stop\n", timeout=60)
+        self.peak_kib = int(out.split()[-1]) if out.split() else None
+
+
+def _anon(peak: AnonPeak, prefix: str = "") -> dict[str, Any]:
+    """The figures of an `AnonPeak` in MiB (None where not measured)."""
+    mib = None if peak.peak_kib is None else peak.peak_kib / 1024
+    base = None if peak.base_kib is None else peak.base_kib / 1024
+    return {f"{prefix}peak_anon_mib": mib, f"{prefix}base_anon_mib": base}
+
+
 def scan(path: str, tick: int) -> dict[str, Any]:
     """Read every key of the database at `path` (clock at `tick`) with ``db.scan()``; the figures."""
     from lsm import DB, DbOptions, ManualClock
@@ -79,11 +149,13 @@ def compact(path: str, tick: int) -> dict[str, Any]:
     with DB.open(path, opts) as db:
         base = _status_kib("VmRSS") or 0
         reset = reset_peak_rss()
-        t0, c0 = time.perf_counter(), time.process_time()
-        stats = db.compact(full=True, executor="local")
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        with AnonPeak() as anon:
+            t0, c0 = time.perf_counter(), time.process_time()
+            stats = db.compact(full=True, executor="local")
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = peak_rss_kib()
     return {
+        **_anon(anon),
         "compact_seconds": seconds,
         "compact_cpu_seconds": cpu,
         "rows_in": stats.rows_in,
@@ -97,21 +169,49 @@ def compact(path: str, tick: int) -> dict[str, Any]:
 
 
 def job(path: str, tick: int) -> dict[str, Any]:
-    """The full compaction's merge alone (`run_job`, as the worker process runs it), the DB closed."""
+    """The full compaction's merge alone (`run_job`), as the worker process or a Spark task runs it: the
+    job is built here (the DB open), pickled, and run by a fresh process that never opened the DB
+    (`runjob`), so its memory is the merge's and not the leftovers of the DB's indexes and filters."""
+    import pickle
+
     from compaction import scheduler
-    from compaction.merge import run_job
     from lsm import DB, DbOptions, ManualClock
 
     opts = DbOptions(clock=ManualClock(tick), background_compaction=False)
     with DB.open(path, opts) as db:
         m = db.manifest
         work = db.engine.compactor.make_job(scheduler.pick_full(m.l0, m.runs), m, tick)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run(
+        [sys.executable, "-m", "tools.bench.compact_rss", "runjob", "-", "0"],
+        input=pickle.dumps(work),
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    return json.loads(out.stdout)
+
+
+def runjob(_path: str, _tick: int) -> dict[str, Any]:
+    """`job`'s fresh process: run the pickled `CompactionJob` read from stdin; its figures."""
+    import pickle
+
+    import numpy  # noqa: F401
+
+    import compaction.merge  # noqa: F401  (what a worker imports before its first job)
+
+    work = pickle.loads(sys.stdin.buffer.read())
+    from compaction.merge import run_job
+
     base = _status_kib("VmRSS") or 0
     reset = reset_peak_rss()
-    t0, c0 = time.perf_counter(), time.process_time()
-    result = run_job(work)
-    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    with AnonPeak() as anon:
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = run_job(work)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {
+        **_anon(anon, "job_"),
         "job_seconds": seconds,
         "job_cpu_seconds": cpu,
         "job_rows_out": result.stats.rows_out,
@@ -121,14 +221,47 @@ def job(path: str, tick: int) -> dict[str, Any]:
     }
 
 
-MODES = {"scan": scan, "compact": compact, "job": job}
+def rocksdb(path: str, tick: int) -> dict[str, Any]:
+    """RocksDB's full compaction of the database at `path` (`compact_db.build_rocksdb`): the wall time
+    of ``compact_range(None, None)`` through rocksdict, opened as it was built, with the same peak
+    figures as `compact` (`tick` is unused: RocksDB keeps no per-row expiry)."""
+    import rocksdict
+
+    from tools.bench.compact_db import rocksdb_options
+
+    db = rocksdict.Rdict(path, rocksdb_options())
+    try:
+        files = len(db.live_files())
+        base = _status_kib("VmRSS") or 0
+        reset = reset_peak_rss()
+        with AnonPeak() as anon:
+            t0, c0 = time.perf_counter(), time.process_time()
+            db.compact_range(None, None)
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        peak = peak_rss_kib()
+        files_after = len(db.live_files())
+    finally:
+        db.close()
+    return {
+        **_anon(anon, "rocksdb_"),
+        "rocksdb_seconds": seconds,
+        "rocksdb_cpu_seconds": cpu,  # this process's CPU: RocksDB's compaction threads run in it
+        "rocksdb_files_before": files,
+        "rocksdb_files_after": files_after,
+        "rocksdb_peak_rss_mib": peak / 1024,
+        "rocksdb_base_rss_mib": base / 1024,
+        "rocksdb_peak_since_reset": reset,
+    }
+
+
+MODES = {"scan": scan, "compact": compact, "job": job, "runjob": runjob, "rocksdb": rocksdb}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``scan``, ``compact`` or ``job`` on ``PATH TICK`` and print its JSON."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 3 or args[0] not in MODES:
-        print("usage: python -m tools.bench.compact_rss scan|compact|job PATH TICK", file=sys.stderr)
+        print("usage: python -m tools.bench.compact_rss scan|compact|job|rocksdb PATH TICK", file=sys.stderr)
         return 2
     fn = MODES[args[0]]
     print(json.dumps(fn(args[1], int(args[2]))))

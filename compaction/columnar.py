@@ -1,0 +1,212 @@
+"""The columnar merge: a round of `RowArray`s of one layout resolved in numpy, by the rules of
+`compaction.merge` (snapshot stripes, history retention, the built-in TTL filter, the oldest-run purge),
+and its kept rows handed to the output as columns (`compaction.output.SstOutput.write_stream`).
+
+Why: a full compaction of millions of rows spends most of its time making, comparing and unpacking one
+tuple per row. The inputs this engine writes are mostly groups of blocks whose rows are all alike (one
+key length, one value length, no tombstone: `formats.row.RowCodec.rows_array`), which the forward scan
+already resolves in numpy (`lsm.readpath`). A round made only of such arrays is resolved here the same
+way, with every step of `Resolver.resolve` (and its counts in `CompactionStats`) done a column at a time.
+Any other round (row lists, several layouts), and any job with a user compaction filter or one that
+reports changed rows, takes the row path: the output files are the same bytes either way (a hypothesis
+test holds the two paths to each other).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from compaction.filter import TtlFilter
+from compaction.stream import records, round_array
+from formats.row_array import RowArray
+
+# RowFlags bits (formats.row): a tombstone (only in a ragged RowArray), has expire_ts
+_TOMBSTONE = 1
+_HAS_EXP = 2
+
+
+def columnar_resolver(resolver: Any) -> bool:
+    """Whether a resolver's rules can run column-wise: only the built-in TTL filter (no user filter,
+    whose decisions are per row) and no change report (`ChangeReporter` notes rows one by one)."""
+    f = resolver.filters
+    return not resolver.reports_changes and len(f) == 1 and type(f[0]) is TtlFilter
+
+
+def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
+    """Resolve one round of `RowArray`s of one layout (newest source first, whole keys) as
+    `Resolver.resolve` does key by key, counting into ``resolver.stats``; return the kept rows as a
+    column chunk for `SstOutput.write_stream` — (keys, seqs, tss, exps, values, sizes): lists of bytes and
+    ints (exps holds None for rows without expire_ts, values None for a tombstone, or the whole value
+    column is a numpy ``V<w>`` array when no row is a tombstone), sizes the rows' `estimated_size` shares
+    as an int64 array — or None when no row is kept."""
+    stats = resolver.stats
+    a = round_array(pieces)
+    dtype = a.dtype
+    void = np.dtype((np.void, dtype.itemsize))
+    n = len(a)
+    skey = a["skey"]  # keys of one width: numpy's order and equality are the bytes'
+    seq = a["seq"]
+    # the order of `versions_of` over `round_rows`: key ascending, seq descending, a repeated seq in
+    # source order (lexsort is stable); a single sorted source is already in it unless a seq repeats
+    same = skey[1:] == skey[:-1]
+    if len(pieces) > 1 or (same & (seq[1:] >= seq[:-1])).any():
+        order = np.lexsort((~seq.astype(np.uint64), skey))
+        a = records(records(a, void)[order], dtype)
+        skey = a["skey"]
+        seq = a["seq"]
+        same = skey[1:] == skey[:-1]
+    first = np.empty(n, np.bool_)
+    first[0] = True
+    np.logical_not(same, out=first[1:])
+    if not first.all():
+        dup = np.zeros(n, np.bool_)
+        dup[1:] = same & (seq[1:] == seq[:-1])  # a repeated seq: the first row (newest source) stands
+        if dup.any():
+            a = a[~dup]
+            n = len(a)
+            skey = a["skey"]
+            seq = a["seq"]
+            first = np.empty(n, np.bool_)
+            first[0] = True
+            np.not_equal(skey[1:], skey[:-1], out=first[1:])
+    stats.rows_in += n
+    ts = a["ts"]
+    flags = a["flags"]
+    has_exp = (flags & _HAS_EXP) != 0 if "exp" in dtype.names else None
+    exp = a["exp"] if has_exp is not None else None
+    deletes = (flags & _TOMBSTONE) != 0 if any(p.ragged for p in pieces) else None  # only ragged arrays hold any
+    if deletes is not None and not deletes.any():
+        deletes = None
+
+    # step 1: v0 of each key stays; an older version stays when its stripe differs from its successor's
+    keep = first.copy()
+    if not first.all():
+        older = ~first
+        if resolver.snapshots:
+            stripe = np.searchsorted(np.array(resolver.snapshots, np.uint64), seq.astype(np.uint64), "left")
+            keep[1:] |= older[1:] & (stripe[1:] != stripe[:-1])
+        # step 2: ... or when its successor was written after the history cutoff
+        if resolver.cutoff is not None:
+            keep[1:] |= older[1:] & (ts[:-1] > resolver.cutoff)
+        dropped = ~keep
+        count = int(np.count_nonzero(dropped))
+        if count:
+            stats.versions_dropped += count
+            _raise_floor(stats, seq[dropped])
+
+    # step 3: the built-in TTL filter on each v0 that is no tombstone and that no snapshot sees
+    ttl = resolver.filters[0]
+    tomb = deletes
+    if has_exp is not None:
+        cand = first & has_exp & (exp < ttl.tick)  # expired: tick > expire_ts
+        if deletes is not None:
+            cand &= ~deletes
+        if resolver.snapshots:
+            cand &= seq > resolver.top_snapshot
+        if resolver.protected is not None and cand.any():
+            cand &= ~_starts_with(a, resolver.protected)
+        removed = int(np.count_nonzero(cand))
+        if removed:
+            stats.filters[ttl.name].removed += removed
+            _raise_floor(stats, seq[cand])
+            tomb = cand if deletes is None else cand | deletes
+
+    # step 4: in the oldest run, drop each key's bottom kept versions while tombstones or expired
+    if resolver.is_last_run and (tomb is not None or has_exp is not None):
+        removable = np.zeros(n, np.bool_) if tomb is None else tomb.copy()
+        if has_exp is not None:
+            removable |= has_exp & (exp < resolver.expired_before)
+        removable &= keep
+        if removable.any():
+            purge = _bottom_suffix(keep, first, removable)
+            if purge.any():
+                t = purge & tomb if tomb is not None else None
+                tombs = 0 if t is None else int(np.count_nonzero(t))
+                stats.tombstones_dropped += tombs
+                stats.expired_dropped += int(np.count_nonzero(purge)) - tombs
+                # the lag counts from the expiry (an expired row, a TTL tombstone), or from a delete's ts
+                since = ts.astype(np.int64)
+                if has_exp is not None:
+                    since = np.where(has_exp, exp, since)
+                lags = resolver.tick - since[purge]
+                values, counts = np.unique(np.maximum(lags, 0), return_counts=True)
+                for lag, c in zip(values.tolist(), counts.tolist(), strict=True):
+                    stats.purge_lag.record(lag, c)
+                _raise_floor(stats, seq[purge])
+                keep &= ~purge
+    if not keep.all():
+        if not keep.any():
+            return None
+        a = records(records(a, void)[keep], dtype)
+        if tomb is not None:
+            tomb = tomb[keep]
+            if not tomb.any():
+                tomb = None
+        if has_exp is not None:
+            has_exp = (a["flags"] & _HAS_EXP) != 0
+    return _chunk(a, has_exp, tomb)
+
+
+def _chunk(a: Any, has_exp: Any, tomb: Any) -> tuple:
+    """The kept rows `a` (with their has-expire_ts and tombstone masks, None for none) as a column chunk."""
+    m = len(a)
+    klen = a.dtype["key"].itemsize
+    vlen = a.dtype["val"].itemsize
+    keys = a["key"].tolist()
+    seqs = a["seq"].tolist()
+    tss = a["ts"].tolist()
+    if has_exp is None or not has_exp.any():
+        exps: list = [None] * m
+    elif has_exp.all():
+        exps = a["exp"].tolist()
+    else:
+        o = np.full(m, None, object)
+        o[has_exp] = a["exp"][has_exp]  # Python ints
+        exps = o.tolist()
+    sizes = np.full(m, klen + vlen + 33, np.int64)
+    if tomb is not None:
+        o = np.array(a["val"].tolist(), object) if vlen else np.full(m, b"", object)
+        o[tomb] = None
+        values: Any = o.tolist()
+        sizes[tomb] -= vlen
+    elif vlen:
+        values = a["val"].copy()  # its own buffer: the round's array is not kept alive by the output
+    else:
+        values = [b""] * m
+    return keys, seqs, tss, exps, values, sizes
+
+
+def _bottom_suffix(keep: Any, first: Any, removable: Any) -> Any:
+    """The kept rows of each key (rows of a key are contiguous, `first` marks each key's first row) that
+    lie below the key's last kept row that is not `removable`: what step 4 removes, bottom up."""
+    n = len(keep)
+    pos = np.arange(n)
+    stays = np.where(keep & ~removable, pos, -1)
+    starts = np.flatnonzero(first)
+    last = np.maximum.reduceat(stays, starts)  # per key: the last kept row that must stay (-1: none)
+    group = np.cumsum(first) - 1
+    return keep & (pos > last[group])
+
+
+def _starts_with(a: Any, prefix: bytes) -> Any:
+    """Which rows' keys start with `prefix` (compared as bytes: trailing NULs count)."""
+    width = a.dtype["key"].itemsize
+    if len(prefix) > width:
+        return np.zeros(len(a), np.bool_)
+    if not prefix:
+        return np.ones(len(a), np.bool_)
+    raw = np.ascontiguousarray(a["key"]).view(np.uint8).reshape(len(a), width)
+    return (raw[:, : len(prefix)] == np.frombuffer(prefix, np.uint8)).all(axis=1)
+
+
+def _raise_floor(stats: Any, seqs: Any) -> None:
+    """history_floor = max(history_floor, the largest of `seqs`)."""
+    if len(seqs):
+        top = int(seqs.max())
+        if top > stats.history_floor:
+            stats.history_floor = top
+
+
+__all__ = ["columnar_resolver", "resolve_round"]

@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 import lsm
+from compaction import policy
 from tests.tools._cli import LSM_CMD, ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -185,6 +186,8 @@ def test_doc_runs(doc: Path, tmp_path, monkeypatch, lsm_bin):
     module = types.ModuleType("docs_test_" + re.sub(r"\W", "_", doc.stem))
     monkeypatch.setitem(sys.modules, module.__name__, module)
     namespace = module.__dict__
+    # An example may register a compaction policy (docs/compaction.md): it must not outlive this test.
+    policies = dict(policy.POLICIES)
     try:
         for b in blocks:
             if b.skip is not None:
@@ -195,6 +198,8 @@ def test_doc_runs(doc: Path, tmp_path, monkeypatch, lsm_bin):
                 for cmd in console_commands(b):
                     run_command(cmd, where, tmp_path, lsm_bin)
     finally:
+        policy.POLICIES.clear()
+        policy.POLICIES.update(policies)
         # A store a block left open would keep its background workers running past this test.
         for value in namespace.values():
             if isinstance(value, lsm.DB):

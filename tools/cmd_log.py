@@ -98,25 +98,6 @@ def _partition_arg(text: str) -> int:
 
 
 # -- write ----------------------------------------------------------------------------------------------
-def _bytes_field(obj: dict[str, Any], field: str) -> bytes | None:
-    v = obj[field]
-    is_hex = obj.get(f"{field}_hex", False)
-    if not isinstance(is_hex, bool):
-        raise ValueError(f'"{field}_hex" must be true or false')
-    if v is None:
-        if is_hex:
-            raise ValueError(f'"{field}_hex" given for a null {field}')
-        return None
-    if not isinstance(v, str):
-        raise ValueError(f'"{field}" must be a string (text, or hex with "{field}_hex": true) or null')
-    if is_hex:
-        try:
-            return bytes.fromhex(v)
-        except ValueError:
-            raise ValueError(f'"{field}" is not hex') from None
-    return v.encode("utf-8", "surrogateescape")
-
-
 def _int_field(obj: dict[str, Any], field: str) -> int | None:
     v = obj.get(field)
     if v is not None and (type(v) is not int):
@@ -141,7 +122,7 @@ def parse_line(line: str, default_partition: int) -> tuple[int, int | None, dict
     for field in ("key", "value"):
         if field not in obj:
             raise ValueError(f'"{field}" is required ("value": null is a delete)')
-    key = _bytes_field(obj, "key")
+    key = render.get_bytes(obj, "key")
     if key is None:
         raise ValueError('"key" must not be null')
     partition = obj.get("partition", default_partition)
@@ -168,7 +149,7 @@ def parse_line(line: str, default_partition: int) -> tuple[int, int | None, dict
         raise ValueError('"offset" must be an integer >= 0')
     kw = {
         "key": key,
-        "value": _bytes_field(obj, "value"),
+        "value": render.get_bytes(obj, "value"),
         "ttl": _int_field(obj, "ttl"),
         "event_ts": event_ts,
         "tx": tx,

@@ -34,7 +34,6 @@ I64_MIN = -(1 << 63)
 _RECORD_FIELDS = {"key", "key_hex", "value", "value_hex", "expire_ts"}
 _HEADER_FIELDS = {"format", "version", "source", "seq", "dumped_at"}
 _TRAILER_FIELDS = {"end", "records", "sha256"}
-_HEX_DIGITS = "0123456789abcdef"
 
 
 class DumpFileError(LsmError):
@@ -104,24 +103,10 @@ def _int(v: object) -> bool:
 
 
 def _bytes(obj: dict[str, Any], field: str, no: int) -> bytes | None:
-    v = obj[field]
-    is_hex = obj.get(field + "_hex", False)
-    if is_hex is not True and is_hex is not False:
-        raise DumpFileError(f'line {no}: "{field}_hex" must be true or false')
-    if v is None:
-        if is_hex:
-            raise DumpFileError(f'line {no}: "{field}_hex" given for a null {field}')
-        return None
-    if not isinstance(v, str):
-        raise DumpFileError(f'line {no}: "{field}" must be a string or null')
-    if is_hex:
-        if len(v) % 2 or v.strip(_HEX_DIGITS):
-            raise DumpFileError(f'line {no}: "{field}" is not lowercase hex')
-        return bytes.fromhex(v)
     try:
-        return v.encode("utf-8")
-    except UnicodeEncodeError:
-        raise DumpFileError(f'line {no}: "{field}" is not valid text (a lone surrogate)') from None
+        return render.get_bytes(obj, field, strict=True)
+    except ValueError as e:
+        raise DumpFileError(f"line {no}: {e}") from None
 
 
 def _record(line: bytes, no: int) -> DumpRecord:

@@ -89,6 +89,33 @@ def put_bytes(obj: dict[str, Any], field: str, b: bytes | None, mode: str = "aut
         obj[field + "_hex"] = True
 
 
+def get_bytes(obj: dict[str, Any], field: str, *, strict: bool = False) -> bytes | None:
+    """The inverse of `put_bytes`: obj[field] as bytes (None for null), ValueError naming the field for
+    anything else. `strict` (a dump file, which this tool wrote): hex only in lowercase, text only valid
+    Unicode; otherwise any hex, and lone surrogates as the bytes they escape (text a user typed)."""
+    v = obj[field]
+    is_hex = obj.get(f"{field}_hex", False)
+    if not isinstance(is_hex, bool):
+        raise ValueError(f'"{field}_hex" must be true or false')
+    if v is None:
+        if is_hex:
+            raise ValueError(f'"{field}_hex" given for a null {field}')
+        return None
+    if not isinstance(v, str):
+        raise ValueError(f'"{field}" must be a string (text, or hex with "{field}_hex": true) or null')
+    if is_hex:
+        if strict and (len(v) % 2 or v.strip("0123456789abcdef")):
+            raise ValueError(f'"{field}" is not lowercase hex')
+        try:
+            return bytes.fromhex(v)
+        except ValueError:
+            raise ValueError(f'"{field}" is not hex') from None
+    try:
+        return v.encode("utf-8", "strict" if strict else "surrogateescape")
+    except UnicodeEncodeError:
+        raise ValueError(f'"{field}" is not valid text (a lone surrogate)') from None
+
+
 def parse_key(text: str, hex_mode: bool, what: str = "key") -> bytes:
     """A key given on the command line: UTF-8, or hex (optional 0x prefix) when `hex_mode`."""
     if not hex_mode:

@@ -37,7 +37,10 @@ def test_remap_survives_spark_compaction_untouched_by_filters(spark, tmp_path) -
     with lsm.DB.open(tmp_path / "db", opts) as db:
         for _ in range(3):
             clock.advance(1000)
-            db.ingest(PartitionedLog(tmp_path / "log"), name="ev", batch_records=40, max_records=100)
+            db.ingest(  # each batch in a millisecond of its own: one binding per batch (no merge)
+                PartitionedLog(tmp_path / "log"), name="ev", batch_records=40, max_records=100,
+                progress=lambda _stats: clock.advance(1),
+            )
             db.flush()
         before = db.remap("ev").bindings()
         assert len(before) == 9 and before[-1].frontier == {0: 100, 1: 100, 2: 100}

@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tools.cmd_compact",
     "tools.cmd_time",
     "tools.cmd_ingest",
+    "tools.cmd_remap",
     "tools.cmd_log",
     "tools.cmd_simulate",
 )

@@ -89,6 +89,11 @@ def put_bytes(obj: dict[str, Any], field: str, b: bytes | None, mode: str = "aut
         obj[field + "_hex"] = True
 
 
+def frontier_text(frontier: dict[int, int]) -> str:
+    """A remap frontier as ``P:O`` pairs by partition (``0:13 1:12``), ``-`` when empty."""
+    return " ".join(f"{p}:{o}" for p, o in sorted(frontier.items())) or "-"
+
+
 def get_bytes(obj: dict[str, Any], field: str, *, strict: bool = False) -> bytes | None:
     """The inverse of `put_bytes`: obj[field] as bytes (None for null), ValueError naming the field for
     anything else. `strict` (a dump file, which this tool wrote): hex only in lowercase, text only valid

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import sys
 import time
 from typing import Any
@@ -145,6 +146,17 @@ class SlowLog(WrappedLog):
             while True:
                 time.sleep(0.05)
         return self._log().read(partition, start, stop)
+
+
+def spawn_slow_load(path: str, log_dir: str, engine: str = "local") -> subprocess.Popen:
+    """A process running `_main`: a bulk load of `log_dir` into `path` through `SlowLog` (it writes
+    ``reading`` beside the log, then hangs), its stdout and stderr piped."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return subprocess.Popen(
+        [sys.executable, os.path.join(here, "_bulk_util.py"), "load", path, log_dir, engine],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _main(argv: list[str]) -> int:

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 import lsm
 from lsm.sources import LogWriter, PartitionedLog, SourceRecord
-from tests.lsm._bulk_util import FailsOn, WrappedLog, contents, load, open_db, write_log
+from tests.lsm._bulk_util import FailsOn, WrappedLog, contents, load, open_db, spawn_slow_load, write_log
 from tests.lsm.test_ingest import ListSource
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def sst_files(db: lsm.DB) -> set[str]:
@@ -236,11 +232,7 @@ def test_a_driver_killed_mid_job_leaves_the_old_frontier_and_a_rerun_loads_once(
         for p in range(3):
             w.append(p, b"late%d" % p, b"l")
     reading = tmp_path / "reading"
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "_bulk_util.py"), "load", path, log, "local"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = spawn_slow_load(path, log)
     try:
         deadline = time.monotonic() + 60
         # partition 0's task has written its SST and the others are reading: kill the driver

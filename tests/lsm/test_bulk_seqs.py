@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +15,7 @@ import pytest
 
 import lsm
 from lsm.sources import DatabaseLog, LogWriter, PartitionedLog, SourceRecord, verify_source
-from tests.lsm._bulk_util import open_db, write_log
+from tests.lsm._bulk_util import open_db, spawn_slow_load, write_log
 from tests.lsm._lsm_proc import Served
 from tests.lsm.test_ingest import ListSource
 
@@ -132,11 +130,7 @@ def test_a_load_killed_mid_job_holds_readers_back_until_the_reopen_abandons_it(t
     db = open_db(path)
     db.put(b"before", b"x")
     db.close()
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "_bulk_util.py"), "load", path, log, "local"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = spawn_slow_load(path, log)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (tmp_path / "reading").exists():

@@ -41,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from tools.common import spark_session_for
@@ -88,10 +89,11 @@ def write_log(log_dir: str, num: int, partitions: int, value_size: int, seed: in
     return time.perf_counter() - t0
 
 
-def _digest(db: Any) -> tuple[int, str]:
+def _digest(pairs: Iterable[tuple[bytes, bytes]]) -> tuple[int, str]:
+    """(count, blake2b digest) of (key, value) pairs in order: what each engine's load must agree on."""
     h = hashlib.blake2b(digest_size=16)
     n = 0
-    for k, v in db.scan():
+    for k, v in pairs:
         h.update(k)
         h.update(v)
         n += 1
@@ -113,7 +115,7 @@ def run_lsm(engine: str, path: str, log_dir: str, session: Any, tasks: int) -> d
         else:
             stats = db.ingest(log, name="bench", engine="spark", spark=session, tasks=tasks)
         seconds = time.perf_counter() - t0
-        keys, digest = _digest(db)
+        keys, digest = _digest(db.scan())
         return {
             "seconds": seconds,
             "records": stats.records,
@@ -154,12 +156,7 @@ def run_rocksdb(path: str, log_dir: str) -> dict[str, Any]:
     try:
         db.ingest_external_file([sst])
         t2 = time.perf_counter()
-        h = hashlib.blake2b(digest_size=16)
-        count = 0
-        for k, v in db.items():
-            h.update(k)
-            h.update(v)
-            count += 1
+        count, digest = _digest(db.items())
     finally:
         db.close()
     return {
@@ -168,7 +165,7 @@ def run_rocksdb(path: str, log_dir: str) -> dict[str, Any]:
         "write_ingest_seconds": t2 - t1,
         "records": n,
         "keys": count,
-        "digest": h.hexdigest(),
+        "digest": digest,
     }
 
 

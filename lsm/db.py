@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterator
 from compaction.filter import Entry
 from formats.manifest import Manifest
 from formats.row import MAX_KEY_LEN, check_key
+from lsm import history
 from lsm import wal as wal_files
 from lsm.clock import MonotonicClock
 from lsm.compactor import DbCompactor
@@ -224,8 +225,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         that takes "every seq up to N is final" (a change feed, a replica's frontier) must take N from
         here, not from `seq` (docs/reliability.md, "Which seqs are final")."""
         seq = self._seq  # read before the reservations: a reservation made in between is >= seq + 1
-        held = self._reserved
-        return min(seq, min(first for first, _ in held) - 1) if held else seq
+        return history.stable_seq(self._reserved, seq)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -18,7 +18,7 @@ compacted from such files) raise the floor to their max_seq.
 
 Which seqs are final: a bulk load (lsm.bulk) reserves a range of seqs, recorded in the manifest
 (`seq_reservations`), and commits them at its end, while later plain commits are durable at once. So
-the last durable seq is not a frontier: `stable_seq(m, last)` is, the largest seq below which every seq
+the last durable seq is not a frontier: `stable_seq(m.seq_reservations, last)` is, the largest seq below which every seq
 is committed or can never commit (docs/reliability.md). A committed load is ONE commit for readers of
 history, at its last seq (`Manifest.bulk_loads`): `HistoryView.commits` gives its rows that seq, and a
 view opened from a start inside a load reads the whole load.
@@ -30,6 +30,7 @@ returned.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from formats.manifest import Manifest
 from formats.row import RowFeature
@@ -68,7 +69,7 @@ class HistoryView:
         self.seqs = seqs
         self.floor = history_floor(manifest)
         self.last_seq = max([manifest.last_seq] + [rec.seq for rec in wal])
-        self.stable_seq = stable_seq(manifest, self.last_seq)
+        self.stable_seq = stable_seq(manifest.seq_reservations, self.last_seq)
 
     def versions(self, start: int, stop: int | None = None) -> list[tuple]:
         """Every stored version ``(key, seq, ts, expire_ts, value)`` with start <= seq < stop (stop None:
@@ -134,11 +135,11 @@ def history_floor(m: Manifest) -> int:
     return floor
 
 
-def stable_seq(m: Manifest, last_seq: int) -> int:
-    """The largest seq S of the database of manifest `m` (whose last durable seq is `last_seq`) such
-    that every seq <= S is committed or can never commit: a reserved range holds it below the range."""
-    held = m.seq_reservations
-    return min(last_seq, min(first for first, _ in held) - 1) if held else last_seq
+def stable_seq(held: Iterable[tuple[int, int]], last_seq: int) -> int:
+    """The largest seq S (of a database whose last durable seq is `last_seq`, with the seq ranges `held`
+    reserved by running bulk loads) such that every seq <= S is committed or can never commit: a
+    reserved range holds it below the range."""
+    return min([last_seq, *(first - 1 for first, _ in held)])
 
 
 def load_start(m: Manifest, seq: int) -> int:
@@ -236,7 +237,7 @@ class WalTail:
         """The last seq below which every seq is committed or can never commit (`stable_seq`): what a
         reader may treat as final."""
         top, man = self._read()
-        return stable_seq(man, top)
+        return stable_seq(man.seq_reservations, top)
 
     def _read(self) -> tuple[int, Manifest]:
         """(the last durable seq, the manifest it was read with)."""

@@ -128,6 +128,11 @@ class MonotonicClock:
         self._limit = min(host + self._skew, I64_MAX)  # type: ignore[operator]
         return host
 
+    def lower_to(self, ms: int) -> None:
+        """Make `ms` the last time used, even below the current one (a clock repair: DB.repair_clock)."""
+        with self._lock:
+            self.last = ms
+
     def drive(self, source: str) -> None:
         """From now on the clock is driven by the commits of source `source` (`tick_at`), until the handle
         closes: reads return the last source time and other writers' `tick` raises ClockError. A second

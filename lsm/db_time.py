@@ -174,15 +174,9 @@ class TimeMixin:
             self._check_fence()
             # from here on writes are stamped from `to` on; the rows still in the memtable go to L0 with
             # the rest of the future, which the compaction below moves back
-            clock = self._clock
-            with clock._lock:
-                clock.last = to
+            self._clock.lower_to(to)
             self._last_commit_ts = min(self._last_commit_ts, to)
-            tl = self._timeline
-            with tl._lock:
-                tl.tracker = clock_repair.clamp_tracker(tl.tracker, to // 1000)
-                tl.bins.reset()
-                tl.next_ms = 0
+            self._timeline.clamp(to // 1000)
             self._rotate_locked()
         self._wait_flushed()
         m = vs.manifest

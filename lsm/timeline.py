@@ -68,6 +68,16 @@ class Timeline:
         with self._lock:
             return {"seq_tracker": self.tracker.to_bytes(), "time_seq": self.bins.to_bytes()}
 
+    def clamp(self, to_s: int) -> None:
+        """After a clock repair to second `to_s`: the seq tracker forgets its pairs after it
+        (lsm.clock_repair.clamp_tracker) and every time bin goes."""
+        from lsm.clock_repair import clamp_tracker  # it builds on this module's neighbours
+
+        with self._lock:
+            self.tracker = clamp_tracker(self.tracker, to_s)
+            self.bins.reset()
+            self.next_ms = 0
+
     def reset_bins(self) -> None:
         """Forget every time bin (after a clock mishap); the seq tracker is kept."""
         with self._lock:

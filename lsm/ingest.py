@@ -288,11 +288,13 @@ def ingest(
             n_read = len(records)
             temp_ops: list[tuple[bytes, bytes | None]] = []
             try:
-                if any(c.has_tx for c in cursors_all) or txs.markers:
+                has_tx = any(c.has_tx for c in cursors_all)
+                if has_tx or txs.markers:  # a batch without transactional records only completes pending ones
                     for c in cursors_all:
                         c.has_tx = False
                     o = db.options
-                    tx_recs = split_tx(source, records, ttl_base, o.default_ttl, o.sst_format_version == 0)
+                    v0 = o.sst_format_version == 0
+                    tx_recs = split_tx(source, records, ttl_base, o.default_ttl, v0) if has_tx else []
                     outcome = txs.apply(tx_recs, tx_order)
                     records += emitted_records(outcome)
                     temp_ops = outcome.temp_ops

@@ -43,7 +43,7 @@ def _converted(it: Iterator[SourceRecord]) -> Iterator[tuple[list[tuple], bool]]
 class Cursor:
     """One partition being read in this call: records [start, stop), read a run at a time."""
 
-    __slots__ = ("partition", "pos", "stop", "_runs", "_run", "_i", "_simple", "has_tx", "blocked", "held", "marks")
+    __slots__ = ("partition", "pos", "stop", "_runs", "_run", "_i", "_simple", "has_tx", "held", "marks")
 
     def __init__(self, source: Source, partition: int, start: int, stop: int) -> None:
         self.partition = partition
@@ -56,7 +56,6 @@ class Cursor:
         self._i = 0
         self._simple = False
         self.has_tx = False  # a record with a tx was taken (the batch then sets them apart)
-        self.blocked = False  # an incomplete transaction ends the partition for this call
         self.held = False  # times="source": a record at or above this step's time waits for the next
         self.marks: Marks | None = None  # times="source": the partition's progress markers
 
@@ -128,7 +127,6 @@ class Cursor:
                 del out[cut:]  # inside an offset: the partition waits from its last cut
                 self._runs = None
                 self._run, self._i = [], 0
-                self.blocked = True
                 self.pos = pos
                 return
             append(rec)

@@ -167,9 +167,9 @@ def _chunk(a: Any, has_exp: Any, tomb: Any) -> tuple:
         exps = o.tolist()
     sizes = np.full(m, klen + vlen + 33, np.int64)
     if tomb is not None:
-        o = np.array(a["val"].tolist(), object) if vlen else np.full(m, b"", object)
-        o[tomb] = None
-        values: Any = o.tolist()
+        values: Any = a["val"].tolist() if vlen else [b""] * m
+        for i in np.flatnonzero(tomb).tolist():
+            values[i] = None
         sizes[tomb] -= vlen
     elif vlen:
         values = a["val"].copy()  # its own buffer: the round's array is not kept alive by the output

@@ -133,7 +133,7 @@ class _Progress:
         self._show(self.base_records + stats.records, self.base_batches + stats.batches, stats.frontier)
 
     def _show(self, records: int, batches: int, frontier_d: dict[int, int], force: bool = False) -> None:
-        frontier = " ".join(f"{p}:{o}" for p, o in sorted(frontier_d.items())) or "-"
+        frontier = render.frontier_text(frontier_d)
         if self.bar is not None:  # every batch: tqdm redraws at most every 0.1 s itself
             self.bar.set_postfix_str(
                 f"{render.plural(batches, 'batch', 'batches')}, frontier {frontier}", refresh=False
@@ -296,7 +296,7 @@ def _ingest(args: argparse.Namespace) -> int:
                     ("name", args.name),
                     ("records", summary["records"]),
                     ("batches", summary["batches"]),
-                    ("frontier", " ".join(f"{p}:{o}" for p, o in sorted(frontier.items())) or "-"),
+                    ("frontier", render.frontier_text(frontier)),
                     ("seq", seq),
                     ("seconds", f"{elapsed:.3f}"),
                     ("stopped by", "signal" if stop.is_set() else "end of log"),

@@ -72,7 +72,7 @@ def _binding_json(b: Any) -> dict[str, Any] | None:
 
 
 def cmd_remap(args: argparse.Namespace) -> int:
-    from tools.cmd_time import open_read_only
+    from tools.read_options import open_read_only
 
     lookup = args.as_of is not None or args.offset is not None
     if args.name is None and (lookup or args.limit is not None or args.partition is not None):

@@ -124,7 +124,7 @@ def _round_arg(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-open_read_only = read_options.open_read_only  # kept under this name for the commands that import it here
+open_read_only = read_options.open_read_only
 
 
 def _round(name: str) -> Any:
@@ -314,4 +314,4 @@ def cmd_changes(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["register", "open_read_only"]
+__all__ = ["register"]

@@ -98,7 +98,6 @@ class DbCompactor:
         # one job at a time (plan, run, commit); taken before the version set's commit and state locks,
         # never while holding the DB's write lock (docs/architecture.md, "Owners, callers and locks")
         self._lock = threading.Lock()
-        self._floor_moved = False  # a committed job advanced the history floor: tell the DB after the job
         self.background: BackgroundCompactor | None = None
         if o.background_compaction:
             self.background = BackgroundCompactor(self.step, self.policy.poll_seconds())
@@ -131,7 +130,7 @@ class DbCompactor:
             if plan is None:
                 return False
             self._run(plan, None, background=True, planned=time.perf_counter() - t0)
-        self._after_jobs()
+        self._after_jobs(m.history_floor)
         return True
 
     def compact(
@@ -145,6 +144,7 @@ class DbCompactor:
         if not full:
             self.db.flush_if_idle()
         with self._lock:
+            floor = self.versions.manifest.history_floor
             if full:
                 t0 = time.perf_counter()
                 m = self.versions.manifest
@@ -159,14 +159,14 @@ class DbCompactor:
                     if plan is None:
                         break
                     total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
-        self._after_jobs()
+        self._after_jobs(floor)
         return total
 
-    def _after_jobs(self) -> None:
+    def _after_jobs(self, floor: int) -> None:
         """After the job lock is released (the DB's hook commits rows and takes other locks): tell the DB
-        when a job advanced the history floor, so its remaps compact whenever its data does."""
-        if self._floor_moved:
-            self._floor_moved = False
+        when the history floor rose past `floor` (its value before the jobs: a merge or a drop raised
+        it), so its remaps compact whenever its data does."""
+        if self.versions.manifest.history_floor > floor:
             self.db.history_advanced()
 
     def _expired_before(self, tick: int) -> int:
@@ -281,8 +281,6 @@ class DbCompactor:
             # them, and the next open decides
             vs.discard_outputs(outputs, e)
             raise
-        if stats.history_floor > m.history_floor:
-            self._floor_moved = True
         vs.retire_files(input_names)
         self.distinct_keys.forget(input_names)
         stats.commit_seconds = time.perf_counter() - t2

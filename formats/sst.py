@@ -48,7 +48,7 @@ from typing import Any
 import msgpack
 import xxhash
 
-from formats import bloom, fileio
+from formats import bloom
 from formats.errors import FormatVersionError
 from formats.row import (
     FORMAT_V0,
@@ -83,6 +83,7 @@ from formats.sst_layout import (
     _seal,
 )
 from formats.sst_reader import ROW_INDEX_BYTES, SstReader
+from formats.storage import storage_for
 
 # the row layouts this engine writes (flags, ts, [expire_ts,] seq): `BlockEncoder.encode_fast` packs them
 _FAST_LAYOUTS = (features_for(False), features_for(True))
@@ -395,21 +396,9 @@ class SstWriter:
         footer = body + U32.pack(xxhash.xxh32_intdigest(body))
         chunks += (index, filt, meta, footer)
         file_size = meta_offset + len(meta) + len(footer)
-        # through formats.fileio: every byte or an error naming the file, and tests can inject faults
-        fd = fileio.create(self.path, os.O_WRONLY | os.O_TRUNC)
-        try:
-            try:
-                fileio.write(fd, b"".join(chunks), self.path)
-                if self.sync:
-                    fileio.fsync(fd, self.path)
-            finally:
-                os.close(fd)
-        except BaseException:
-            try:  # a partial SST is never left behind under a name someone might read
-                fileio.unlink(self.path)
-            except OSError:
-                pass
-            raise
+        # through the storage seam (a local file via formats.fileio, or one object): every byte or an
+        # error naming the file, tests can inject faults, and a partial SST is never left behind
+        storage_for(self.path).write_file(self.path, (b"".join(chunks),), sync=self.sync)
         self.rows = []
         self._cols = None
         return dataclasses.replace(info, file_size=file_size)

@@ -360,11 +360,10 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         if now is None:
             now = self._clock.read()
         vs = self._vs
-        with vs.lock:
-            st = vs.state
-            if max_seq is None:
-                max_seq = self._seq  # read with the state, see _get_entry
-            vs.iter_gens[st.gen] += 1
+        if max_seq is None:
+            st, max_seq = vs.pin_with(lambda: self._seq)  # the seq read with the state, see _get_entry
+        else:
+            st = vs.pin()
         it = scan_state(st, vs.unpin, start, end, reverse, max_seq, include_expired, now, entries, ranges)
         next(it)  # run it to its first yield, inside the try: dropped unread, it still unpins st.gen
         return it

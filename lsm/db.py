@@ -185,7 +185,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
 
     def _replay_wal(self, man: Manifest) -> tuple[Memtable, int, int]:
         """Replay unflushed WAL records into a memtable; return it, the newest ts seen, and the last segment."""
-        segments = [(i, p) for i, p in wal_files.list_segments(self._wal_dir) if i >= man.wal_replay_from]
+        segments = wal_files.live_segments(self._wal_dir, man.wal_replay_from)
         last_seg = segments[-1][0] if segments else man.wal_replay_from - 1
         mem = Memtable(last_seg)
         max_ts = 0

@@ -190,7 +190,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
 
     def _replay_wal(self, man: Manifest) -> tuple[Memtable, int, int]:
         """Replay unflushed WAL records into a memtable; return it, the newest ts seen, and the last segment."""
-        segments = [(i, p) for i, p in wal_files.list_segments(self._wal_dir) if i >= man.wal_replay_from]
+        segments = wal_files.live_segments(self._wal_dir, man.wal_replay_from)
         if self._objects and not self.read_only:
             segments = self._claim_wal(man, segments)  # fences the writer before us (lsm.wal_object)
         last_seg = segments[-1][0] if segments else man.wal_replay_from - 1
@@ -223,7 +223,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
                 ObjectWal(self._wal_dir, nxt, self.options.wal_flush_interval_ms, self.options.wal_flush_bytes,
                           claim=True)
             except FileExistsError:
-                segments = [(i, p) for i, p in wal_files.list_segments(self._wal_dir) if i >= man.wal_replay_from]
+                segments = wal_files.live_segments(self._wal_dir, man.wal_replay_from)
                 continue
             return [*segments, (nxt, wal_files.segment_path(self._wal_dir, nxt))]
 
@@ -395,11 +395,10 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         if now is None:
             now = self._clock.read()
         vs = self._vs
-        with vs.lock:
-            st = vs.state
-            if max_seq is None:
-                max_seq = self._seq  # read with the state, see _get_entry
-            vs.iter_gens[st.gen] += 1
+        if max_seq is None:
+            st, max_seq = vs.pin_with(lambda: self._seq)  # the seq read with the state, see _get_entry
+        else:
+            st = vs.pin()
         it = scan_state(st, vs.unpin, start, end, reverse, max_seq, include_expired, now, entries, ranges)
         next(it)  # run it to its first yield, inside the try: dropped unread, it still unpins st.gen
         return it

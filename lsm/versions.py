@@ -35,7 +35,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from compaction.merge import OutputSpec
 from formats.manifest import Manifest, SortedRun, SstEntry
@@ -50,6 +50,8 @@ from lsm.options import DbOptions
 
 if TYPE_CHECKING:
     from lsm.memtable import Memtable
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,13 +299,20 @@ class VersionSet:
 
     def pin(self) -> State:
         """The current state, pinned: its files are not deleted until `unpin(state.gen)`."""
+        return self.pin_with(lambda: None)[0]
+
+    def pin_with(self, read: Callable[[], T]) -> tuple[State, T]:
+        """`pin`, and `read()` called under the state lock with it: a value the DB changes under that
+        lock (its last seq, its stable seq) is then the one that goes with the pinned state. A `read`
+        that raises leaves nothing pinned."""
         with self.lock:
             st = self.state
+            value = read()
             self.iter_gens[st.gen] += 1
-        return st
+        return st, value
 
     def unpin(self, gen: int) -> None:
-        """Release a pin taken by `pin` (or under `lock`), then delete what no pin needs any more."""
+        """Release a pin taken by `pin` or `pin_with`, then delete what no pin needs any more."""
         with self.lock:
             self.iter_gens[gen] -= 1
             if self.iter_gens[gen] <= 0:

@@ -42,6 +42,13 @@ def list_segments(wal_dir: str) -> list[tuple[int, str]]:
     return numbered_files(wal_dir, SUFFIX)
 
 
+def live_segments(wal_dir: str, replay_from: int) -> list[tuple[int, str]]:
+    """(segment id, path) of the WAL segments in `wal_dir` that are not yet flushed: those with id >=
+    `replay_from` (a manifest's ``wal_replay_from``), ascending. Older segments may still lie there
+    until the flush that covered them deletes them; nothing reads them."""
+    return [(i, p) for i, p in list_segments(wal_dir) if i >= replay_from]
+
+
 def read_segment(
     path: str, drop_corrupted_tail: bool = False, exclusive: bool = False
 ) -> tuple[list[WalRecord], int | None]:

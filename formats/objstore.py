@@ -31,7 +31,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 
 from formats.fileio import FileOpError
-from formats.storage import STAT_KEYS, URL_MARK, PublishUnknownError, Storage
+from formats.storage import PUT_DIRS, STAT_KEYS, URL_MARK, PublishUnknownError, Storage
 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
 MULTIPART_MIN = 16 << 20
@@ -119,12 +119,17 @@ class ObjectStorage(Storage):
             raise ValueError(f"{path!r} is not in {self._bucket_url}")
         return path[len(self._bucket_url) :].lstrip("/")
 
-    def count(self, kind: str, nbytes: int = 0) -> None:
-        """Count one request of `kind` (put, get, list, delete, head) moving `nbytes`."""
+    def count(self, kind: str, nbytes: int = 0, path: str = "") -> None:
+        """Count one request of `kind` (put, get, list, delete, head) moving `nbytes` (a PUT also by the
+        directory of `path`: wal, sst, manifest)."""
         with self._lock:
             self._stats[kind] += 1
             if nbytes and kind in ("put", "get"):
                 self._stats[kind + "_bytes"] += nbytes
+            if kind == "put" and path:
+                d = os.path.basename(os.path.dirname(path))
+                if d in PUT_DIRS:
+                    self._stats["put_" + d] += 1
 
     def stats(self) -> dict[str, int]:
         with self._lock:
@@ -220,9 +225,9 @@ class ObjectStorage(Storage):
         try:
             obstore.put(self.store, self.key(path), data, use_multipart=multipart, chunk_size=MULTIPART_CHUNK)
         except Exception as e:
-            self.count("put")
+            self.count("put", 0, path)
             raise self._error("put", path, e) from None
-        self.count("put", len(data))
+        self.count("put", len(data), path)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         data = bytes(data)
@@ -230,7 +235,7 @@ class ObjectStorage(Storage):
         try:
             obstore.put(self.store, key, data, mode="create")
         except (AlreadyExistsError, PreconditionError):
-            self.count("put")
+            self.count("put", 0, path)
             # ours, if an earlier attempt of this PUT landed and only its response was lost
             try:
                 theirs = self.read(path)
@@ -238,9 +243,9 @@ class ObjectStorage(Storage):
                 raise PublishUnknownError(e) from e
             return theirs == data
         except Exception as e:
-            self.count("put")
+            self.count("put", 0, path)
             raise PublishUnknownError(self._error("put", path, e)) from None
-        self.count("put", len(data))
+        self.count("put", len(data), path)
         return True
 
     def delete(self, path: str) -> None:

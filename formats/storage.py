@@ -110,7 +110,9 @@ class Storage:
         """Zero the request counters."""
 
 
-STAT_KEYS = ("put", "get", "list", "delete", "head", "put_bytes", "get_bytes")
+# requests by kind, bytes moved, and the PUTs by the directory they wrote to (WAL objects, SSTs, manifests)
+STAT_KEYS = ("put", "get", "list", "delete", "head", "put_bytes", "get_bytes", "put_wal", "put_sst", "put_manifest")
+PUT_DIRS = ("wal", "sst", "manifest")
 
 
 class PublishUnknownError(Exception):

@@ -36,6 +36,8 @@ from formats.storage import PUT_DIRS, STAT_KEYS, URL_MARK, PublishUnknownError, 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
 MULTIPART_MIN = 16 << 20
 MULTIPART_CHUNK = 8 << 20
+# a sequential reader (a compaction's input) fetches this much per GET: few requests, bounded memory
+READAHEAD = 1 << 20
 # an SST's open reads its tail (footer, metadata, and usually its index and bloom filter) with one GET
 TAIL_BYTES = 256 << 10
 # retries of transient failures; `object_store_options` may set "max_retries" and "retry_timeout_ms"
@@ -191,8 +193,8 @@ class ObjectStorage(Storage):
             return False
         return True
 
-    def open_map(self, path: str) -> RangeFile:
-        return RangeFile(self, path)
+    def open_map(self, path: str, sequential: bool = False) -> RangeFile:
+        return RangeFile(self, path, READAHEAD if sequential else 0)
 
     def list_names(self, directory: str) -> list[str]:
         return list(self.list_mtimes(directory))
@@ -269,11 +271,16 @@ class RangeFile:
     The first access fetches the object's tail (`TAIL_BYTES`: footer, metadata, and for most SSTs the
     index and bloom filter) with one GET; `prefetch(start)` widens the cached tail back to `start`, so
     opening an SST costs one or two GETs. A slice outside the cached tail is one ranged GET (the block
-    cache above keeps what is read)."""
+    cache above keeps what is read). With `readahead` (a sequential reader: a compaction's input) a slice
+    outside the tail fetches a window of that many bytes from its start instead, and the next slices are
+    served from the window: a whole SST in one or a few GETs, and at most one window held."""
 
-    def __init__(self, storage: ObjectStorage, path: str) -> None:
+    def __init__(self, storage: ObjectStorage, path: str, readahead: int = 0) -> None:
         self.storage = storage
         self.path = path
+        self.readahead = readahead
+        self._win_at = 0
+        self._win = b""
         self._size, tail = storage.read_tail(path, TAIL_BYTES)
         self._tail_at = self._size - len(tail)
         self._tail = tail
@@ -296,8 +303,15 @@ class RangeFile:
             return b""
         if start >= self._tail_at:
             return self._tail[start - self._tail_at : stop - self._tail_at]
-        return self.storage.read_range(self.path, start, stop)
+        if not self.readahead:
+            return self.storage.read_range(self.path, start, stop)
+        w = self._win_at
+        if not (w <= start and stop <= w + len(self._win)):
+            end = min(self._size, max(stop, start + self.readahead))
+            self._win, self._win_at = self.storage.read_range(self.path, start, end), start
+            w = start
+        return self._win[start - w : stop - w]
 
     def close(self) -> None:
-        """Drop the cached tail."""
-        self._tail = b""
+        """Drop the cached tail and window."""
+        self._tail = self._win = b""

@@ -68,13 +68,14 @@ class SstReader:
         cache: BlockCache | None = None,
         cache_id: Any = None,
         verify_checksums: bool = True,
+        sequential: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         self.cache = cache
         self.cache_id = cache_id if cache_id is not None else self.path
         self.verify_checksums = verify_checksums
         try:  # an mmap of a local file, or ranged GETs of an object (formats.storage)
-            self._map = storage_for(self.path).open_map(self.path)
+            self._map = storage_for(self.path).open_map(self.path, sequential)
         except ValueError:
             raise ValueError(f"{self.path}: not a regular file, so not an SST") from None
         size = len(self._map)

@@ -53,9 +53,10 @@ class Storage:
         """The file's length in bytes (FileNotFoundError if there is none)."""
         raise NotImplementedError
 
-    def open_map(self, path: str) -> Any:
+    def open_map(self, path: str, sequential: bool = False) -> Any:
         """A read-only, sliceable view of the whole file: ``len(m)``, ``m[a:b]`` and ``m.close()``
-        (an mmap locally; ranged GETs with a cached tail on an object store)."""
+        (an mmap locally; ranged GETs with a cached tail on an object store, in large windows when the
+        reader says it reads front to back: `sequential`)."""
         raise NotImplementedError
 
     def list_names(self, directory: str) -> list[str]:
@@ -144,7 +145,7 @@ class LocalStorage(Storage):
     def size(self, path: str) -> int:
         return os.stat(path).st_size
 
-    def open_map(self, path: str) -> Any:
+    def open_map(self, path: str, sequential: bool = False) -> Any:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang the open
         try:
             st = os.fstat(fd)

@@ -134,10 +134,12 @@ class ObjectStorage(Storage):
                     self._stats["put_" + d] += 1
 
     def stats(self) -> dict[str, int]:
+        """Requests and bytes counted since creation or `reset_stats`."""
         with self._lock:
             return dict(self._stats)
 
     def reset_stats(self) -> None:
+        """Zero the counters."""
         with self._lock:
             self._stats = dict.fromkeys(STAT_KEYS, 0)
 
@@ -148,6 +150,7 @@ class ObjectStorage(Storage):
 
     # -- reads ---------------------------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
+        """The whole object: one GET."""
         try:
             data = bytes(obstore.get(self.store, self.key(path)).bytes())
         except Exception as e:
@@ -157,6 +160,7 @@ class ObjectStorage(Storage):
         return data
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the object: one ranged GET."""
         if end <= start:
             return b""
         try:
@@ -180,6 +184,7 @@ class ObjectStorage(Storage):
         return size, data
 
     def size(self, path: str) -> int:
+        """The object's size: one HEAD."""
         self.count("head")
         try:
             return obstore.head(self.store, self.key(path))["size"]
@@ -187,6 +192,7 @@ class ObjectStorage(Storage):
             raise self._error("head", path, e) from None
 
     def exists(self, path: str) -> bool:
+        """Whether the object exists: one HEAD."""
         try:
             self.size(path)
         except FileNotFoundError:
@@ -194,12 +200,15 @@ class ObjectStorage(Storage):
         return True
 
     def open_map(self, path: str, sequential: bool = False) -> RangeFile:
+        """A `RangeFile` over the object (its tail fetched now)."""
         return RangeFile(self, path, READAHEAD if sequential else 0)
 
     def list_names(self, directory: str) -> list[str]:
+        """Names of the objects directly under `directory`: LIST requests by prefix."""
         return list(self.list_mtimes(directory))
 
     def list_mtimes(self, directory: str) -> dict[str, float]:
+        """name -> last-modified time of the objects directly under `directory` (one LIST per page of 1000)."""
         prefix = self.key(directory).rstrip("/") + "/"
         out: dict[str, float] = {}
         try:
@@ -216,6 +225,7 @@ class ObjectStorage(Storage):
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
+        """One PUT of the joined `chunks` (multipart above `MULTIPART_MIN`); durable when it returns."""
         # an object is durable when its PUT returns, so `sync` changes nothing here
         if exclusive:
             data = b"".join(chunks)
@@ -232,6 +242,7 @@ class ObjectStorage(Storage):
         self.count("put", len(data), path)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
+        """One PUT with If-None-Match (module docstring: a lost response is recognised by reading back)."""
         data = bytes(data)
         key = self.key(path)
         try:
@@ -251,6 +262,7 @@ class ObjectStorage(Storage):
         return True
 
     def delete(self, path: str) -> None:
+        """One DELETE; an object already gone is fine."""
         self.count("delete")
         try:
             obstore.delete(self.store, self.key(path))

@@ -135,17 +135,21 @@ class LocalStorage(Storage):
     local = True
 
     def read(self, path: str) -> bytes:
+        """The whole file."""
         with open(path, "rb") as f:
             return f.read()
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the file (one pread)."""
         with open(path, "rb") as f:
             return os.pread(f.fileno(), end - start, start)
 
     def size(self, path: str) -> int:
+        """The file's size (stat)."""
         return os.stat(path).st_size
 
     def open_map(self, path: str, sequential: bool = False) -> Any:
+        """A read-only mmap of the file (b"" for an empty one); ValueError if it is not a regular file."""
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang the open
         try:
             st = os.fstat(fd)
@@ -158,12 +162,14 @@ class LocalStorage(Storage):
             os.close(fd)
 
     def list_names(self, directory: str) -> list[str]:
+        """os.listdir, or [] when the directory does not exist."""
         try:
             return os.listdir(directory)
         except (FileNotFoundError, NotADirectoryError):
             return []
 
     def list_mtimes(self, directory: str) -> dict[str, float]:
+        """name -> st_mtime of the files in `directory`."""
         out = {}
         for name in self.list_names(directory):
             try:
@@ -173,6 +179,7 @@ class LocalStorage(Storage):
         return out
 
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
+        """Create (O_EXCL if `exclusive`, else O_TRUNC), write every chunk, fsync if `sync`; a failure removes the file."""
         flags = os.O_WRONLY | (os.O_EXCL if exclusive else os.O_TRUNC)
         fd = fileio.create(path, flags)
         try:
@@ -190,6 +197,7 @@ class LocalStorage(Storage):
             raise
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Temporary file, fsync, hard link to `path` (fails if it exists), directory fsync."""
         # written to a temporary file, fsynced, then hard-linked to its name: the link fails if the
         # name exists, so a file is never seen half-written and two writers never both create it
         directory = os.path.dirname(path)
@@ -222,15 +230,19 @@ class LocalStorage(Storage):
         return True
 
     def delete(self, path: str) -> None:
+        """Unlink through formats.fileio; a missing file is fine."""
         fileio.unlink(path)
 
     def exists(self, path: str) -> bool:
+        """os.path.exists."""
         return os.path.exists(path)
 
     def makedirs(self, directory: str) -> None:
+        """os.makedirs(exist_ok=True)."""
         os.makedirs(directory, exist_ok=True)
 
     def fsync_dir(self, directory: str) -> None:
+        """fsync the directory through formats.fileio."""
         fileio.fsync_dir(directory)
 
 

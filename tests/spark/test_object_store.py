@@ -10,6 +10,7 @@ description, nor in the error of a failed job."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import uuid
@@ -23,7 +24,9 @@ from compaction.spark import SparkJobError
 from formats.storage import key_of, storage_for
 from lsm.sources import PartitionedLog
 from tests.lsm._bulk_util import contents, open_db, write_log
-from tests.spark._util import RewriteFactory, build_db, stored_runs, task_marks, visible
+from tests.spark._util import RewriteFactory, build_db, manifest_files, stored_runs, task_marks, visible
+from tests.spark.test_cli import make_db, read_back
+from tools import spark_compact
 
 # what the executors' environment says while the jobs run: nothing there reaches the test server
 DEAD_ENV = {
@@ -215,3 +218,20 @@ def test_a_failed_job_names_no_secret(spark, s3_server, monkeypatch) -> None:
     assert "Spark compaction job failed" in str(err.value)
     assert secret not in text
     assert secret not in spark_texts(spark.sparkContext)
+
+
+def test_spark_submit_script_takes_a_url(spark, s3_server, capsys) -> None:
+    """tools/spark_compact.py on ``s3://...``: the driver and the executors each find the server in their
+    own environment (spark-submit's ``--conf spark.executorEnv.AWS_...``)."""
+    url = s3_server.new_url()
+    expect = make_db(url)
+    with executor_env(spark.sparkContext, s3_server.env):
+        assert spark_compact.main([url, "--tasks", "2", "--json"], session=spark) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["path"], r["engine"], r["tasks"], r["jobs"]) == (url, "spark", 2, 1)
+    got, db = read_back(url)
+    try:
+        assert got == expect
+        assert task_marks(manifest_files(db)) == {0, 1}
+    finally:
+        db.close()

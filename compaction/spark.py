@@ -8,9 +8,9 @@ Driver:
   2. ``sc.parallelize(range(K), K).map(task)`` runs one task per range. The job (with its filter
      factories) travels in the task closure, pickled by cloudpickle; user filters must be picklable
      (define them at module level), checked up front with a clear error.
-  3. Each task opens the input SSTs by path, reads only its range, runs the same
+  3. Each task opens the input SSTs by path or URL, reads only its range, runs the same
      `compaction.merge.run_job` with the same filters, writes its outputs into the database's ``sst/``
-     directory under names unique to the attempt (``<job prefix>-t<task>-<random>-<n>.sst``), and
+     (a directory or an object-store prefix) under names unique to the attempt (``<job prefix>-t<task>-<random>-<n>.sst``), and
      returns their SsTableInfo (metadata only).
   4. The driver checks every output lies in its task's range and that together they are sorted and
      non-overlapping, and returns them; the DB then commits one manifest edit under its epochs.

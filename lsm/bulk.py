@@ -18,6 +18,8 @@ Driver, in order:
    clock at the reservation. Seqs are a function of the plan, so a retried task writes the same rows.
 4. The tasks (lsm.bulk_task), on Spark executors or in threads of this process: each reads its slice from
    the files, resolves it and writes sorted SSTs under attempt-unique names, returning metadata only.
+   On an object-store database they write by URL, with the store registered on the executor from the
+   task closure (`compaction.spark.executor_stores`): the executors share no directory with the driver.
 5. Transactions. The tasks do not write records that carry a ``tx``; they return them, and the driver
    passes them, in (partition, offset) order, through the source's transactions exactly as streaming
    ingest does with one batch (lsm.ingest_tx): what completes is written at the binding's seq, what

@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from formats import fileio
 from formats.sst import SsTableInfo, SstWriter
 from formats.sst_blocks import is_value_array, value_list
+from formats.storage import storage_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,8 +230,9 @@ class SstOutput:
     def remove_outputs(self) -> None:
         """Delete files this output wrote (after a failure): nothing partial is left behind."""
         for name, _ in self.outputs:
+            path = os.path.join(self.spec.directory, name)
             try:
-                fileio.unlink(os.path.join(self.spec.directory, name))
+                storage_for(path).delete(path)  # a file, or an object (an object-store database)
             except OSError:
                 pass  # unreferenced: garbage collection removes it later
         self.outputs = []

@@ -8,12 +8,22 @@ Driver:
   2. ``sc.parallelize(range(K), K).map(task)`` runs one task per range. The job (with its filter
      factories) travels in the task closure, pickled by cloudpickle; user filters must be picklable
      (define them at module level), checked up front with a clear error.
-  3. Each task opens the input SSTs by path, reads only its range, runs the same
+  3. Each task opens the input SSTs by path or URL, reads only its range, runs the same
      `compaction.merge.run_job` with the same filters, writes its outputs into the database's ``sst/``
-     directory under names unique to the attempt (``<job prefix>-t<task>-<random>-<n>.sst``), and
+     (a directory or an object-store prefix) under names unique to the attempt (``<job prefix>-t<task>-<random>-<n>.sst``), and
      returns their SsTableInfo (metadata only).
   4. The driver checks every output lies in its task's range and that together they are sorted and
      non-overlapping, and returns them; the DB then commits one manifest edit under its epochs.
+
+Where the files are: a local database must be the same directory on the driver and on every executor
+(a shared mount). An object-store database (``s3://bucket/prefix``) needs nothing shared: the tasks read
+their inputs and write their outputs by URL through `formats.storage`, only metadata comes back, and the
+driver commits the manifest. The database's store is shipped in the task closure as (root, options)
+(`executor_stores`) and registered on the executor before the task touches a URL, so
+``DbOptions.object_store_options`` (credentials included) reach the executors without appearing in a job
+description, a log line or an error message; without options the executors take the standard AWS
+variables of their own environment (``spark.executorEnv.AWS_*``, or an instance role). A ``memory://``
+database lives in the driver's process only: `SparkStoreError` before any Spark work.
 
 Failures: a failed attempt removes what it wrote; if it could not (a killed executor), its files carry
 a name nobody references and `gc` removes them later. A retried attempt writes new names, so a
@@ -40,7 +50,8 @@ from typing import Any
 
 from compaction.merge import CompactionJob, CompactionStats, MergeResult, run_job
 from compaction.spark_runtime import require_spark
-from formats.errors import LsmError
+from formats import storage
+from formats.errors import LsmError, SparkStoreError
 from formats.sst import SsTableInfo, SstReader
 
 _session_lock = threading.Lock()
@@ -168,8 +179,37 @@ def plan_ranges(job: CompactionJob, k: int) -> list[tuple[bytes | None, bytes | 
     return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
 
-def _run_task(job: CompactionJob, index: int, start: bytes | None, end: bytes | None) -> dict:
+def executor_stores(paths: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(root, options) of the object stores holding `paths`, for the tasks to register on their executor
+    (`on_executor`): only those stores, not every one this driver knows. Empty for local paths.
+
+    SparkStoreError if a path is in a store other processes cannot see (``memory://``)."""
+    roots = set()
+    for p in paths:
+        st = storage.storage_for(p)  # registers the bucket of a URL no database registered
+        if not st.shared:
+            raise SparkStoreError(
+                f"{p}: a memory:// database lives in this process only and Spark's executors are other "
+                "processes: run this job with the local engine, or keep the database on an object store "
+                "(s3://...) or a directory every executor mounts"
+            )
+        if not st.local:
+            roots.add(st.root)
+    return [(root, options) for root, options in storage.registered() if root in roots]
+
+
+def on_executor(stores: list[tuple[str, dict[str, Any]]]) -> None:
+    """Executor side, before a task touches a URL: register the driver's object stores with their options
+    (a reused Python worker keeps them; `formats.storage.install` replaces one whose options changed)."""
+    if stores:
+        storage.install(stores)
+
+
+def _run_task(
+    job: CompactionJob, index: int, start: bytes | None, end: bytes | None, stores: list[tuple[str, dict[str, Any]]]
+) -> dict:
     """Executor side: merge one key range into uniquely named SSTs; return metadata only."""
+    on_executor(stores)
     prefix = f"{job.output.prefix}-t{index:04d}-{uuid.uuid4().hex[:8]}"
     task_job = dataclasses.replace(job, start=start, end=end, output=dataclasses.replace(job.output, prefix=prefix))
     result = run_job(task_job)
@@ -228,6 +268,8 @@ class SparkExecutor:
     def __call__(self, job: CompactionJob) -> MergeResult:
         """Plan, run the Spark job, check its outputs; return them with the summed stats (no commit)."""
         t0 = time.perf_counter()
+        # a memory:// store: say so before anything else (Spark could not help even once it started)
+        stores = executor_stores([job.output.directory, *(p for paths in job.sources for p in paths)])
         if self.session is None:
             require_spark()  # no pyspark or no Java: say what to install before the other checks
         ensure_picklable(job)
@@ -238,11 +280,11 @@ class SparkExecutor:
         ranges = plan_ranges(job, k)
         t_job = time.perf_counter()
         self.last_ranges = ranges
-        os.makedirs(job.output.directory, exist_ok=True)
+        storage.storage_for(job.output.directory).makedirs(job.output.directory)
 
         def task(i: int) -> dict:
             start, end = ranges[i]
-            return _run_task(job, i, start, end)
+            return _run_task(job, i, start, end, stores)
 
         sc.setJobDescription(f"lsm compaction: {len(job.inputs)} SSTs, {len(ranges)} ranges")
         try:
@@ -289,10 +331,7 @@ def _short(e: BaseException) -> str:
 
 
 def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    storage.storage_for(path).delete(path)  # one already gone is fine
 
 
 __all__ = [
@@ -302,8 +341,10 @@ __all__ = [
     "TaskReport",
     "add_job_listener",
     "check_outputs",
+    "executor_stores",
     "get_session",
     "observe_jobs",
+    "on_executor",
     "plan_ranges",
     "remove_job_listener",
 ]

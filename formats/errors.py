@@ -42,3 +42,9 @@ class SparkUnavailableError(LsmError):
     """Spark cannot start here: pyspark is not installed, or no Java 17+ for its driver JVM was found.
 
     Raised before any JVM is started (`compaction.spark_runtime`); the message says what to install."""
+
+
+class SparkStoreError(LsmError):
+    """Spark cannot run a job for this database: its store lives in the driver's process only (a
+    ``memory://`` URL), and Spark's executors are other processes. Raised before any Spark work starts;
+    nothing changed."""

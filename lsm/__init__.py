@@ -31,6 +31,7 @@ from lsm.errors import (
     RetentionError,
     SourceError,
     SourceRegressedError,
+    SparkStoreError,
     SparkUnavailableError,
     UnknownSourceError,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "SourceError",
     "SourceRegressedError",
     "SparkJobError",
+    "SparkStoreError",
     "SparkUnavailableError",
     "SystemClock",
     "WriteBatch",

@@ -18,6 +18,8 @@ Driver, in order:
    clock at the reservation. Seqs are a function of the plan, so a retried task writes the same rows.
 4. The tasks (lsm.bulk_task), on Spark executors or in threads of this process: each reads its slice from
    the files, resolves it and writes sorted SSTs under attempt-unique names, returning metadata only.
+   On an object-store database they write by URL, with the store registered on the executor from the
+   task closure (`compaction.spark.executor_stores`): the executors share no directory with the driver.
 5. Transactions. The tasks do not write records that carry a ``tx``; they return them, and the driver
    passes them, in (partition, offset) order, through the source's transactions exactly as streaming
    ingest does with one batch (lsm.ingest_tx): what completes is written at the binding's seq, what
@@ -167,9 +169,22 @@ def local_runner(workers: int | None) -> Runner:
     return run
 
 
-def spark_runner(session: Any, master: str | None) -> Runner:
-    """Runs tasks as one Spark job, one Spark task per bulk task (see compaction.spark for the session)."""
+def spark_task(task: BulkTask, stores: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Executor side: register the database's object store (`compaction.spark.on_executor`), run the task."""
+    from compaction.spark import on_executor
+
+    on_executor(stores)
+    return run_task(task)
+
+
+def spark_runner(session: Any, master: str | None, stores: list[tuple[str, dict[str, Any]]] | None = None) -> Runner:
+    """Runs tasks as one Spark job, one Spark task per bulk task (see compaction.spark for the session).
+
+    `stores`: the database's object store as `compaction.spark.executor_stores` gives it, shipped in the
+    task closure (never in the job description) and registered on each executor before its task."""
     from compaction.spark import SparkJobError, _short, get_session
+
+    shipped_stores = list(stores or ())
 
     def run(tasks: list[BulkTask]) -> list[dict]:
         s = session if session is not None else get_session(master or "local[*]")
@@ -179,7 +194,7 @@ def spark_runner(session: Any, master: str | None) -> Runner:
         try:
             return (
                 sc.parallelize(range(len(shipped)), len(shipped))
-                .map(lambda i: run_task(shipped[i]))
+                .map(lambda i: spark_task(shipped[i], shipped_stores))
                 .collect()
             )
         except Exception as e:
@@ -246,12 +261,17 @@ def bulk_ingest(
     if engine == "local" and (spark is not None or master is not None):
         raise ValueError("spark= and master= apply to engine='spark' only")
     if engine == "spark":
-        # like compaction: the given session, else DbOptions.spark_session, else one for the master
+        from compaction.spark import executor_stores
+
+        # the tasks write into the database's sst/ by path or URL (SparkStoreError for memory://, before
+        # any Spark work); like compaction: the given session, else DbOptions.spark_session, else one
+        # for the master
+        stores = executor_stores([db.path])
         o = db.options
         if spark is None and master is None:
             spark, master = o.spark_session, o.spark_master
         tasks = tasks if tasks is not None else o.spark_tasks
-        runner = spark_runner(spark, master)
+        runner = spark_runner(spark, master, stores)
         if tasks is None:
             from compaction.spark import get_session
 

@@ -1,8 +1,9 @@
 """Every error the engine raises on purpose is an `LsmError`.
 
 The codec errors (`CorruptionError`, `FormatVersionError`), `CompactionError` (raised by
-`compaction.scheduler.apply_plan`) and `SparkUnavailableError` (raised by `compaction.spark` before it
-starts a JVM) are defined in `formats.errors`, the lowest package, and re-exported here so callers need one import.
+`compaction.scheduler.apply_plan`), `SparkUnavailableError` and `SparkStoreError` (raised by
+`compaction.spark` before it starts a JVM or a job) are defined in `formats.errors`, the lowest package, and
+re-exported here so callers need one import.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from formats.errors import (
     CorruptionError,
     FormatVersionError,
     LsmError,
+    SparkStoreError,
     SparkUnavailableError,
 )
 
@@ -32,6 +34,7 @@ __all__ = [
     "HistoryUnavailableError",
     "UnknownSourceError",
     "DbFailedError",
+    "SparkStoreError",
     "SparkUnavailableError",
 ]
 

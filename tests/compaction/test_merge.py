@@ -454,3 +454,23 @@ def test_failing_factory_leaves_no_output_files(tmp_path):
     with pytest.raises(_Boom):
         run_job(job)
     assert os.listdir(job.output.directory) == []
+
+
+def test_a_failed_output_on_an_object_store_leaves_no_object():
+    # a Spark task or a bulk-load task writing into an s3:// database removes its objects on failure
+    # (memory:// here: the same ObjectStorage code, no server)
+    from formats.storage import storage_for
+
+    directory = f"memory://output-{os.getpid()}-{id(object())}/db/sst"
+
+    def rows_then_boom():
+        yield from ((b"k%04d" % i, 10_000 - i, 5, None, b"z" * 60) for i in range(200))
+        raise _Boom("late")
+
+    out = SstOutput(OutputSpec(directory=directory, prefix="o", target_bytes=1024, sync=False), 1)
+    with pytest.raises(_Boom):
+        out.write(rows_then_boom())
+    assert storage_for(directory).list_names(directory) == []
+    done = SstOutput(OutputSpec(directory=directory, prefix="o", target_bytes=1024, sync=False), 1)
+    assert len(done.write((b"k%04d" % i, 10_000 - i, 5, None, b"z" * 60) for i in range(200))) > 5
+    assert len(storage_for(directory).list_names(directory)) > 5  # the failure came after files were written

@@ -1,0 +1,238 @@
+"""Spark on an object-store database (s3:// on the moto server): no path is shared with the executors.
+
+The executors get the store from the task closure (`compaction.spark.executor_stores`): their own
+environment points at a dead endpoint with wrong keys during these jobs, so a task that took its store
+from the environment instead of the database's options could not read or write anything. A local copy
+of the store would show as a path derived from its URL under the driver's or an executor's working or
+temporary directory: none may exist. The options' secret never appears in a Spark job or stage
+description, nor in the error of a failed job."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import lsm
+from compaction.spark import SparkJobError
+from formats.storage import key_of, storage_for
+from lsm.sources import PartitionedLog
+from tests.lsm._bulk_util import contents, open_db, write_log
+from tests.spark._util import RewriteFactory, build_db, manifest_files, stored_runs, task_marks, visible
+from tests.spark.test_cli import make_db, read_back
+from tools import spark_compact
+
+# what the executors' environment says while the jobs run: nothing there reaches the test server
+DEAD_ENV = {
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    "AWS_ACCESS_KEY_ID": "not-the-key",
+    "AWS_SECRET_ACCESS_KEY": "not-the-secret",
+    "AWS_REGION": "us-east-1",
+    "AWS_ALLOW_HTTP": "true",
+}
+
+
+def secret_options(s3_server: Any) -> tuple[dict[str, Any], str]:
+    """The server's obstore options with a secret key of their own (moto takes any key)."""
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    return dict(s3_server.options(), secret_access_key=secret, max_retries=2, retry_timeout_ms=3000), secret
+
+
+@contextlib.contextmanager
+def executor_env(sc: Any, env: dict[str, str]) -> Iterator[None]:
+    """`env` in the environment of the Python workers of the jobs started in the block: what
+    ``spark.executorEnv.*`` sets (pyspark hands `sc.environment` to every job's workers)."""
+    old = dict(sc.environment)
+    sc.environment.update(env)
+    try:
+        yield
+    finally:
+        sc.environment.clear()
+        sc.environment.update(old)
+
+
+def executor_dirs(sc: Any) -> list[str]:
+    """The working and temporary directories of the executors' Python workers."""
+    got = sc.parallelize(range(2), 2).map(lambda _: (os.getcwd(), tempfile.gettempdir())).collect()
+    return sorted({d for pair in got for d in pair})
+
+
+def assert_no_local_copy(url: str, dirs: list[str]) -> None:
+    """No path derived from `url` exists under `dirs`, and no entry there is named after its prefix."""
+    unique = key_of(url).split("/")[0]  # the test's own random prefix
+    for d in dirs:
+        # the URL as a relative path ("s3:/bucket/..." once normalised), and its key within the bucket
+        for p in (url, os.path.normpath(url), key_of(url)):
+            assert not os.path.exists(os.path.join(d, p)), f"{os.path.join(d, p)} exists"
+        assert not [n for n in os.listdir(d) if unique in n], d
+
+
+def spark_texts(sc: Any) -> str:
+    """Every job's name and description and every stage's name this Spark application recorded."""
+    jobs = sc._jsc.sc().statusStore().jobsList(None)
+    out = []
+    for i in range(jobs.size()):
+        job = jobs.apply(i)
+        out.append(str(job.name()))
+        if job.description().isDefined():
+            out.append(str(job.description().get()))
+    tracker = sc.statusTracker()
+    for job_id in tracker.getJobIdsForGroup():
+        info = tracker.getJobInfo(job_id)
+        for stage_id in info.stageIds if info is not None else ():
+            stage = tracker.getStageInfo(stage_id)
+            out.append(stage.name if stage is not None else "")
+    assert any(text.startswith("lsm ") for text in out), out  # the lsm jobs' descriptions are there
+    return "\n".join(out)
+
+
+def test_a_memory_database_cannot_use_spark(tmp_path) -> None:
+    url = f"memory://spark-{uuid.uuid4().hex[:8]}/db"
+    db = open_db(url)
+    try:
+        db.put(b"k", b"v")
+        db.flush()
+        with pytest.raises(lsm.SparkStoreError, match="memory:// database lives in this process only"):
+            db.compact(full=True, executor="spark")
+        log = str(tmp_path / "log")
+        write_log(log, seed=5, n=50, partitions=2, tx=False)
+        with pytest.raises(lsm.SparkStoreError, match="Spark's executors are other processes"):
+            db.ingest(PartitionedLog(log), name="events", engine="spark", tasks=2)
+        assert db.get(b"k") == b"v" and db.manifest.seq_reservations == ()
+    finally:
+        db.close()
+
+
+def test_spark_compaction_of_an_s3_store_equals_local(spark, s3_server, tmp_path, monkeypatch) -> None:
+    options, secret = secret_options(s3_server)
+    url = s3_server.new_url()
+    monkeypatch.chdir(tmp_path)  # the driver's working directory: nothing of the store may land here
+    opts = dict(compaction_filters=[RewriteFactory()], history_retention=60)
+    local, _, local_snaps = build_db(tmp_path / "local", 4, **opts)
+    remote, _, remote_snaps = build_db(
+        url, 4, spark_session=spark, spark_tasks=3, object_store_options=options, **opts
+    )
+    sc = spark.sparkContext
+    try:
+        assert stored_runs(local) == stored_runs(remote) and len(remote.manifest.l0) >= 1
+        local.compact(full=True, executor="local")
+        with executor_env(sc, DEAD_ENV):
+            remote.compact(full=True, executor="spark")
+            dirs = executor_dirs(sc)
+        assert stored_runs(remote) == stored_runs(local)  # every version, byte for byte
+        assert len(stored_runs(remote)) == 1
+        assert visible(remote, remote_snaps) == visible(local, local_snaps)
+        assert task_marks(e.name for e in remote.manifest.runs[0].ssts) == {0, 1, 2}
+        names = storage_for(url).list_names(os.path.join(url, "sst"))
+        assert {e.name for e in remote.manifest.runs[0].ssts} <= set(names)
+    finally:
+        for s in local_snaps + remote_snaps:
+            s.close()
+        local.close()
+        remote.close()
+    assert sorted(os.listdir(tmp_path)) == ["local"]
+    assert_no_local_copy(url, [str(tmp_path), *dirs])
+    assert secret not in spark_texts(sc)
+
+
+def test_spark_bulk_load_into_an_s3_store_equals_local(spark, s3_server, tmp_path, monkeypatch) -> None:
+    options, secret = secret_options(s3_server)
+    url = s3_server.new_url()
+    log = str(tmp_path / "log")
+    write_log(log, seed=31, n=3000, partitions=4)
+    monkeypatch.chdir(tmp_path)
+    want_db = open_db(str(tmp_path / "local"))
+    try:
+        want_db.ingest(PartitionedLog(log), name="events", engine="local", tasks=4, ttl_base="event")
+        want = contents(want_db)
+    finally:
+        want_db.close()
+    db = open_db(url, object_store_options=options)
+    sc = spark.sparkContext
+    try:
+        with executor_env(sc, DEAD_ENV):
+            db.ingest(PartitionedLog(log), name="events", engine="spark", spark=spark, tasks=4, ttl_base="event")
+            dirs = executor_dirs(sc)
+        assert contents(db) == want and len(want["rows"]) > 100
+        assert len(db.manifest.l0) >= 5  # four tasks' SSTs and the binding's
+        names = set(storage_for(url).list_names(os.path.join(url, "sst")))
+        assert {e.name for e in db.manifest.all_ssts()} == {n for n in names if n.endswith(".sst")}
+    finally:
+        db.close()
+    reopened = open_db(url, object_store_options=options)
+    try:
+        assert contents(reopened) == want
+    finally:
+        reopened.close()
+    assert sorted(os.listdir(tmp_path)) == ["local", "log"]
+    assert_no_local_copy(url, [str(tmp_path), *dirs])
+    assert secret not in spark_texts(sc)
+
+
+def test_executors_take_the_store_from_their_environment(spark, s3_server, tmp_path) -> None:
+    """Without object_store_options the executors read the standard AWS variables of their own
+    environment, as ``--conf spark.executorEnv.AWS_...=`` sets them on a cluster."""
+    url = s3_server.new_url()
+    local, _, local_snaps = build_db(tmp_path / "local", 6)
+    remote, _, remote_snaps = build_db(url, 6, spark_session=spark, spark_tasks=2)  # the driver: os.environ
+    for s in local_snaps + remote_snaps:
+        s.close()
+    try:
+        local.compact(full=True, executor="local")
+        with executor_env(spark.sparkContext, s3_server.env):
+            remote.compact(full=True, executor="spark")
+        assert stored_runs(remote) == stored_runs(local)
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_a_failed_job_names_no_secret(spark, s3_server, monkeypatch) -> None:
+    options, secret = secret_options(s3_server)
+    url = s3_server.new_url()
+    db, _, snaps = build_db(url, 7, spark_session=spark, spark_tasks=2, object_store_options=options)
+    for s in snaps:
+        s.close()
+    import compaction.spark as spark_mod
+
+    plan = spark_mod.plan_ranges
+
+    def plan_then_lose_an_input(job: Any, k: int) -> list:
+        ranges = plan(job, k)  # the driver read the inputs' indexes; now one input object is gone
+        victim = job.sources[0][0]
+        storage_for(victim).delete(victim)
+        return ranges
+
+    monkeypatch.setattr(spark_mod, "plan_ranges", plan_then_lose_an_input)
+    try:
+        with executor_env(spark.sparkContext, DEAD_ENV), pytest.raises(SparkJobError) as err:
+            db.compact(full=True, executor="spark")
+    finally:
+        db.close()
+    text = f"{err.value}\n{err.value!r}\n{err.value.__cause__}"
+    assert "Spark compaction job failed" in str(err.value)
+    assert secret not in text
+    assert secret not in spark_texts(spark.sparkContext)
+
+
+def test_spark_submit_script_takes_a_url(spark, s3_server, capsys) -> None:
+    """tools/spark_compact.py on ``s3://...``: the driver and the executors each find the server in their
+    own environment (spark-submit's ``--conf spark.executorEnv.AWS_...``)."""
+    url = s3_server.new_url()
+    expect = make_db(url)
+    with executor_env(spark.sparkContext, s3_server.env):
+        assert spark_compact.main([url, "--tasks", "2", "--json"], session=spark) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["path"], r["engine"], r["tasks"], r["jobs"]) == (url, "spark", 2, 1)
+    got, db = read_back(url)
+    try:
+        assert got == expect
+        assert task_marks(manifest_files(db)) == {0, 1}
+    finally:
+        db.close()

@@ -33,7 +33,8 @@ def test_every_codec_is_measured_on_the_same_rows(tmp_path):
     for x in report.values():
         assert len(x["runs"]) == 2
         assert all(run["file_bytes"] == x["file_bytes"] for run in x["runs"])  # the same bytes every run
-        assert all(x[k] > 0 for k in ("write_mb_s", "scan_mb_s", "get_us"))
+        figures = ("write_mb_s", "scan_mb_s", "get_us", "write_cpu_mb_s", "scan_cpu_mb_s", "get_cpu_us")
+        assert all(x[k] > 0 for k in figures)
         assert sorted(run["get_us"] for run in x["runs"])[0] <= x["get_us"]  # a median of the runs
     assert os.listdir(tmp_path) == []  # the temporary SSTs are gone
 
@@ -53,7 +54,17 @@ def test_table_and_a_codec_subset(tmp_path):
     )
     assert r.code == 0, r.err
     lines = r.out.splitlines()
-    assert lines[0].split() == ["codec", "file_bytes", "vs_none", "write_MB/s", "scan_MB/s", "get_us"]
+    assert lines[0].split() == [
+        "codec",
+        "file_bytes",
+        "vs_none",
+        "write_MB/s",
+        "cpu",
+        "scan_MB/s",
+        "cpu",
+        "get_us",
+        "cpu_us",
+    ]
     # none always runs (the ratios are against it); the codecs in their fixed order
     assert [line.split()[0] for line in lines[1:4]] == ["none", "zstd", "lz4"]
     assert lines[1].split()[2] == "1.000"

@@ -20,6 +20,8 @@ of load on a shared machine hits them alike):
 - ``get_us``: wall microseconds per point read of a random stored key (``--reads`` of them), with no
   block cache: each read decompresses its block, as a read that misses the cache does, and that is
   where an object store's reads spend the codec.
+- ``write_cpu_mb_s``, ``scan_cpu_mb_s``, ``get_cpu_us``: the same over CPU time (this process and its
+  children), the steadier figure on a shared machine (the table's ``cpu`` columns).
 """
 
 from __future__ import annotations
@@ -31,15 +33,25 @@ import random
 import shutil
 import statistics
 import tempfile
-import time
 from typing import Any
 
-from tools.bench.harness import DEFAULT_SEED, make_values, settle_gc, split_list
+from tools.bench.harness import DEFAULT_SEED, make_values, settle_gc, split_list, timed_call
 from tools.render import float_arg, int_arg, print_text, table
 
 CODECS = ("none", "zlib", "zstd", "lz4")
 T0 = 1_700_000_000_000
-FIGURES = ("file_bytes", "vs_none", "write_mb_s", "scan_mb_s", "get_us")
+# the table's columns; "cpu" columns divide by CPU seconds instead of wall seconds
+HEADERS = ("codec", "file_bytes", "vs_none", "write_MB/s", "cpu", "scan_MB/s", "cpu", "get_us", "cpu_us")
+FIGURES = (
+    "file_bytes",
+    "vs_none",
+    "write_mb_s",
+    "scan_mb_s",
+    "get_us",
+    "write_cpu_mb_s",
+    "scan_cpu_mb_s",
+    "get_cpu_us",
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -105,32 +117,34 @@ def bench_rows(a: argparse.Namespace) -> tuple[list[bytes], list[int], list[int]
 
 
 def one_run(path: str, codec: str, rows: tuple, probes: list[bytes], block_bytes: int) -> dict[str, float]:
-    """Write the SST with `codec`, scan it, read `probes` from it: the run's raw figures."""
+    """Write the SST with `codec`, scan it, read `probes` from it: the run's raw figures, each by wall
+    time and by CPU time (the steadier one on a shared machine: it does not count waiting for a core)."""
     from formats.sst import SstReader, SstWriter
 
     keys, seqs, tss, values, user_bytes = rows
     mib = user_bytes / 1048576
+
+    def write() -> Any:
+        w = SstWriter(path, block_bytes=block_bytes, compression=codec, creation_timestamp=T0)
+        w.extend_columns(keys, seqs, tss, None, values)
+        return w.finish()
+
     settle_gc()
-    t0 = time.perf_counter()
-    w = SstWriter(path, block_bytes=block_bytes, compression=codec, creation_timestamp=T0)
-    w.extend_columns(keys, seqs, tss, None, values)
-    info = w.finish()
-    write_s = time.perf_counter() - t0
+    wt, info = timed_call(write)
     with SstReader(path) as r:  # no block cache: every block read is decompressed again
-        t0 = time.perf_counter()
-        n = sum(1 for _ in r)
-        scan_s = time.perf_counter() - t0
+        st, n = timed_call(lambda: sum(1 for _ in r))
         get = r.get
-        t0 = time.perf_counter()
-        found = sum(get(k) is not None for k in probes)
-        get_s = time.perf_counter() - t0
+        gt, found = timed_call(lambda: sum(get(k) is not None for k in probes))
     if n != len(keys) or found != len(probes):
         raise RuntimeError(f"{codec}: read back {n} rows and found {found} of {len(probes)} keys")
     return {
         "file_bytes": info.file_size,
-        "write_mb_s": mib / write_s,
-        "scan_mb_s": mib / scan_s,
-        "get_us": get_s * 1e6 / len(probes),
+        "write_mb_s": mib / wt.seconds,
+        "scan_mb_s": mib / st.seconds,
+        "get_us": gt.seconds * 1e6 / len(probes),
+        "write_cpu_mb_s": mib / max(wt.cpu_seconds, 1e-9),
+        "scan_cpu_mb_s": mib / max(st.cpu_seconds, 1e-9),
+        "get_cpu_us": gt.cpu_seconds * 1e6 / len(probes),
     }
 
 
@@ -166,15 +180,18 @@ def main(argv: list[str]) -> int:
         return 0
     print_text(
         table(
-            ("codec", "file_bytes", "vs_none", "write_MB/s", "scan_MB/s", "get_us"),
+            HEADERS,
             [
                 (
                     r["codec"],
                     r["file_bytes"],
                     f"{r['vs_none']:.3f}",
                     f"{r['write_mb_s']:.1f}",
+                    f"{r['write_cpu_mb_s']:.1f}",
                     f"{r['scan_mb_s']:.1f}",
+                    f"{r['scan_cpu_mb_s']:.1f}",
                     f"{r['get_us']:.2f}",
+                    f"{r['get_cpu_us']:.2f}",
                 )
                 for r in report
             ],
@@ -183,6 +200,7 @@ def main(argv: list[str]) -> int:
     print_text(
         f"{a.num} rows (16-byte keys, {a.value_size}-byte values, compression ratio {a.compression_ratio}), "
         f"{a.block_bytes}-byte blocks, {reads} point reads without a block cache; medians of {a.repeat} "
-        f"run{'s' if a.repeat != 1 else ''}; MB/s are MiB of keys and values per second"
+        f"run{'s' if a.repeat != 1 else ''}; MB/s are MiB of keys and values per second of wall time, "
+        "cpu the same per second of CPU time"
     )
     return 0

@@ -35,8 +35,15 @@ import statistics
 import tempfile
 from typing import Any
 
-from tools.bench.harness import DEFAULT_SEED, make_values, settle_gc, split_list, timed_call
-from tools.render import float_arg, int_arg, print_text, table
+from tools.bench.harness import (
+    DEFAULT_SEED,
+    add_value_options,
+    make_values,
+    settle_gc,
+    split_list,
+    timed_call,
+)
+from tools.render import int_arg, print_text, table
 
 CODECS = ("none", "zlib", "zstd", "lz4")
 T0 = 1_700_000_000_000
@@ -62,15 +69,7 @@ def parser() -> argparse.ArgumentParser:
         "same rows (medians of --repeat runs).",
     )
     p.add_argument("--num", type=int_arg(1), default=1_000_000, help="rows (default 1000000)")
-    p.add_argument(
-        "--value-size", type=int_arg(0), default=100, help="value bytes (default 100); keys are 16 bytes"
-    )
-    p.add_argument(
-        "--compression-ratio",
-        type=float_arg(0, 1, above_minimum=True),
-        default=0.5,
-        help="value compressibility, in (0, 1] (default 0.5, as db_bench)",
-    )
+    add_value_options(p)
     p.add_argument(
         "--codecs",
         type=codec_list,

@@ -46,8 +46,10 @@ COMPRESSION_NAMES = {
 }
 # the names DbOptions and SstWriter accept, for their error messages
 KNOWN_COMPRESSIONS = "none (or None), zlib, zstd, lz4"
-ZLIB_LEVEL = 1  # the fastest level: the block cache and the disk, not zlib's last percent, set read speed
-ZSTD_LEVEL = 3  # zstd's own default (and RocksDB's): most of the ratio of higher levels at lz4-like reads
+ZLIB_LEVEL = 1  # as it always was: zlib files written today are byte for byte those of older versions
+# zstd's own default level; on the bench data (docs/benchmarks.md) level 1 stored 3% more and level 6
+# saved another 0.6% for slower writes
+ZSTD_LEVEL = 3
 
 _xxh3 = xxhash.xxh3_64_intdigest
 
@@ -125,9 +127,11 @@ class BlockCache(Protocol):
 
 class _ZstdContexts(threading.local):
     """One zstd compressor and one decompressor per thread. Reusing them keeps their C contexts (the
-    window and tables a fresh object allocates) from block to block, which is most of a small block's
-    cost; but python-zstandard's objects must not be used by two threads at once, and an SST is read by
-    the caller's threads and the compactor's at the same time."""
+    tables a fresh object allocates) from block to block: measured on a 4 KiB bench block, a fresh
+    decompressor doubled the time of a decompression and a fresh compressor added 60% to a compression.
+    But python-zstandard's objects must not be used by two threads at once (one decompressor shared by
+    four threads scanning one SST crashed the process), and an SST is read by the caller's threads and
+    the compactor's at the same time."""
 
     def __init__(self) -> None:
         self.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)  # writes the content size: see below

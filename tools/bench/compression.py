@@ -27,6 +27,7 @@ of load on a shared machine hits them alike):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -37,6 +38,7 @@ from typing import Any
 
 from tools.bench.harness import (
     DEFAULT_SEED,
+    KEY_SIZE,
     add_value_options,
     make_values,
     settle_gc,
@@ -112,7 +114,7 @@ def bench_rows(a: argparse.Namespace) -> tuple[list[bytes], list[int], list[int]
     values = [pool[rng.randrange(len(pool))] for _ in range(a.num)]
     seqs = list(range(1, a.num + 1))
     tss = [T0 + i for i in range(a.num)]
-    return keys, seqs, tss, values, 16 * a.num + a.value_size * a.num
+    return keys, seqs, tss, values, (KEY_SIZE + a.value_size) * a.num
 
 
 def one_run(path: str, codec: str, rows: tuple, probes: list[bytes], block_bytes: int) -> dict[str, float]:
@@ -165,6 +167,7 @@ def main(argv: list[str]) -> int:
                 if rep < a.repeat - 1:  # every run creates its file afresh; --dir keeps the last ones
                     os.unlink(path)
     finally:
+        gc.unfreeze()  # settle_gc froze the rows for the timed spans
         if a.dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
     none_bytes = statistics.median(r["file_bytes"] for r in runs["none"])

@@ -9,7 +9,8 @@ File layout::
     +----------------+-----+--------------------+-------------+--------------+----------------+--------+
 
 Every block is ``| payload | u8 compression | u64 checksum |``; the checksum is xxh3_64 of the stored
-payload and the compression byte (0 = none, 1 = zlib). DO NOT CHANGE the codes: stored on disk.
+payload and the compression byte (0 = none, 1 = zlib, 2 = zstd, 3 = lz4; the codecs are in
+`formats.sst_layout`). DO NOT CHANGE the codes: stored on disk.
 
 Data block payload (before compression)::
 
@@ -67,13 +68,16 @@ from formats.sst_blocks import BlockEncoder, is_value_array, value_list
 # the reader and the layout live in their own modules; formats.sst stays the one import for callers
 from formats.sst_layout import (
     COMPRESSION_CODES,
+    COMPRESSION_LZ4,
     COMPRESSION_NAMES,
     COMPRESSION_NONE,
     COMPRESSION_ZLIB,
+    COMPRESSION_ZSTD,
     FOOTER,
     FOOTER_BODY,
     INDEX_ENTRY,
     KLEN,
+    KNOWN_COMPRESSIONS,
     MAGIC,
     TRAILER,
     U32,
@@ -113,7 +117,7 @@ class SstWriter:
         if format_version not in SUPPORTED_FORMAT_VERSIONS:
             raise FormatVersionError(str(path), f"cannot write SST format version {format_version}")
         if compression not in COMPRESSION_CODES:
-            raise ValueError(f"unknown compression {compression!r}; known: none, zlib")
+            raise ValueError(f"unknown compression {compression!r}; known: {KNOWN_COMPRESSIONS}")
         if block_bytes < 64:
             raise ValueError("block_bytes must be at least 64")
         self.path = os.fspath(path)
@@ -430,13 +434,16 @@ def write_sst(path: str | os.PathLike[str], rows: Iterable[Sequence], **kwargs: 
 # (formats.sst_layout) are re-exported with the writer
 __all__ = [
     "COMPRESSION_CODES",
+    "COMPRESSION_LZ4",
     "COMPRESSION_NAMES",
     "COMPRESSION_NONE",
     "COMPRESSION_ZLIB",
+    "COMPRESSION_ZSTD",
     "FOOTER",
     "FOOTER_BODY",
     "INDEX_ENTRY",
     "KLEN",
+    "KNOWN_COMPRESSIONS",
     "MAGIC",
     "ROW_INDEX_BYTES",
     "TRAILER",

@@ -11,7 +11,6 @@ import operator
 import os
 import struct
 import weakref
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,8 +28,8 @@ from formats.row import (
 )
 from formats.row_array import RowArray
 from formats.sst_layout import (
+    COMPRESSION_NAMES,
     COMPRESSION_NONE,
-    COMPRESSION_ZLIB,
     FOOTER,
     FOOTER_BODY,
     INDEX_ENTRY,
@@ -40,7 +39,10 @@ from formats.sst_layout import (
     U32,
     BlockCache,
     BlockHandle,
+    DecompressionError,
     SsTableInfo,
+    UnknownCompressionError,
+    _decompress,
     _xxh3,
 )
 from formats.storage import storage_for
@@ -113,6 +115,10 @@ class SstReader:
             raise CorruptionError(path, meta_offset, f"undecodable metadata: {e}") from None
         if info.format_version != version:
             raise CorruptionError(path, meta_offset, "metadata and footer disagree on the format version")
+        if info.compression not in COMPRESSION_NAMES.values():  # `in` a list: no hashing of odd values
+            raise FormatVersionError(
+                path, f"data blocks compressed with {info.compression!r}, a codec this reader does not know"
+            )
         try:
             features = normalize_features(info.row_features)
         except FormatVersionError as e:
@@ -208,12 +214,14 @@ class SstReader:
         stored = body[:-1]
         if code == COMPRESSION_NONE:
             return stored
-        if code == COMPRESSION_ZLIB:
-            try:
-                return zlib.decompress(stored)
-            except zlib.error as e:
-                raise CorruptionError(self.path, offset, f"cannot decompress block: {e}") from None
-        raise CorruptionError(self.path, offset, f"unknown compression code {code}")
+        try:
+            return _decompress(stored, code)
+        except DecompressionError as e:
+            raise CorruptionError(self.path, offset, str(e)) from None
+        except UnknownCompressionError as e:
+            if self.verify_checksums:  # the checksum covers the code: a newer writer put it there
+                raise FormatVersionError(self.path, f"block at offset {offset}: {e}") from None
+            raise CorruptionError(self.path, offset, str(e)) from None
 
     def close(self) -> None:
         """Release the file mapping."""

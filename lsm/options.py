@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from compaction.policy import POLICIES
+from formats.sst_layout import COMPRESSION_CODES, KNOWN_COMPRESSIONS
 from lsm.clock import I64_MAX, Clock, SystemClock
 from lsm.events import check_listeners
 from lsm.wal import RECOVERY_MODES
@@ -70,6 +71,7 @@ class DbOptions:
     background_compaction: bool = True
     spark_offload_min_bytes: int | None = None
     history_retention: int = 0
+    # the SSTs' block codec: None/"none", "zlib", "zstd" or "lz4" (docs/format.md; zstd for object stores)
     compression: str | None = None
     # what to compact next (compaction/policy.py POLICIES): "tiered" (size-tiered), or another policy
     compaction_policy: str = "tiered"
@@ -153,8 +155,12 @@ class DbOptions:
         _positive("periodic_compaction_interval", self.periodic_compaction_interval, allow_none=True)
         _positive("spark_offload_min_bytes", self.spark_offload_min_bytes, allow_none=True, minimum=0)
         _positive("history_retention", self.history_retention, minimum=0)
-        if self.compression not in (None, "none", "zlib"):
-            raise ValueError(f"DbOptions.compression must be None or 'zlib', got {self.compression!r}")
+        if not (self.compression is None or isinstance(self.compression, str)) or (
+            self.compression not in COMPRESSION_CODES
+        ):
+            raise ValueError(
+                f"DbOptions.compression must be one of {KNOWN_COMPRESSIONS}, got {self.compression!r}"
+            )
         _positive("block_cache_bytes", self.block_cache_bytes, minimum=0)
         _positive("target_sst_bytes", self.target_sst_bytes, minimum=1024)
         _positive("max_immutable_memtables", self.max_immutable_memtables)

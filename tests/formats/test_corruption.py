@@ -65,6 +65,8 @@ def read_everything(path: str, keys: list[bytes]) -> tuple:
     [
         (FORMAT_V1, None, MASKS),
         (FORMAT_V1, "zlib", MASKS),
+        (FORMAT_V1, "zstd", MASKS),
+        (FORMAT_V1, "lz4", MASKS),
         (FORMAT_V0, None, [0xFF]),
     ],
 )

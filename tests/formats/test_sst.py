@@ -8,9 +8,11 @@ import struct
 import tempfile
 import zlib
 
+import lz4.block
 import msgpack
 import pytest
 import xxhash
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -102,7 +104,7 @@ def read_back_expected(version: int, rows: list[tuple]) -> list[tuple]:
     return [(r[0], top, None, None, r[4]) for r in rows]
 
 
-@pytest.mark.parametrize("compression", [None, "zlib"])
+@pytest.mark.parametrize("compression", [None, "zlib", "zstd", "lz4"])
 @pytest.mark.parametrize("version", [FORMAT_V0, FORMAT_V1])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -323,18 +325,33 @@ def test_one_row_sst_layout(tmp_path):
     assert d["creation_timestamp"] == 99 and d["first_key"] == b"k"
 
 
-def test_zlib_blocks_are_marked_and_smaller(tmp_path):
+@pytest.mark.parametrize(
+    "compression, code, decompress",
+    [
+        ("zlib", 1, zlib.decompress),
+        ("zstd", 2, zstandard.decompress),
+        ("lz4", 3, lz4.block.decompress),  # the raw block format, its 4-byte size first
+    ],
+)
+def test_compressed_blocks_are_marked_and_smaller(tmp_path, compression, code, decompress):
     rows = [(b"k%04d" % i, 1, TS0, None, b"a" * 200) for i in range(50)]
     plain = write(tmp_path / "p.sst", rows, block_bytes=1024)
-    packed = write(tmp_path / "z.sst", rows, block_bytes=1024, compression="zlib")
-    assert packed.compression == "zlib" and plain.compression is None
+    packed = write(tmp_path / "z.sst", rows, block_bytes=1024, compression=compression)
+    assert packed.compression == compression and plain.compression is None
     assert packed.data_size < plain.data_size / 3
+    raw_file = (tmp_path / "z.sst").read_bytes()
     with SstReader(tmp_path / "z.sst") as r:
-        h = r.blocks[0]
-        raw = (tmp_path / "z.sst").read_bytes()[h.offset : h.offset + h.size]
-        assert raw[-9] == 1  # compression code 1 = zlib
-        assert zlib.decompress(raw[:-9]).endswith(struct.pack(">I", h.num_rows))
+        for h in r.blocks:  # every data block, whichever encoder cut it, is stored with the code
+            raw = raw_file[h.offset : h.offset + h.size]
+            assert raw[-9] == code
+            # the codec's own library reads it: the stored bytes are that codec's standard format
+            assert decompress(raw[:-9]).endswith(struct.pack(">I", h.num_rows))
         assert list(r) == rows
+        r.verify()
+        # index, filter and metadata blocks stay uncompressed: an older reader can open the file and
+        # read its metadata (and so name the codec it lacks)
+        for off, size in ((packed.index_offset, packed.index_size), (packed.filter_offset, packed.filter_size)):
+            assert raw_file[off + size - 9] == 0
 
 
 def test_block_cache_is_used(tmp_path):
@@ -409,8 +426,8 @@ def test_writer_argument_errors(tmp_path):
     p = tmp_path / "t.sst"
     with pytest.raises(ValueError, match="at least one row"):
         SstWriter(p).finish()
-    with pytest.raises(ValueError, match="compression"):
-        SstWriter(p, compression="lz4")
+    with pytest.raises(ValueError, match="compression 'brotli'; known: none .*zlib, zstd, lz4"):
+        SstWriter(p, compression="brotli")
     with pytest.raises(ValueError, match="64"):
         SstWriter(p, block_bytes=63)
     with pytest.raises(FormatVersionError, match="version 2"):
@@ -588,8 +605,9 @@ def first_block(path) -> tuple[int, int]:
         (lambda buf, b0: with_metadata(buf, num_blocks=99), "block count"),
         (lambda buf, b0: with_metadata(buf, data_size=5), "index"),
         (lambda buf, b0: with_metadata(buf, filter_offset=0, filter_size=b0[1]), "filter"),
-        (lambda buf, b0: resealed(buf, *b0, buf[b0[0] : b0[0] + b0[1] - 9], 2), "unknown compression code 2"),
-        (lambda buf, b0: resealed(buf, *b0, buf[b0[0] : b0[0] + b0[1] - 9], 1), "decompress"),
+        (lambda buf, b0: resealed(buf, *b0, buf[b0[0] : b0[0] + b0[1] - 9], 1), "cannot decompress zlib"),
+        (lambda buf, b0: resealed(buf, *b0, buf[b0[0] : b0[0] + b0[1] - 9], 2), "cannot decompress zstd"),
+        (lambda buf, b0: resealed(buf, *b0, buf[b0[0] : b0[0] + b0[1] - 9], 3), "cannot decompress lz4"),
         (
             lambda buf, b0: resealed(buf, *b0, buf[b0[0] : b0[0] + b0[1] - 13] + struct.pack(">I", 999), 0),
             "block trailer",

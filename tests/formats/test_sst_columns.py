@@ -113,7 +113,7 @@ def _by_columns(path: str, rows: list[tuple], cuts: list[int], scalars: bool, **
     data=st.data(),
     version=st.sampled_from([FORMAT_V1, FORMAT_V1, FORMAT_V0]),
     block_bytes=st.sampled_from([64, 256, 4096]),
-    compression=st.sampled_from([None, "zlib"]),
+    compression=st.sampled_from([None, "zlib", "zstd", "lz4"]),
     scalars=st.booleans(),
 )
 def test_columns_write_the_bytes_rows_write(monkeypatch, data, version, block_bytes, compression, scalars):

@@ -263,9 +263,12 @@ def test_bad_options_fail_before_anything_is_created(tmp_path):
         ({"memtable_bytes": 10}, ValueError, "memtable_bytes"),
         ({"sst_format_version": 2}, ValueError, "sst_format_version"),
         ({"sst_format_version": 0, "default_ttl": 1_000}, ValueError, "format version 0"),
-        ({"compression": "lz4"}, ValueError, "compression"),
+        ({"compression": "brotli"}, ValueError, "compression must be one of none .*zlib, zstd, lz4, got 'brotli'"),
+        ({"compression": ["zstd"]}, ValueError, "compression"),
     ]
     for kw, exc, msg in cases:
         with pytest.raises(exc, match=msg):
             lsm.DbOptions(**kw)
     assert tree(tmp_path) == {}
+    for codec in (None, "none", "zlib", "zstd", "lz4"):
+        assert lsm.DbOptions(compression=codec).compression == codec

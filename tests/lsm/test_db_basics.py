@@ -400,6 +400,35 @@ def test_v0_and_v1_ssts_in_one_database(tmp_path):
             assert list(db.scan(reverse=True)) == [(b"d", b"v1-d"), (b"b", b"v1-b"), (b"a", b"v0-a")]
 
 
+def test_ssts_of_every_compression_in_one_database(tmp_path):
+    # the codec is an option of the writer, not of the database: each reopen with another one flushes
+    # SSTs in it, every SST reads whatever its blocks hold, and a full compaction rewrites them all in
+    # the codec of the day
+    from lsm.inspect import check_database
+
+    path = tmp_path / "db"
+    expected = {}
+    codecs = [None, "zstd", "lz4", "zlib", "none"]
+    for i, codec in enumerate(codecs):
+        with lsm.DB.open(path, opts(compression=codec)) as db:
+            for k in range(50):
+                key = b"k%03d" % (k * len(codecs) + i)
+                expected[key] = b"value of %d, written under %s " % (k, str(codec).encode()) * 4
+                db.put(key, expected[key])
+            db.flush()
+            assert db.manifest.l0[0].info.compression == (None if codec == "none" else codec)
+    with lsm.DB.open(path, opts(compression="zstd")) as db:
+        assert sorted(e.info.compression or "none" for e in db.manifest.l0) == sorted(
+            c or "none" for c in codecs
+        )
+        assert dict(db.scan()) == expected and db.get(b"k003") == expected[b"k003"]
+        db.compact(full=True)
+        ssts = [e for run in db.manifest.runs for e in run.ssts] + list(db.manifest.l0)
+        assert ssts and {e.info.compression for e in ssts} == {"zstd"}
+        assert dict(db.scan()) == expected
+    assert check_database(str(path)).ssts == len(ssts)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="v0 rows carry no seq: every row of a v0 SST reports the file's max_seq, so a snapshot older "

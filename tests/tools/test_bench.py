@@ -147,7 +147,7 @@ def test_unknown_suite_is_a_usage_error_listing_the_suites():
 def test_merge_suite_and_the_registry(tmp_path):
     """Every suite is reachable through the one registry; the merge suite prints its three figures."""
     import tools.bench
-    from tools.bench import compact, db, formats, merge, timemaps
+    from tools.bench import compact, compression, db, formats, merge, timemaps
     from tools.bench import ingest as bench_ingest
     from tools.bench import load as bench_load
     from tools.bench import simulate as bench_simulate
@@ -155,6 +155,7 @@ def test_merge_suite_and_the_registry(tmp_path):
     assert tools.bench.SUITES == {
         "db": db.main,
         "formats": formats.main,
+        "compression": compression.main,
         "merge": merge.main,
         "compact": compact.main,
         "time": timemaps.main,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import xxhash
 
-from formats.sst import FOOTER, FOOTER_BODY, SstReader
+from formats.sst import FOOTER, FOOTER_BODY, SstReader, write_sst
 from tests.tools._cli import GOLDEN_ROWS, T0, check_golden, one_line_error, run_lsm
 
 
@@ -214,3 +214,29 @@ def test_usage_errors_are_one_line(golden_sst: Path) -> None:
     assert "--hex" in one_line_error(run_lsm("sst", "scan", "--hex", "--utf8", golden_sst), 2)
     r = run_lsm("sst", "--help")
     assert r.code == 0 and "show" in r.out and "layout" in r.out
+
+
+def test_compressed_sst_and_a_block_code_this_reader_lacks(tmp_path: Path) -> None:
+    path = tmp_path / "z.sst"
+    rows = [(b"k%03d" % i, i + 1, T0, None, b"value %d " % (i % 5) * 8) for i in range(60)]
+    write_sst(path, rows, block_bytes=256, compression="zstd", sync=False)
+    show = run_lsm("sst", "show", path)
+    assert show.code == 0, show.err
+    assert dict(line.split(None, 1) for line in show.out.splitlines())["compression"] == "zstd"
+    regions = run_lsm("sst", "layout", "--json", path).json()
+    assert {x["compression"] for x in regions if x["kind"] == "data"} == {"zstd"}
+    assert {x["compression"] for x in regions if x["kind"] in ("index", "filter", "metadata")} == {"none"}
+    # what a newer writer's codec (code 9) would leave: the checksum holds, so it is not damage
+    first = regions[0]
+    data = bytearray(path.read_bytes())
+    end = first["offset"] + first["size"]
+    data[end - 9] = 9
+    data[end - 8 : end] = struct.pack(">Q", xxhash.xxh3_64_intdigest(bytes(data[first["offset"] : end - 8])))
+    newer = tmp_path / "newer.sst"
+    newer.write_bytes(bytes(data))
+    expected = f"lsm: error: {newer}: block at offset 0: unknown compression code 9 (this version knows 0, 1, 2, 3)"
+    assert one_line_error(run_lsm("sst", "scan", newer), 2) == expected
+    # verify does not call it CORRUPT (exit 1): a newer format is exit 2, as a newer format version is
+    assert one_line_error(run_lsm("sst", "verify", newer), 2) == expected
+    layout = run_lsm("sst", "layout", "--json", newer)
+    assert layout.code == 0 and layout.json()[0]["compression"] == "unknown(9)"

@@ -1,7 +1,7 @@
 """`lsm bench`: benchmarks of the engine, its formats and its compaction, one module per suite.
 
     lsm bench [--benchmarks fillseq,fillrandom,...] [--num N] [--compare rocksdict,plyvel] ...   (db)
-    lsm bench formats|merge|compact|time|ingest|load|simulate ...
+    lsm bench formats|compression|merge|compact|time|ingest|load|simulate ...
     python -m tools.bench ...                                                       (the same)
 
 The first argument picks a suite from `SUITES`; without one (or when it is an option) the ``db`` suite
@@ -13,7 +13,8 @@ runs. Layout of the package:
 - `tools.bench.engines`: the stores the db suite compares: lsm, RocksDB (rocksdict), LevelDB (plyvel).
 - one module per suite, each with ``main(argv: list[str]) -> int`` (the exit code) and an argparse
   parser whose numeric options go through `tools.render.int_arg` / `tools.render.float_arg`:
-  `db` (db_bench workloads), `formats` (row codec, SST write/scan), `merge` (the merge against its
+  `db` (db_bench workloads), `formats` (row codec, SST write/scan), `compression` (each SST block
+  codec's size and speed), `merge` (the merge against its
   Python limit, write amplification), `compact` (local executor vs Spark), `timemaps` (the seq<->time
   maps, suite ``time``).
 
@@ -54,13 +55,14 @@ from tools.bench.harness import (  # noqa: F401 - re-exported for suites (see th
 
 # isort: split
 # the suites, after the re-exports above (a suite may import them from tools.bench)
-from tools.bench import compact, db, formats, ingest, load, merge, simulate, timemaps
+from tools.bench import compact, compression, db, formats, ingest, load, merge, simulate, timemaps
 
 Suite = Callable[[list[str]], int]
 
 SUITES: dict[str, Suite] = {
     "db": db.main,
     "formats": formats.main,
+    "compression": compression.main,
     "merge": merge.main,
     "compact": compact.main,
     "time": timemaps.main,

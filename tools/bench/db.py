@@ -57,6 +57,7 @@ from tools.bench.harness import (
     KEY_SIZE,
     Profiler,
     Result,
+    add_value_options,
     make_values,
     profile_table,
     ratio_line,
@@ -64,7 +65,7 @@ from tools.bench.harness import (
     timed_chunks,
     timed_scan,
 )
-from tools.render import float_arg, int_arg
+from tools.render import int_arg
 
 DEFAULT_BENCHMARKS = "fillseq,fillrandom,overwrite,readrandom,readseq"
 
@@ -262,15 +263,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--reads", type=int_arg(0), default=None, help="reads for readrandom/readseq (default --num)"
     )
-    p.add_argument(
-        "--value-size", type=int_arg(0), default=100, help="value bytes (default 100); keys are 16 bytes"
-    )
-    p.add_argument(
-        "--compression-ratio",
-        type=float_arg(0, 1, above_minimum=True),
-        default=0.5,
-        help="value compressibility, in (0, 1] (default 0.5)",
-    )
+    add_value_options(p)
     p.add_argument(
         "--batch-size", type=int_arg(1), default=1, help="writes per WriteBatch (default 1: plain puts)"
     )

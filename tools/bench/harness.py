@@ -8,11 +8,13 @@
   this process and its children; `cpu_meter` watches the Spark JVM and the PySpark workers as well.
 - `median_ms` repeats a call and reports medians; `medians` takes the median of each field of a list of
   per-run dicts.
-- `make_values` is db_bench's compressible value generator, shared so every suite writes the same bytes.
+- `make_values` is db_bench's compressible value generator, shared so every suite writes the same bytes;
+  `add_value_options` gives a suite its two options (`--value-size`, `--compression-ratio`).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import cProfile
 import dataclasses
@@ -29,6 +31,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
+
+from tools.render import float_arg, int_arg
 
 KEY_SIZE = 16  # db_bench's default key size; keys are zero-padded decimal numbers
 DEFAULT_SEED = 301  # LevelDB db_bench's seed
@@ -413,6 +417,20 @@ def make_values(value_size: int, compression_ratio: float, seed: int) -> list[by
         piece = bytes(rng.randrange(32, 127) for _ in range(unique))  # printable, as db_bench's
         buf += (piece * (value_size // unique + 1))[:value_size]
     return [bytes(buf[i : i + value_size]) for i in range(VALUE_POOL)]
+
+
+def add_value_options(p: argparse.ArgumentParser) -> None:
+    """``--value-size`` and ``--compression-ratio``: the arguments of `make_values`, for suites that
+    let them be chosen."""
+    p.add_argument(
+        "--value-size", type=int_arg(0), default=100, help="value bytes (default 100); keys are 16 bytes"
+    )
+    p.add_argument(
+        "--compression-ratio",
+        type=float_arg(0, 1, above_minimum=True),
+        default=0.5,
+        help="value compressibility, in (0, 1] (default 0.5)",
+    )
 
 
 def split_list(s: str) -> list[str]:

@@ -474,6 +474,8 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
                 try:
                     if self._wal.broken is None:
                         self._wal.sync()
+                except FencedError:
+                    pass  # an object-store WAL whose next id another handle claimed: its buffer stays unwritten
                 except OSError as e:
                     err = self._fail(e)
                     failure = err if self._bg_error is err else None

@@ -263,6 +263,8 @@ class WriteMixin:
         try:
             if self._objects:  # its buffered records go into one last object; the next WAL goes on after it
                 self._wal.close()
+                if self._wal.broken is not None:  # a group commit failed: its object may or may not exist
+                    raise self._wal.broken
                 new_wal = self._new_wal(self._wal.next_id)
             else:
                 new_wal = self._new_wal(old.segment_id + 1)

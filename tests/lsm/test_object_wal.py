@@ -204,3 +204,29 @@ def test_a_wal_object_write_that_failed_in_the_background_fails_the_handle(s3_ur
         assert dict(db2.scan()) in ({}, {b"a": b"1"})
         db2.put(b"c", b"3", options=SYNC)  # and the next owner writes on
     assert visible(s3_url)[b"c"] == b"3"
+
+
+def test_of_two_openers_claiming_one_wal_id_the_older_is_fenced_at_open(s3_url, monkeypatch):
+    # an empty claim has the same bytes whoever writes it, so an opener whose claim finds the id taken
+    # by an equal claim cannot tell it from its own lost response: both would believe they own the WAL.
+    # Here a's claim is held until b (the newer epoch) has opened and claimed the same id.
+    lsm.DB.open(s3_url, opts()).close()
+    store = storage_for(s3_url)
+    real = store.put_if_absent
+    newer: list[lsm.DB] = []
+
+    def claim_after_b(path: str, data: bytes) -> bool:
+        if "/wal/" in path and not data and not newer:
+            monkeypatch.setattr(store, "put_if_absent", real)
+            newer.append(lsm.DB.open(s3_url, opts()))  # publishes a newer epoch, claims the same id
+        return real(path, data)
+
+    monkeypatch.setattr(store, "put_if_absent", claim_after_b)
+    with pytest.raises(lsm.FencedError):
+        lsm.DB.open(s3_url, opts())
+    (b,) = newer
+    try:
+        b.put(b"owner", b"b", options=SYNC)  # the newer handle keeps the WAL
+    finally:
+        b.close()
+    assert visible(s3_url) == {b"owner": b"b"}

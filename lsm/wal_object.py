@@ -17,6 +17,9 @@ manifest before it writes again: the opener's claim object is deleted only once 
 grace, so a writer that slept through a takeover learns of it from the manifest's epoch instead of
 writing into an id nobody will replay.
 
+A process that exits normally without closing its database still writes what its writers buffer (an
+``atexit`` hook); a killed one loses it, as the durability rules above allow.
+
 A memtable's WAL is a run of consecutive ids: `segment_id` is the first id a writer may use, and
 `next_id` the first id it did not use (the next memtable's first). Once a memtable is flushed, replay
 starts at the next memtable's first id, and the ids below it are deleted.
@@ -24,9 +27,11 @@ starts at the next memtable's first id, and the ids below it are deleted.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -72,6 +77,8 @@ class ObjectWal:
         self._thread: threading.Thread | None = None
         if claim:
             self._put(b"")
+        else:
+            _open_writers.add(self)
 
     # -- WalWriter's interface ---------------------------------------------------------------------------
     def hold(self) -> None:
@@ -175,6 +182,22 @@ class ObjectWal:
         if self.on_fenced is not None:
             self.on_fenced()
         raise FencedError(f"{path}: another handle took over this database's WAL; this handle is fenced")
+
+
+# writers not closed yet: a normal interpreter exit writes their buffers (the flusher threads are
+# daemons, stopped mid-interval otherwise)
+_open_writers: weakref.WeakSet[ObjectWal] = weakref.WeakSet()
+
+
+@atexit.register
+def _write_buffers_at_exit() -> None:
+    for w in list(_open_writers):
+        if w._closed.is_set() or w.broken is not None:
+            continue
+        try:
+            w.sync()
+        except BaseException:  # noqa: BLE001, S110 - exiting: a fenced or failed writer keeps its buffer
+            pass
 
 
 def wal_grace_ms(options: DbOptions) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -230,3 +232,21 @@ def test_of_two_openers_claiming_one_wal_id_the_older_is_fenced_at_open(s3_url, 
     finally:
         b.close()
     assert visible(s3_url) == {b"owner": b"b"}
+
+
+def test_a_process_that_exits_without_closing_still_writes_its_buffer(s3_url, tmp_path):
+    # a normal exit is no crash: what the group commit still buffers is written on the way out
+    # (a killed process loses it: test_object_wal_crash.py)
+    script = tmp_path / "exit_without_close.py"
+    script.write_text(
+        "import sys\n"
+        "import lsm\n"
+        "db = lsm.DB.open(sys.argv[1], lsm.DbOptions(wal_flush_interval_ms=600_000))\n"
+        "db.put(b'unsynced', b'1')\n"
+        "sys.exit(0)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, str(script), s3_url], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert visible(s3_url) == {b"unsynced": b"1"}

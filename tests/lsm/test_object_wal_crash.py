@@ -29,17 +29,17 @@ from tests.lsm.test_crash import KEYS_PER_BATCH, check, run_and_kill
 GROUP_MEMTABLE_BYTES = 64 << 10
 # a batch acknowledged this long before the kill must have reached its WAL object (the interval is
 # 100 ms; the margin absorbs a loaded machine)
-SURELY_DURABLE_S = 1.5
+SURELY_DURABLE_S = 2.0
 
 
 def test_sigkill_of_a_sync_writer_loses_no_acknowledged_batch(s3_url):
     rng = random.Random(int(os.environ.get("LSM_CRASH_SEED", "0")) or None)
     acked_ever: set[int] = set()
     newest = 0
-    for how in ("random", "at once", "flush"):
+    for how in ("flush", "at once", "random", "flush"):  # each "flush" round fills a memtable or more
         acked_ever |= run_and_kill(s3_url, rng, how)
         newest = check(s3_url, acked_ever)
-    assert newest > 20, "the writer hardly wrote anything; the test proved little"
+    assert newest > 10, "the writer hardly wrote anything; the test proved little"
 
 
 def _kill_group_writer(url: str, delay: float) -> tuple[list[tuple[int, float, bool]], float]:
@@ -100,7 +100,7 @@ def test_sigkill_of_an_unsynced_writer_loses_only_a_suffix(s3_url):
     rng = random.Random(int(os.environ.get("LSM_CRASH_SEED", "0")) or None)
     lost_any = False
     survivors: list[int] = []
-    for delay in (rng.uniform(0.1, 0.4), rng.uniform(2.0, 2.5), rng.uniform(0.4, 1.0)):
+    for delay in (rng.uniform(0.1, 0.4), rng.uniform(2.5, 3.0), rng.uniform(0.4, 1.0)):
         acks, killed_at = _kill_group_writer(s3_url, delay)
         acked = [i for i, _, _ in acks]
         assert acked == list(range(acked[0], acked[-1] + 1))  # the child acknowledges in order

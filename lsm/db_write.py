@@ -83,7 +83,7 @@ class WriteMixin:
                     _expiry_overflow(ts, ttl)
             seq = self._seq + 1
             try:
-                wal.append(encode_put(seq, ts, key, exp, value), sync)
+                ticket = wal.append(encode_put(seq, ts, key, exp, value), sync and not self._objects)
             except OSError as e:
                 wal.release()
                 raise self._fail(e) from e
@@ -96,9 +96,21 @@ class WriteMixin:
             self.user_bytes_written += len(key) + len(value)
             if mem.bytes >= self._memtable_bytes:
                 self._rotate_locked()
-            return seq
+            if not (sync and self._objects):
+                return seq
         finally:
             lock.release()
+        self._await_durable(wal, ticket)
+        return seq
+
+    def _await_durable(self, wal, ticket: int) -> None:
+        """A sync write on an object store, after the write lock: return once the WAL object holding
+        record `ticket` is written. Waiting outside the lock is the group commit of sync writes: the
+        writes that arrive while one object is being written go into the next one together."""
+        try:
+            wal.wait_durable(ticket)
+        except OSError as e:
+            raise self._fail(e) from e
 
     def reserve_seqs(self, n: int) -> tuple[int, int]:
         """Reserve `n` consecutive seqs for a bulk load (lsm.bulk); return (first seq, the load's ts).
@@ -239,7 +251,7 @@ class WriteMixin:
             seq = self._seq + 1
             wal_ops, nbytes = rows_at(ts, seq)
             try:
-                wal.append(encode_record(seq, ts, wal_ops), sync)
+                ticket = wal.append(encode_record(seq, ts, wal_ops), sync and not self._objects)
             except OSError as e:
                 wal.release()
                 raise self._fail(e) from e
@@ -253,7 +265,9 @@ class WriteMixin:
             self.user_bytes_written += nbytes
             if mem.bytes >= self._memtable_bytes:
                 self._rotate_locked()
-            return seq, ts
+        if sync and self._objects:
+            self._await_durable(wal, ticket)  # outside the write lock: the group commit (see put)
+        return seq, ts
 
     def _rotate_locked(self) -> None:
         """Freeze the memtable behind a new WAL segment and hand it to the flush thread (write lock held)."""

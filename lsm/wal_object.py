@@ -3,7 +3,8 @@
 An object cannot be appended to, so a writer buffers its encoded records and writes them as one new
 object ``wal/%020d.wal`` (the same record format as a local segment) every
 ``DbOptions.wal_flush_interval_ms`` (default 100 ms), or as soon as the buffer holds ``wal_flush_bytes``,
-or when a ``WriteOptions(sync=True)`` write asks: that write returns only once its object is durable.
+or when a ``WriteOptions(sync=True)`` write asks: that write returns only once its object is durable
+(it waits outside the DB's write lock, `wait_durable`, so concurrent sync writes share objects).
 Objects are written one at a time, in order, so after a crash the store holds a prefix of the
 acknowledged order: never a later write without an earlier one.
 
@@ -87,9 +88,10 @@ class ObjectWal:
     def release(self) -> None:
         """Nothing to release."""
 
-    def append(self, record: bytes, sync: bool = False) -> None:
-        """Buffer one encoded record; with `sync`, return once an object holding it is durable. A failed
-        object write breaks the writer: later appends raise the same error."""
+    def append(self, record: bytes, sync: bool = False) -> int:
+        """Buffer one encoded record; with `sync`, return once an object holding it is durable. Returns
+        the record's ticket for `wait_durable`. A failed object write breaks the writer: later appends
+        raise the same error."""
         if self.broken is not None:
             raise self.broken
         with self._lock:
@@ -102,6 +104,13 @@ class ObjectWal:
             self._start()
         if sync or full:
             self._flush_through(mine)
+        return mine
+
+    def wait_durable(self, ticket: int) -> None:
+        """Return once record `ticket` (what `append` returned) is in a written object: write what is
+        buffered now unless an object being written holds it already. Threads that call this together
+        share objects (the group commit of sync writes)."""
+        self._flush_through(ticket)
 
     def sync(self) -> None:
         """Write what is buffered now (a durable point, as fdatasync is locally)."""
@@ -147,10 +156,10 @@ class ObjectWal:
     def _flush_through(self, count: int) -> None:
         """Return once the first `count` appended records are in durable objects."""
         with self._put_lock:
-            if self.broken is not None:
-                raise self.broken
             if self._durable >= count:  # another flush (the flusher, a sync write) took ours along
                 return
+            if self.broken is not None:
+                raise self.broken
             with self._lock:
                 batch, self._buf, self._buf_bytes = self._buf, [], 0
                 upto = self._appended

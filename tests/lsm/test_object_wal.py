@@ -250,3 +250,29 @@ def test_a_process_that_exits_without_closing_still_writes_its_buffer(s3_url, tm
     done = subprocess.run([sys.executable, str(script), s3_url], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert visible(s3_url) == {b"unsynced": b"1"}
+
+
+def test_sync_writes_of_concurrent_threads_share_objects(s3_url):
+    # each sync write returns once durable, but the writes that arrive while an object is being written
+    # wait for the next one together instead of one object (and one PUT) each
+    threads, per_thread = 8, 15
+    db = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER))
+    try:
+        before = db.object_store_stats()["put"]
+        start = threading.Barrier(threads)
+
+        def writer(t: int) -> None:
+            start.wait()
+            for i in range(per_thread):
+                db.put(b"t%d-%02d" % (t, i), b"v", options=SYNC)
+
+        pool = [threading.Thread(target=writer, args=(t,)) for t in range(threads)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        puts = db.object_store_stats()["put"] - before
+        assert len(visible(s3_url)) == threads * per_thread  # every acknowledged write is in an object
+        assert puts < threads * per_thread * 0.6, puts
+    finally:
+        db.close()

@@ -32,7 +32,7 @@ from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, WriteOptions, check_ttl
 from lsm.syskeys import SYSTEM_PREFIX, check_user_key
-from lsm.wal_object import wal_grace_ms
+from lsm.wal_object import ObjectWal, wal_grace_ms
 
 # a smaller memtable is flushed in the flush thread even with DbOptions.flush_process: its GIL time is
 # short, and the worker's round trip (and its start, the first time) would only delay the flush. The
@@ -103,7 +103,7 @@ class WriteMixin:
         self._await_durable(wal, ticket)
         return seq
 
-    def _await_durable(self, wal, ticket: int) -> None:
+    def _await_durable(self, wal: ObjectWal, ticket: int) -> None:
         """A sync write on an object store, after the write lock: return once the WAL object holding
         record `ticket` is written. Waiting outside the lock is the group commit of sync writes: the
         writes that arrive while one object is being written go into the next one together."""

@@ -23,7 +23,7 @@ import time
 
 import lsm
 from tests.lsm._lsm_proc import spawn
-from tests.lsm.test_crash import KEYS_PER_BATCH, check, run_and_kill
+from tests.lsm.test_crash import KEYS_PER_BATCH, check, run_and_kill, stored_batches
 
 # the unsynced writer's memtable: a rotation (which writes the buffer's last object) every ~200 batches
 GROUP_MEMTABLE_BYTES = 64 << 10
@@ -79,23 +79,6 @@ def _kill_group_writer(url: str, delay: float) -> tuple[list[tuple[int, float, b
     return acks, killed_at
 
 
-def _surviving_batches(url: str) -> list[int]:
-    """The batch ids in the store, each checked whole; `last` names the newest."""
-    with lsm.DB.open(url, lsm.DbOptions(background_compaction=False)) as db:
-        batches: dict[int, dict[bytes, bytes]] = {}
-        last = None
-        for k, v in db.scan():
-            if k == b"last":
-                last = int(v)
-                continue
-            batches.setdefault(int(k.split(b"-")[0]), {})[k] = v
-    for b, rows in batches.items():
-        assert len(rows) == KEYS_PER_BATCH, f"batch {b} is partial: {sorted(rows)}"
-        assert set(rows.values()) == {b"%d:" % b + b"x" * 40}, f"batch {b} has mixed values"
-    assert (last or 0) == max(batches, default=0)
-    return sorted(batches)
-
-
 def test_sigkill_of_an_unsynced_writer_loses_only_a_suffix(s3_url):
     rng = random.Random(int(os.environ.get("LSM_CRASH_SEED", "0")) or None)
     lost_any = False
@@ -104,7 +87,8 @@ def test_sigkill_of_an_unsynced_writer_loses_only_a_suffix(s3_url):
         acks, killed_at = _kill_group_writer(s3_url, delay)
         acked = [i for i, _, _ in acks]
         assert acked == list(range(acked[0], acked[-1] + 1))  # the child acknowledges in order
-        survivors = _surviving_batches(s3_url)
+        with lsm.DB.open(s3_url, lsm.DbOptions(background_compaction=False)) as db:
+            survivors = stored_batches(db)
         # a prefix of the acknowledged order: 1..n, whole; what is lost is the suffix after n
         assert survivors == list(range(1, len(survivors) + 1)), "a batch was lost while a later one survived"
         n = survivors[-1] if survivors else 0

@@ -216,7 +216,11 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
     def _claim_wal(self, man: Manifest, segments: list[tuple[int, str]]) -> list[tuple[int, str]]:
         """Claim the WAL object id after the last one there with an empty object: the writer we fence
         fails to write it. If it wrote that id first, list again and claim the next. Returns the
-        objects to replay, the claimed one last (it is empty)."""
+        objects to replay, the claimed one last (it is empty).
+
+        An empty claim has the same bytes whoever writes it, so a newer opener that listed before our
+        claim landed may have claimed the same id and taken ours for its own; it published its epoch
+        before it listed, so reading the manifest after the claim finds it, and we are fenced."""
         while True:
             nxt = max(segments[-1][0] + 1 if segments else 0, man.wal_replay_from)
             try:
@@ -225,6 +229,8 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             except FileExistsError:
                 segments = wal_files.live_segments(self._wal_dir, man.wal_replay_from)
                 continue
+            if self._vs.fenced_on_store():
+                raise FencedError(f"{self.path}: another handle opened this database while this one did")
             return [*segments, (nxt, wal_files.segment_path(self._wal_dir, nxt))]
 
     def _new_wal(self, segment_id: int) -> wal_files.WalWriter | ObjectWal:
@@ -473,6 +479,8 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
                 try:
                     if self._wal.broken is None:
                         self._wal.sync()
+                except FencedError:
+                    pass  # an object-store WAL whose next id another handle claimed: its buffer stays unwritten
                 except OSError as e:
                     err = self._fail(e)
                     failure = err if self._bg_error is err else None

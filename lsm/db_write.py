@@ -32,7 +32,7 @@ from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, WriteOptions, check_ttl
 from lsm.syskeys import SYSTEM_PREFIX, check_user_key
-from lsm.wal_object import wal_grace_ms
+from lsm.wal_object import ObjectWal, wal_grace_ms
 
 # a smaller memtable is flushed in the flush thread even with DbOptions.flush_process: its GIL time is
 # short, and the worker's round trip (and its start, the first time) would only delay the flush. The
@@ -83,7 +83,7 @@ class WriteMixin:
                     _expiry_overflow(ts, ttl)
             seq = self._seq + 1
             try:
-                wal.append(encode_put(seq, ts, key, exp, value), sync)
+                ticket = wal.append(encode_put(seq, ts, key, exp, value), sync and not self._objects)
             except OSError as e:
                 wal.release()
                 raise self._fail(e) from e
@@ -96,9 +96,21 @@ class WriteMixin:
             self.user_bytes_written += len(key) + len(value)
             if mem.bytes >= self._memtable_bytes:
                 self._rotate_locked()
-            return seq
+            if not (sync and self._objects):
+                return seq
         finally:
             lock.release()
+        self._await_durable(wal, ticket)
+        return seq
+
+    def _await_durable(self, wal: ObjectWal, ticket: int) -> None:
+        """A sync write on an object store, after the write lock: return once the WAL object holding
+        record `ticket` is written. Waiting outside the lock is the group commit of sync writes: the
+        writes that arrive while one object is being written go into the next one together."""
+        try:
+            wal.wait_durable(ticket)
+        except OSError as e:
+            raise self._fail(e) from e
 
     def reserve_seqs(self, n: int) -> tuple[int, int]:
         """Reserve `n` consecutive seqs for a bulk load (lsm.bulk); return (first seq, the load's ts).
@@ -239,7 +251,7 @@ class WriteMixin:
             seq = self._seq + 1
             wal_ops, nbytes = rows_at(ts, seq)
             try:
-                wal.append(encode_record(seq, ts, wal_ops), sync)
+                ticket = wal.append(encode_record(seq, ts, wal_ops), sync and not self._objects)
             except OSError as e:
                 wal.release()
                 raise self._fail(e) from e
@@ -253,7 +265,9 @@ class WriteMixin:
             self.user_bytes_written += nbytes
             if mem.bytes >= self._memtable_bytes:
                 self._rotate_locked()
-            return seq, ts
+        if sync and self._objects:
+            self._await_durable(wal, ticket)  # outside the write lock: the group commit (see put)
+        return seq, ts
 
     def _rotate_locked(self) -> None:
         """Freeze the memtable behind a new WAL segment and hand it to the flush thread (write lock held)."""
@@ -263,6 +277,8 @@ class WriteMixin:
         try:
             if self._objects:  # its buffered records go into one last object; the next WAL goes on after it
                 self._wal.close()
+                if self._wal.broken is not None:  # a group commit failed: its object may or may not exist
+                    raise self._wal.broken
                 new_wal = self._new_wal(self._wal.next_id)
             else:
                 new_wal = self._new_wal(old.segment_id + 1)

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from formats.manifest import Manifest
 from formats.row import RowFeature
 from formats.sst import SstReader
+from formats.storage import is_url, storage_for
 from formats.wal import WalRecord, decode_segment
 from lsm import wal as wal_files
 from lsm.errors import CorruptionError, LsmError, NotADatabaseError
@@ -151,9 +152,15 @@ def load_start(m: Manifest, seq: int) -> int:
 def latest_manifest(path: str | os.PathLike[str]) -> Manifest:
     """The newest manifest of the database at `path` (NotADatabaseError if there is none)."""
     path = os.fspath(path)
-    if not os.path.isdir(os.path.join(path, "manifest")):
-        raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest directory)")
+    _require_db(path)
     return _latest(ManifestStore(path), path)[1]
+
+
+def _require_db(path: str) -> None:
+    """NotADatabaseError unless `path` has a manifest directory (on an object store: manifest objects)."""
+    d = os.path.join(path, "manifest")
+    if not (storage_for(d).list_names(d) if is_url(d) else os.path.isdir(d)):
+        raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest directory)")
 
 
 def _seq_key(row: tuple) -> tuple:
@@ -193,8 +200,7 @@ def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = N
     reading the versions with start <= seq < stop: only the SSTs whose seqs overlap that range are
     opened (a follower reading the newest commits opens the newest SSTs, if any)."""
     path = os.fspath(path)
-    if not os.path.isdir(os.path.join(path, "manifest")):
-        raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest directory)")
+    _require_db(path)
     store = ManifestStore(path)
     for _ in range(ATTEMPTS):
         mid, man = _latest(store, path)
@@ -222,8 +228,7 @@ class WalTail:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        if not os.path.isdir(os.path.join(self.path, "manifest")):
-            raise NotADatabaseError(f"{self.path}: not an lsm-sim database (no manifest directory)")
+        _require_db(self.path)
         self._store = ManifestStore(self.path)
         self._segments: dict[str, tuple[tuple[int, int], int, int]] = {}  # path -> (ident, pos, max seq)
 
@@ -257,6 +262,8 @@ class WalTail:
         raise LsmError(f"{self.path}: the database kept changing while its WAL was being read")
 
     def _scan(self, seg: str) -> tuple[tuple[int, int], int, int] | None:
+        if is_url(seg):  # a WAL object is written once, whole: read it the first time it is listed
+            return self._segments.get(seg) or self._scan_object(seg)
         try:
             fd = os.open(seg, os.O_RDONLY)
         except FileNotFoundError:
@@ -280,6 +287,15 @@ class WalTail:
             return ident0, pos, top
         finally:
             os.close(fd)
+
+    @staticmethod
+    def _scan_object(seg: str) -> tuple[tuple[int, int], int, int] | None:
+        try:
+            buf = storage_for(seg).read(seg)
+        except FileNotFoundError:
+            return None  # deleted since the listing: as for a retired segment file above
+        records, _torn = decode_segment(buf, seg)
+        return (0, 0), len(buf), max((r.seq for r in records), default=0)
 
 
 __all__ = ["HistoryView", "WalTail", "history_floor", "latest_manifest", "load_start", "open_view", "stable_seq"]

@@ -3,7 +3,8 @@
 An object cannot be appended to, so a writer buffers its encoded records and writes them as one new
 object ``wal/%020d.wal`` (the same record format as a local segment) every
 ``DbOptions.wal_flush_interval_ms`` (default 100 ms), or as soon as the buffer holds ``wal_flush_bytes``,
-or when a ``WriteOptions(sync=True)`` write asks: that write returns only once its object is durable.
+or when a ``WriteOptions(sync=True)`` write asks: that write returns only once its object is durable
+(it waits outside the DB's write lock, `wait_durable`, so concurrent sync writes share objects).
 Objects are written one at a time, in order, so after a crash the store holds a prefix of the
 acknowledged order: never a later write without an earlier one.
 
@@ -17,6 +18,9 @@ manifest before it writes again: the opener's claim object is deleted only once 
 grace, so a writer that slept through a takeover learns of it from the manifest's epoch instead of
 writing into an id nobody will replay.
 
+A process that exits normally without closing its database still writes what its writers buffer (an
+``atexit`` hook); a killed one loses it, as the durability rules above allow.
+
 A memtable's WAL is a run of consecutive ids: `segment_id` is the first id a writer may use, and
 `next_id` the first id it did not use (the next memtable's first). Once a memtable is flushed, replay
 starts at the next memtable's first id, and the ids below it are deleted.
@@ -24,9 +28,11 @@ starts at the next memtable's first id, and the ids below it are deleted.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -72,6 +78,8 @@ class ObjectWal:
         self._thread: threading.Thread | None = None
         if claim:
             self._put(b"")
+        else:
+            _open_writers.add(self)
 
     # -- WalWriter's interface ---------------------------------------------------------------------------
     def hold(self) -> None:
@@ -80,9 +88,10 @@ class ObjectWal:
     def release(self) -> None:
         """Nothing to release."""
 
-    def append(self, record: bytes, sync: bool = False) -> None:
-        """Buffer one encoded record; with `sync`, return once an object holding it is durable. A failed
-        object write breaks the writer: later appends raise the same error."""
+    def append(self, record: bytes, sync: bool = False) -> int:
+        """Buffer one encoded record; with `sync`, return once an object holding it is durable. Returns
+        the record's ticket for `wait_durable`. A failed object write breaks the writer: later appends
+        raise the same error."""
         if self.broken is not None:
             raise self.broken
         with self._lock:
@@ -95,6 +104,13 @@ class ObjectWal:
             self._start()
         if sync or full:
             self._flush_through(mine)
+        return mine
+
+    def wait_durable(self, ticket: int) -> None:
+        """Return once record `ticket` (what `append` returned) is in a written object: write what is
+        buffered now unless an object being written holds it already. Threads that call this together
+        share objects (the group commit of sync writes)."""
+        self._flush_through(ticket)
 
     def sync(self) -> None:
         """Write what is buffered now (a durable point, as fdatasync is locally)."""
@@ -140,10 +156,10 @@ class ObjectWal:
     def _flush_through(self, count: int) -> None:
         """Return once the first `count` appended records are in durable objects."""
         with self._put_lock:
-            if self.broken is not None:
-                raise self.broken
             if self._durable >= count:  # another flush (the flusher, a sync write) took ours along
                 return
+            if self.broken is not None:
+                raise self.broken
             with self._lock:
                 batch, self._buf, self._buf_bytes = self._buf, [], 0
                 upto = self._appended
@@ -175,6 +191,22 @@ class ObjectWal:
         if self.on_fenced is not None:
             self.on_fenced()
         raise FencedError(f"{path}: another handle took over this database's WAL; this handle is fenced")
+
+
+# writers not closed yet: a normal interpreter exit writes their buffers (the flusher threads are
+# daemons, stopped mid-interval otherwise)
+_open_writers: weakref.WeakSet[ObjectWal] = weakref.WeakSet()
+
+
+@atexit.register
+def _write_buffers_at_exit() -> None:
+    for w in list(_open_writers):
+        if w._closed.is_set() or w.broken is not None:
+            continue
+        try:
+            w.sync()
+        except BaseException:  # noqa: BLE001, S110 - exiting: a fenced or failed writer keeps its buffer
+            pass
 
 
 def wal_grace_ms(options: DbOptions) -> int:

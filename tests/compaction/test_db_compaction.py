@@ -19,11 +19,13 @@ import lsm
 from compaction import scheduler
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision
 from formats.sst import SstReader
+from formats.storage import storage_for
 from tests.compaction._util import fast_tmp, open_db
 
 
 def sst_files(db):
-    return sorted(n for n in os.listdir(os.path.join(db.path, "sst")) if n.endswith(".sst"))
+    sst_dir = os.path.join(db.path, "sst")
+    return sorted(n for n in storage_for(sst_dir).list_names(sst_dir) if n.endswith(".sst"))
 
 
 def rows_on_disk(db):
@@ -66,8 +68,8 @@ def fill(db, rounds, keys=60, flush=True, model=None, first=0):
 # -- compact() ---------------------------------------------------------------------------------------------
 
 
-def test_compact_runs_until_nothing_is_due(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2, size_ratio=1.5) as db:
+def test_compact_runs_until_nothing_is_due(db_root):
+    with open_db(db_root, l0_compaction_threshold=2, size_ratio=1.5) as db:
         model = fill(db, 9)
         assert len(db.manifest.l0) == 9
         stats = db.compact()
@@ -93,8 +95,8 @@ def test_compact_runs_several_jobs_when_one_leaves_more_due(db_dir):
         assert dict(db.scan()) == model
 
 
-def test_full_compaction_leaves_one_run(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2, target_sst_bytes=1024) as db:
+def test_full_compaction_leaves_one_run(db_root):
+    with open_db(db_root, l0_compaction_threshold=2, target_sst_bytes=1024) as db:
         model = fill(db, 6, keys=200)
         db.compact()
         fill(db, 1, keys=200, model=model, first=6)
@@ -109,12 +111,12 @@ def test_full_compaction_leaves_one_run(db_dir):
         assert sorted(sst_files(db)) == sorted(e.name for e in run)
         # one row per live key: shadowed versions and tombstones are gone
         assert len(rows_on_disk(db)) == len(model)
-    with open_db(db_dir) as db:
+    with open_db(db_root) as db:
         assert dict(db.scan()) == model
 
 
-def test_full_compaction_on_empty_db_is_a_no_op(db_dir):
-    with open_db(db_dir) as db:
+def test_full_compaction_on_empty_db_is_a_no_op(db_root):
+    with open_db(db_root) as db:
         assert db.compact(full=True).jobs == 0
         assert db.compact().jobs == 0
 
@@ -169,9 +171,9 @@ class DropDFactory(CompactionFilterFactory):
         return _DropD()
 
 
-def test_every_input_row_is_accounted_for(db_dir):
+def test_every_input_row_is_accounted_for(db_root):
     clock = lsm.ManualClock(0)
-    with open_db(db_dir, clock, compaction_filters=[DropDFactory()]) as db:
+    with open_db(db_root, clock, compaction_filters=[DropDFactory()]) as db:
         for r in range(3):
             for i in range(40):
                 k = b"abcd"[i % 4 : i % 4 + 1] + b"%02d" % i
@@ -208,8 +210,8 @@ def test_write_amplification_grows_above_one_with_compactions(db_dir):
 # -- background compaction ------------------------------------------------------------------------------
 
 
-def test_background_compaction_eventually_compacts_l0(db_dir):
-    with open_db(db_dir, background_compaction=True, l0_compaction_threshold=3) as db:
+def test_background_compaction_eventually_compacts_l0(db_root):
+    with open_db(db_root, background_compaction=True, l0_compaction_threshold=3) as db:
         model = fill(db, 5)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -239,7 +241,7 @@ class _CheckInputs(CompactionFilter):
             live = {e.name: e.info for e in db.manifest.all_ssts()}
             for info in self.ctx.inputs:
                 names = [n for n, i in live.items() if i == info]
-                self.owner.seen.append(bool(names) and all(os.path.exists(db.sst_path(n)) for n in names))
+                self.owner.seen.append(bool(names) and all(storage_for(db.path).exists(db.sst_path(n)) for n in names))
         return Decision.KEEP
 
 
@@ -254,9 +256,9 @@ class CheckInputsFactory(CompactionFilterFactory):
         return _CheckInputs(self, ctx)
 
 
-def test_inputs_stay_until_the_job_commits(db_dir):
+def test_inputs_stay_until_the_job_commits(db_root):
     f = CheckInputsFactory()
-    with open_db(db_dir, l0_compaction_threshold=2, compaction_filters=[f]) as db:
+    with open_db(db_root, l0_compaction_threshold=2, compaction_filters=[f]) as db:
         f.db = db
         fill(db, 4)
         inputs = sst_files(db)
@@ -265,8 +267,8 @@ def test_inputs_stay_until_the_job_commits(db_dir):
         assert not set(inputs) & set(sst_files(db))  # deleted once committed (no reader holds them)
 
 
-def test_inputs_outlive_an_open_iterator(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2) as db:
+def test_inputs_outlive_an_open_iterator(db_root):
+    with open_db(db_root, l0_compaction_threshold=2) as db:
         model = fill(db, 4, keys=300)
         inputs = set(sst_files(db))
         it = db.scan()

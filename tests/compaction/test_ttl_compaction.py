@@ -13,10 +13,17 @@ import pytest
 import lsm
 from formats.row import RowFeature
 from formats.sst import SstReader
+from formats.storage import storage_for
 
 T0 = 1_700_000_000_000
 
 
+
+
+@pytest.fixture
+def db_dir(db_root):
+    """Every test here runs on a local directory and on the S3 test server."""
+    return db_root
 
 
 @pytest.fixture
@@ -33,7 +40,7 @@ def files(db):
     """{file name: [rows]} of every SST file on disk."""
     d = os.path.join(db.path, "sst")
     out = {}
-    for name in sorted(os.listdir(d)):
+    for name in sorted(storage_for(d).list_names(d)):
         with SstReader(os.path.join(d, name)) as r:
             out[name] = list(r)
     return out

@@ -8,9 +8,15 @@ Not a test module (no ``test_`` prefix); tests run it as ``python _lsm_proc.py M
     ``last`` to ``i``. Batch ids continue after the ``last`` already stored. After each acknowledged
     commit it prints ``A <i>`` (``A <i> F`` when a memtable flush is under way) and flushes stdout.
 
-``racer PATH MEMTABLE_BYTES``
-    Puts keys ``r%07d`` with WriteOptions(sync=True) as fast as it can, printing ``A <key>`` after each
-    acknowledged put and ``F <key>`` after each FencedError; exits after the third FencedError.
+``writer PATH KEYS_PER_BATCH MEMTABLE_BYTES group``
+    The same batches with WriteOptions(sync=False) (group-committed on an object store), every 100th
+    with sync=True: its line is ``A <i> D`` (durable, and with it every batch before it). About 1000
+    batches a second (a millisecond's sleep after each), so a kill finds a few group commits' worth.
+
+``racer PATH MEMTABLE_BYTES [TAG [LIMIT]]``
+    Puts keys ``<TAG>%07d`` (TAG defaults to ``r``) with WriteOptions(sync=True) as fast as it can,
+    printing ``A <key>`` after each acknowledged put and ``F <key>`` after each FencedError; exits after
+    the third FencedError, or after LIMIT acknowledged puts (without closing the database either way).
 
 ``serve PATH CLOCK_START``
     Opens PATH on a ManualClock(CLOCK_START) and answers one command per stdin line, one reply line
@@ -24,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import lsm
 
@@ -66,13 +73,14 @@ class Served:
             f.close()
 
 
-def writer(path: str, keys_per_batch: int, memtable_bytes: int) -> None:
+def writer(path: str, keys_per_batch: int, memtable_bytes: int, mode: str = "sync") -> None:
     opts = lsm.DbOptions(memtable_bytes=memtable_bytes, background_compaction=False)
     db = lsm.DB.open(path, opts)
     last = db.get(b"last")
     i = int(last) + 1 if last is not None else 1
     pad = b"x" * 40
     sync = lsm.WriteOptions(sync=True)
+    nosync = lsm.WriteOptions(sync=False)
     out = sys.stdout
     while True:
         b = lsm.WriteBatch()
@@ -80,24 +88,32 @@ def writer(path: str, keys_per_batch: int, memtable_bytes: int) -> None:
         for j in range(keys_per_batch):
             b.put(b"%08d-%02d" % (i, j), value)
         b.put(b"last", b"%d" % i)
-        db.write(b, sync)
-        flushing = db.lsm_shape()["immutable_memtables"] > 0
-        out.write(f"A {i} F\n" if flushing else f"A {i}\n")
+        if mode == "group":
+            durable = i % 100 == 0
+            db.write(b, sync if durable else nosync)
+            out.write(f"A {i} D\n" if durable else f"A {i}\n")
+            time.sleep(0.001)
+        else:
+            db.write(b, sync)
+            flushing = db.lsm_shape()["immutable_memtables"] > 0
+            out.write(f"A {i} F\n" if flushing else f"A {i}\n")
         out.flush()
         i += 1
 
 
-def racer(path: str, memtable_bytes: int) -> None:
+def racer(path: str, memtable_bytes: int, tag: str = "r", limit: int | None = None) -> None:
     db = lsm.DB.open(path, lsm.DbOptions(memtable_bytes=memtable_bytes, background_compaction=False))
     sync = lsm.WriteOptions(sync=True)
     out = sys.stdout
     fenced = 0
+    acked = 0
     i = 0
-    while fenced < 3:
-        key = b"r%07d" % i
+    while fenced < 3 and (limit is None or acked < limit):
+        key = tag.encode() + b"%07d" % i
         try:
             db.put(key, b"x" * 20, options=sync)
             out.write(f"A {key.decode()}\n")
+            acked += 1
         except lsm.FencedError:
             out.write(f"F {key.decode()}\n")
             fenced += 1
@@ -138,9 +154,9 @@ def serve(path: str, clock_start: int) -> None:
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "writer":
-        writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])
     elif mode == "racer":
-        racer(sys.argv[2], int(sys.argv[3]))
+        racer(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5], *(int(n) for n in sys.argv[5:6]))
     elif mode == "serve":
         serve(sys.argv[2], int(sys.argv[3]))
     else:

@@ -194,12 +194,12 @@ def test_as_of_reads_match_a_model_of_every_state(ops, rng):
             db.close()
 
 
-def test_as_of_reads_inside_the_window_survive_flushes_and_full_compactions(tmp_path):
+def test_as_of_reads_inside_the_window_survive_flushes_and_full_compactions(db_root):
     """A fixed history that every code path of the model test goes through, with the counts checked."""
     clock = lsm.ManualClock(T0)
     model = Model()
     rng = random.Random(7)
-    db = open_db(tmp_path / "db", clock, history_retention=RETENTION)
+    db = open_db(db_root, clock, history_retention=RETENTION)
     compared = refused = 0
     try:
         for i in range(120):
@@ -226,9 +226,9 @@ def test_as_of_reads_inside_the_window_survive_flushes_and_full_compactions(tmp_
     assert compared > 30 and refused > 3
 
 
-def test_expiry_is_judged_at_the_as_of_time(tmp_path):
+def test_expiry_is_judged_at_the_as_of_time(db_root):
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path / "db", clock, history_retention=RETENTION) as db:
+    with open_db(db_root, clock, history_retention=RETENTION) as db:
         db.put(b"a", b"1", ttl=10_000)  # expires at T0 + 10 s
         clock.advance(40_000)
         db.put(b"b", b"2")
@@ -306,8 +306,8 @@ def sst_rows(db: lsm.DB, path) -> set[tuple[bytes, int]]:
     return rows
 
 
-def test_compaction_keeps_versions_whose_successor_is_inside_the_window(tmp_path):
-    path = tmp_path / "db"
+def test_compaction_keeps_versions_whose_successor_is_inside_the_window(db_root):
+    path = db_root
     clock = lsm.ManualClock(T0)
     rng = random.Random(11)
     retention = 120_000
@@ -359,9 +359,9 @@ def test_compaction_keeps_versions_whose_successor_is_inside_the_window(tmp_path
         db.close()
 
 
-def test_an_open_as_of_snapshot_keeps_its_view_after_the_window_moves_on(tmp_path):
+def test_an_open_as_of_snapshot_keeps_its_view_after_the_window_moves_on(db_root):
     """Compaction keeps what an open snapshot_at() reads, expiry included (judged at its time)."""
-    path = tmp_path / "db"
+    path = db_root
     clock = lsm.ManualClock(T0)
     with open_db(path, clock, history_retention=60_000) as db:
         db.write(lsm.WriteBatch().put(b"a", b"1", ttl=10_000).put(b"b", b"1"))  # seq 1 at T0
@@ -379,8 +379,8 @@ def test_an_open_as_of_snapshot_keeps_its_view_after_the_window_moves_on(tmp_pat
         assert sst_rows(db, path) == {(b"b", 2)}
 
 
-def test_without_a_window_a_full_compaction_keeps_one_version_per_key(tmp_path):
-    path = tmp_path / "db"
+def test_without_a_window_a_full_compaction_keeps_one_version_per_key(db_root):
+    path = db_root
     clock = lsm.ManualClock(T0)
     with open_db(path, clock) as db:
         for i in range(10):
@@ -392,10 +392,10 @@ def test_without_a_window_a_full_compaction_keeps_one_version_per_key(tmp_path):
 
 
 # -- seq <-> time lookups through the DB --------------------------------------------------------------------
-def test_lookups_round_and_round_trip_at_the_edges(tmp_path):
+def test_lookups_round_and_round_trip_at_the_edges(db_root):
     clock = lsm.ManualClock(T0)
     commits = [250, 10_000, 29_999, 30_000, 45_000, 100_500]  # ms after T0; seqs 1..6
-    with open_db(tmp_path / "db", clock) as db:
+    with open_db(db_root, clock) as db:
         assert db.timestamp_for_seq(1) is None and db.seq_for_timestamp(T0) is None
         for off in commits:
             clock.set(T0 + off)
@@ -469,8 +469,8 @@ def lookups(db: lsm.DB, commits: list[tuple[int, int]]) -> list:
 HOUR = 3_600_000
 
 
-def test_maps_survive_close_and_reopen(tmp_path):
-    path = tmp_path / "db"
+def test_maps_survive_close_and_reopen(db_root):
+    path = db_root
     clock = lsm.ManualClock(T0)
     rng = random.Random(3)
     commits = []
@@ -494,9 +494,9 @@ def test_maps_survive_close_and_reopen(tmp_path):
             db.close()
 
 
-def test_maps_survive_a_killed_writer(tmp_path):
+def test_maps_survive_a_killed_writer(db_root):
     """SIGKILL after writes: the manifest holds the maps as of the last flush; WAL replay adds the rest."""
-    path = tmp_path / "db"
+    path = db_root
     start = 1_760_000_000_000  # after DbOptions' default time_seq_min_time, which the child uses
     min_time = lsm.DbOptions().time_seq_min_time
     steps = [0, 1_000, 31_000, 40_000, 4 * HOUR, 20_000, 35_000, 3 * HOUR, 31_000, 500]

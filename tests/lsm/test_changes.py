@@ -52,9 +52,9 @@ def spy(monkeypatch):
 
 
 # -- changes(seq=N) -----------------------------------------------------------------------------------
-def test_changes_since_a_seq_by_hand(tmp_path):
+def test_changes_since_a_seq_by_hand(db_root):
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path / "db", clock) as db:
+    with open_db(db_root, clock) as db:
         assert db.put(b"a", b"1") == 1
         assert db.put(b"b", b"1") == 2
         clock.advance(10)
@@ -151,9 +151,9 @@ def test_changes_since_a_seq_match_a_model(ops, points):
             db.close()
 
 
-def test_ssts_not_newer_than_the_point_are_not_read(tmp_path, spy):
+def test_ssts_not_newer_than_the_point_are_not_read(db_root, spy):
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path / "db", clock) as db:
+    with open_db(db_root, clock) as db:
         for i in range(5):
             db.put(b"old%d" % i, b"x")  # seqs 1..5
         db.flush()
@@ -205,9 +205,9 @@ def three_bins(db: lsm.DB, clock: lsm.ManualClock) -> list[tuple[int, list[bytes
     return out
 
 
-def test_changes_since_a_time(tmp_path):
+def test_changes_since_a_time(db_root):
     clock = lsm.ManualClock(T0 + 30 * 60_000)  # 1h30 into a bin
-    with open_db(tmp_path / "db", clock) as db:
+    with open_db(db_root, clock) as db:
         bins = three_bins(db, clock)
         (b0, k0), (b1, k1), (b2, k2) = bins
         assert [t for t, _n in db.time_seq_histogram()] == [rfc3339(b)[:19] + "Z" for b in (b0, b1, b2)]
@@ -233,8 +233,8 @@ def test_changes_since_a_time(tmp_path):
             db.changes(since="last tuesday")
 
 
-def test_changes_since_a_time_after_reset_and_reopen(tmp_path):
-    path = tmp_path / "db"
+def test_changes_since_a_time_after_reset_and_reopen(db_root):
+    path = db_root
     clock = lsm.ManualClock(T0)
     db = open_db(path, clock)
     bins = three_bins(db, clock)
@@ -298,11 +298,11 @@ def test_changes_since_a_time_never_misses_a_change(steps, flushes, probes):
             db.close()
 
 
-def test_changes_take_read_options(tmp_path):
+def test_changes_take_read_options(db_root):
     """ReadOptions: `now` judges expiry, `include_expired` keeps an expired row's value, and a snapshot
     ends the changes at its seq."""
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path / "db", clock) as db:
+    with open_db(db_root, clock) as db:
         db.put(b"a", b"1")
         db.put(b"t", b"x", ttl=1_000)
         snap = db.snapshot()

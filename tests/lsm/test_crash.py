@@ -79,23 +79,30 @@ def run_and_kill(path, rng: random.Random, how: str) -> set[int]:
     return acked
 
 
+def stored_batches(db: lsm.DB) -> list[int]:
+    """The ids of the batches in the store, ascending, each checked whole (all its keys, its value);
+    ``last`` must name the newest."""
+    batches: dict[int, dict[bytes, bytes]] = {}
+    last = None
+    for k, v in db.scan():
+        if k == b"last":
+            last = int(v)
+            continue
+        batch = int(k.split(b"-")[0])
+        batches.setdefault(batch, {})[k] = v
+    for b, rows in batches.items():
+        assert len(rows) == KEYS_PER_BATCH, f"batch {b} is partial: {sorted(rows)}"
+        assert set(rows.values()) == {b"%d:" % b + b"x" * 40}, f"batch {b} has mixed values"
+    assert (last or 0) == max(batches, default=0)
+    return sorted(batches)
+
+
 def check(path, acked_ever: set[int]) -> int:
     """Open (recovering), verify the invariants of the module docstring, return the newest batch id."""
     with lsm.DB.open(path, lsm.DbOptions(background_compaction=False)) as db:
-        batches: dict[int, dict[bytes, bytes]] = {}
-        last = None
-        for k, v in db.scan():
-            if k == b"last":
-                last = int(v)
-                continue
-            batch = int(k.split(b"-")[0])
-            batches.setdefault(batch, {})[k] = v
-        for b, rows in batches.items():
-            assert len(rows) == KEYS_PER_BATCH, f"batch {b} is partial: {sorted(rows)}"
-            assert set(rows.values()) == {b"%d:" % b + b"x" * 40}, f"batch {b} has mixed values"
+        batches = stored_batches(db)
         newest = max(batches, default=0)
-        assert sorted(batches) == list(range(1, newest + 1)), "a batch was lost while a later one survived"
-        assert (last or 0) == newest
+        assert batches == list(range(1, newest + 1)), "a batch was lost while a later one survived"
         missing = acked_ever - set(batches)
         assert not missing, f"acknowledged batches lost: {sorted(missing)[:10]}"
         for e in db.manifest.all_ssts():  # every SST the manifest names is whole

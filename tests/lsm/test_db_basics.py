@@ -107,9 +107,9 @@ def test_wal_checksum_failure_before_the_end_is_corruption(tmp_path, victim):
 
 
 # -- snapshots --------------------------------------------------------------------------------------
-def test_snapshots_see_exactly_their_state(tmp_path):
+def test_snapshots_see_exactly_their_state(db_root):
     clock = lsm.ManualClock(T0)
-    db = lsm.DB.open(tmp_path / "db", opts(clock, memtable_bytes=1024))
+    db = lsm.DB.open(db_root, opts(clock, memtable_bytes=1024))
     model: dict[bytes, bytes] = {}
     snaps: list[tuple[lsm.Snapshot, dict[bytes, bytes]]] = []
 
@@ -186,8 +186,8 @@ def expected_scan(model, start, end, prefix, reverse):
     return [(k, model[k]) for k in keys]
 
 
-def test_scan_ranges_reverse_and_prefix(tmp_path):
-    db = lsm.DB.open(tmp_path / "db", opts())
+def test_scan_ranges_reverse_and_prefix(db_root):
+    db = lsm.DB.open(db_root, opts())
     model = {}
     stored = [k for k in KEYS if k]  # keys are 1..65535 bytes
     for i, k in enumerate(stored):  # three layers: two L0 SSTs and the memtable, with shadowing
@@ -282,8 +282,8 @@ def test_point_read_survives_a_flush_landing_mid_read(tmp_path, call):
 
 
 # -- get_entry --------------------------------------------------------------------------------------
-def test_get_entry(tmp_path, lsm_clock):
-    path = tmp_path / "db"
+def test_get_entry(db_root, lsm_clock):
+    path = db_root
     o = opts(lsm_clock)
     db = lsm.DB.open(path, o)
     s1 = db.put(b"a", b"1", ttl=500)
@@ -340,8 +340,8 @@ def test_flush_writes_an_l0_sst_into_the_manifest_and_retires_the_wal(tmp_path):
         assert db.manifest.l0 == man.l0 and db.get(b"a") == b"1"
 
 
-def test_manifest_versions_advance_one_id_at_a_time(tmp_path):
-    path = tmp_path / "db"
+def test_manifest_versions_advance_one_id_at_a_time(db_root):
+    path = db_root
     store = ManifestStore(str(path))
     db = lsm.DB.open(path, opts(manifest_history=5))
     for i in range(24):
@@ -361,8 +361,8 @@ def test_manifest_versions_advance_one_id_at_a_time(tmp_path):
 
 
 # -- v0 and v1 --------------------------------------------------------------------------------------
-def test_v0_and_v1_ssts_in_one_database(tmp_path):
-    path = tmp_path / "db"
+def test_v0_and_v1_ssts_in_one_database(db_root):
+    path = db_root
     clock = lsm.ManualClock(T0)
     with lsm.DB.open(path, opts(clock, sst_format_version=0)) as db:
         db.put(b"a", b"v0-a")

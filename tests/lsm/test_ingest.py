@@ -21,11 +21,12 @@ def open_db(path, clock, **kw) -> lsm.DB:
 
 
 @pytest.fixture
-def env(tmp_path):
+def env(tmp_path, db_root):
+    """The store on each backend (db_root); the source log is a local directory on both."""
     clock = lsm.ManualClock(1000)
     log_dir = str(tmp_path / "log")
     w = LogWriter(log_dir)
-    db = open_db(str(tmp_path / "db"), clock)
+    db = open_db(db_root, clock)
     yield clock, w, PartitionedLog(log_dir), db, tmp_path
     db.close()
     w.close()
@@ -70,7 +71,7 @@ def test_batches_are_exact_and_resume_after_restart(env) -> None:
     assert stats.records == 40 and stats.batches == 4
     assert [s.records for s in seen] == [10, 20, 30, 40]
     db.close()
-    db2 = open_db(str(tmp / "db"), clock)
+    db2 = open_db(db.path, clock)
     try:
         stats = db2.ingest(log, name="s", batch_records=10, progress=tick)
         assert stats.records == 55 and stats.frontier == {0: 32, 1: 32, 2: 31}
@@ -203,7 +204,7 @@ def test_fenced_ingest_makes_nothing_visible(env) -> None:
     for i in range(10):
         w.append(0, b"k%d" % i, b"v")
     db.ingest(log, name="s", max_records=4)
-    other = open_db(str(tmp / "db"), clock)  # a second process takes the database over
+    other = open_db(db.path, clock)  # a second process takes the database over
     try:
         with pytest.raises(lsm.FencedError):
             db.ingest(log, name="s")
@@ -277,7 +278,7 @@ def test_remap_survives_flush_compaction_and_restart(env) -> None:
     db.compact(full=True)
     assert db.remap("s").bindings() == before
     db.close()
-    db2 = open_db(str(tmp / "db"), clock)
+    db2 = open_db(db.path, clock)
     try:
         assert db2.remap("s").bindings() == before and db2.sources() == ["s"]
         assert len(list(db2.scan())) == 300
@@ -307,7 +308,7 @@ def test_remap_compaction_in_the_store(env, monkeypatch) -> None:
         assert got.as_of(t) == expected.as_of(t)
     assert ingest_mod.compact_remap(db, "s", since - 10) is None  # since never goes back
     db.close()
-    db = open_db(str(tmp / "db"), clock)
+    db = open_db(db.path, clock)
     try:
         assert db.remap("s").bindings() == expected.bindings() and db.remap("s").since == since
         # ingest keeps going on top of the compacted remap; the cadence compacts at now - retention

@@ -19,6 +19,12 @@ from lsm.timeline import parse_time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture
+def lsm_path(db_root: str) -> str:
+    """lsm_db (lsm.testing) on each backend: a local directory and the S3 test server."""
+    return db_root
+
+
 def reads(db: lsm.DB, key: bytes, options: ReadOptions) -> list:
     """What each of the four read calls returns for `key` under `options` (values only)."""
     e = db.get_entry(key, options)
@@ -86,8 +92,8 @@ def test_snapshot_of_another_handle_and_as_of_with_a_snapshot_are_refused(tmp_pa
             assert b.get(b"k", ReadOptions(snapshot=snap)) == b"b"
 
 
-def test_as_of_snapshot_judges_expiry_at_its_time_unless_now_is_given(tmp_path, lsm_options, lsm_clock):
-    lsm_db = lsm.DB.open(tmp_path / "db", dataclasses.replace(lsm_options, history_retention=60_000))
+def test_as_of_snapshot_judges_expiry_at_its_time_unless_now_is_given(lsm_path, lsm_options, lsm_clock):
+    lsm_db = lsm.DB.open(lsm_path, dataclasses.replace(lsm_options, history_retention=60_000))
     lsm_db.put(b"k", b"v", ttl=1_000)
     ts = lsm_db.get_entry(b"k").ts
     lsm_clock.advance(2_000)

@@ -55,10 +55,10 @@ def test_a_remap_answers_only_below_its_upper() -> None:
     assert Remap("e", r.bindings()).as_of(5000).frontier == {0: 5}  # plain data: no upper
 
 
-def test_the_issue_example_upper_of_the_store(tmp_path) -> None:
+def test_the_issue_example_upper_of_the_store(tmp_path, db_root) -> None:
     """`as_of(5000)` at clock 5000 was answered, and a later ingest at 5000 changed the answer."""
     clock = lsm.ManualClock(1000)
-    with LogWriter(tmp_path / "log") as w, open_db(tmp_path / "db", clock) as db:
+    with LogWriter(tmp_path / "log") as w, open_db(db_root, clock) as db:
         log = PartitionedLog(tmp_path / "log")
         w.append(0, b"p0-0", b"v")
         db.ingest(log, name="e")
@@ -76,15 +76,15 @@ def test_the_issue_example_upper_of_the_store(tmp_path) -> None:
         assert db.remap("e").as_of(5000).frontier == {0: 2} and db.remap("e").as_of(4999).frontier == {0: 1}
 
 
-def test_a_read_only_handle_is_complete_up_to_the_watermark_recorded_at_close(tmp_path) -> None:
+def test_a_read_only_handle_is_complete_up_to_the_watermark_recorded_at_close(tmp_path, db_root) -> None:
     clock = lsm.ManualClock(1000)
     with LogWriter(tmp_path / "log") as w:
         w.append(0, b"p0-0", b"v")
-    with open_db(tmp_path / "db", clock) as db:
+    with open_db(db_root, clock) as db:
         db.ingest(PartitionedLog(tmp_path / "log"), name="e")
         clock.set(1500)  # the writer's clock moved on; closing records it
     opts = lsm.DbOptions(clock=lsm.ManualClock(9000), history_retention=FAR)  # the reader's clock is ahead
-    with lsm.DB.open(str(tmp_path / "db"), opts, read_only=True) as ro:
+    with lsm.DB.open(db_root, opts, read_only=True) as ro:
         r = ro.remap("e")
         assert r.upper == 1500 and r.as_of(1499).frontier == {0: 1}
         with pytest.raises(lsm.NotYetCompleteError):
@@ -195,9 +195,9 @@ def test_bindings_of_one_millisecond_merge_in_rows_and_in_the_store(tmp_path) ->
 
 
 # -- remap compaction with the store's --------------------------------------------------------------------
-def test_a_compaction_that_advances_the_history_floor_compacts_the_remap(tmp_path) -> None:
+def test_a_compaction_that_advances_the_history_floor_compacts_the_remap(tmp_path, db_root) -> None:
     clock = lsm.ManualClock(T0)
-    with LogWriter(tmp_path / "log") as w, open_db(tmp_path / "db", clock, history_retention=5_000) as db:
+    with LogWriter(tmp_path / "log") as w, open_db(db_root, clock, history_retention=5_000) as db:
         for i in range(20):
             w.append(0, b"k%d" % (i % 4), b"v%d" % i)  # overwrites: compaction drops the shadowed versions
         db.ingest(PartitionedLog(tmp_path / "log"), name="e", batch_records=2, progress=lambda _s: clock.advance(1))
@@ -215,14 +215,14 @@ def test_a_compaction_that_advances_the_history_floor_compacts_the_remap(tmp_pat
             r.as_of(T0 + 5_000)
 
 
-def test_remap_compaction_deletes_every_stored_binding_of_one_time(tmp_path) -> None:
+def test_remap_compaction_deletes_every_stored_binding_of_one_time(db_root) -> None:
     """Rows of two bindings at one ts (as a bulk load or an older store leaves them): the remap shows the
     newest, and compacting it deletes both rows, so none is left before `since`."""
     from lsm import ingest as ingest_mod
     from lsm.remap_store import binding_key, encode_binding
 
     clock = lsm.ManualClock(1000)
-    with open_db(tmp_path / "db", clock) as db:
+    with open_db(db_root, clock) as db:
         for frontier in ({0: 2}, {0: 4}):
             host(db).commit_rows(
                 lambda ts, seq, f=frontier: ([(binding_key("e", seq), None, encode_binding(ts, f))], 0), True

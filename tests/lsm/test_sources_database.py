@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lsm
+from formats.storage import storage_for
 from formats.wal import encode_record
 from lsm import HistoryUnavailableError, NotADatabaseError
 from lsm.history import open_view
@@ -34,17 +35,19 @@ def records(log: DatabaseLog, start: int = 0, stop: int | None = None) -> list[t
     return [(r.offset, r.key, r.value, r.ttl, r.event_ts) for r in log.read(0, start, stop)]
 
 
-def test_commits_become_records_with_their_seq_ts_and_ttl(tmp_path: Path) -> None:
+def test_commits_become_records_with_their_seq_ts_and_ttl(db_root: str) -> None:
     clock = lsm.ManualClock(T0)
-    db = open_db(tmp_path, clock, history_retention=YEAR)
-    log = DatabaseLog(tmp_path)
-    assert isinstance(log, Source) and log.name == str(tmp_path)
+    db = open_db(db_root, clock, history_retention=YEAR)
+    log = DatabaseLog(db_root)
+    assert isinstance(log, Source) and log.name == str(db_root)
     assert log.partitions() == [0] and log.end(0) == 1 and records(log) == []
     s1 = db.put(b"a", b"1")
     clock.advance(10)
     s2 = db.write(lsm.WriteBatch().put(b"c", b"3", ttl=500).put(b"b", b"2").delete(b"a"))
     clock.advance(10)
-    s3 = db.delete(b"zzz")
+    # a sync write makes every write before it durable too (on an object store, unsynced writes wait
+    # in the group commit's buffer for up to wal_flush_interval_ms)
+    s3 = db.delete(b"zzz", options=lsm.WriteOptions(sync=True))
     assert log.end(0) == s3 + 1 == 4  # read from the WAL of a database still open in this process
     want = [
         (s1, b"a", b"1", None, T0),
@@ -59,13 +62,13 @@ def test_commits_become_records_with_their_seq_ts_and_ttl(tmp_path: Path) -> Non
     db.flush()  # now from an SST: the same records
     assert records(log) == want and log.end(0) == 4
     db.close()
-    assert records(DatabaseLog(tmp_path)) == want
+    assert records(DatabaseLog(db_root)) == want
     assert list(log.read(0, 0))[3] == SourceRecord(0, s2, b"c", b"3", ttl=500, event_ts=T0 + 10)
 
 
-def test_full_history_survives_flush_and_compaction_with_retention(tmp_path: Path) -> None:
+def test_full_history_survives_flush_and_compaction_with_retention(db_root: str) -> None:
     clock = lsm.ManualClock(T0)
-    db = open_db(tmp_path, clock, history_retention=YEAR, memtable_bytes=1024)
+    db = open_db(db_root, clock, history_retention=YEAR, memtable_bytes=1024)
     want = []
     for i in range(300):
         key = b"k%d" % (i % 7)
@@ -80,19 +83,19 @@ def test_full_history_survives_flush_and_compaction_with_retention(tmp_path: Pat
         if i % 50 == 49:
             db.compact(full=True)
     db.close()
-    log = DatabaseLog(tmp_path)
+    log = DatabaseLog(db_root)
     assert log.floor() == 0
     assert [(r.offset, r.key, r.value) for r in log.read(0, 0)] == want
     assert len(db.manifest.runs) >= 1
 
 
-def test_dropped_versions_raise_the_floor_and_reads_below_it_fail(tmp_path: Path) -> None:
+def test_dropped_versions_raise_the_floor_and_reads_below_it_fail(db_root: str) -> None:
     clock = lsm.ManualClock(T0)
-    db = open_db(tmp_path, clock)  # no history retention: a flush drops shadowed versions
+    db = open_db(db_root, clock)  # no history retention: a flush drops shadowed versions
     s1 = db.put(b"k", b"1")
     s2 = db.put(b"k", b"2")
-    s3 = db.put(b"other", b"x")
-    log = DatabaseLog(tmp_path)
+    s3 = db.put(b"other", b"x", options=lsm.WriteOptions(sync=True))  # durable, with those before it
+    log = DatabaseLog(db_root)
     assert records(log, 1) != [] and log.floor() == 0  # still in the WAL: everything is there
     db.flush()
     assert log.floor() == s1
@@ -251,12 +254,13 @@ def test_not_a_database(tmp_path: Path) -> None:
         log.end("0")
 
 
-def test_a_replica_follows_an_upstream_another_process_is_writing(tmp_path: Path) -> None:
+def test_a_replica_follows_an_upstream_another_process_is_writing(db_root: str) -> None:
     """The upstream process commits batches (flushing and compacting in the background) while this
     process polls end() and reads, lagging behind on purpose so that it reads from the WAL, from flushed
     SSTs and across compactions: every commit arrives once, whole, in seq order."""
-    batches, keys = 400, 4
-    up = tmp_path / "up"
+    # each sync batch is one PUT on the S3 server: fewer of them there, still many flushes and compactions
+    batches, keys = (150 if "://" in db_root else 400), 4
+    up = os.path.join(db_root, "up")
     with lsm.DB.open(up, lsm.DbOptions()):
         pass  # the database exists before the reader starts
     proc = subprocess.Popen(
@@ -294,14 +298,14 @@ def test_a_replica_follows_an_upstream_another_process_is_writing(tmp_path: Path
         assert {r.key: r.value for r in rows} == want
         assert len({r.event_ts for r in rows}) == 1
     assert polls > 2
-    assert os.listdir(up / "sst")  # the upstream flushed while we read
+    assert storage_for(up).list_names(os.path.join(up, "sst"))  # the upstream flushed while we read
 
 
-def test_a_replica_ingesting_a_database_log_matches_the_upstream_at_every_binding(tmp_path: Path) -> None:
+def test_a_replica_ingesting_a_database_log_matches_the_upstream_at_every_binding(db_root: str) -> None:
     """db.ingest(DatabaseLog(upstream), ttl_base="event") on a replica: at every binding, the replica
     reads exactly what the upstream read as of the seq below the binding's frontier."""
     clock = lsm.ManualClock(T0)
-    up = open_db(tmp_path / "up", clock, history_retention=YEAR, memtable_bytes=2048)
+    up = open_db(os.path.join(db_root, "up"), clock, history_retention=YEAR, memtable_bytes=2048)
     for i in range(120):
         key = b"k%d" % (i % 11)
         if i % 7 == 6:
@@ -314,9 +318,9 @@ def test_a_replica_ingesting_a_database_log_matches_the_upstream_at_every_bindin
         if i % 40 == 39:
             up.flush()
             up.compact(full=True)
-    replica = open_db(tmp_path / "replica", clock, history_retention=YEAR)
+    replica = open_db(os.path.join(db_root, "replica"), clock, history_retention=YEAR)
     tick = lambda _s: clock.advance(1)  # noqa: E731 - each batch its own ms: bindings of one ms merge
-    stats = replica.ingest(DatabaseLog(tmp_path / "up"), name="up", batch_records=9, ttl_base="event", progress=tick)
+    stats = replica.ingest(DatabaseLog(os.path.join(db_root, "up")), name="up", batch_records=9, ttl_base="event", progress=tick)
     assert stats.frontier == {0: up.seq + 1}
     bindings = replica.remap("up").bindings()
     assert len(bindings) > 5

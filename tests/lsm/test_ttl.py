@@ -46,15 +46,15 @@ class Store:
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path / "db")
+def store(db_root):
+    s = Store(db_root)
     yield s
     s.close()
 
 
 @pytest.fixture
-def store_default_ttl(tmp_path):
-    s = Store(tmp_path / "db", default_ttl=1_000)
+def store_default_ttl(db_root):
+    s = Store(db_root, default_ttl=1_000)
     yield s
     s.close()
 

@@ -31,6 +31,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 
 from formats.fileio import FileOpError
+from formats.objcache import ObjectCache
 from formats.storage import STAT_KEYS, URL_MARK, PublishUnknownError, Storage
 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
@@ -111,6 +112,9 @@ class ObjectStorage(Storage):
         self._bucket_url = f"{scheme}{URL_MARK}{rest.split('/', 1)[0]}"
         self._lock = threading.Lock()
         self._stats = dict.fromkeys(STAT_KEYS, 0)
+        # the local disk cache of SST ranges (formats.objcache), set by DB.open from
+        # DbOptions.object_cache_dir; None: nothing of this store is written locally
+        self.cache: ObjectCache | None = None
 
     # -- bookkeeping -------------------------------------------------------------------------------------
     def key(self, path: str) -> str:
@@ -160,17 +164,20 @@ class ObjectStorage(Storage):
         self.count("get", len(data))
         return data
 
-    def read_tail(self, path: str, nbytes: int) -> tuple[int, bytes]:
-        """(object size, its last `nbytes` bytes) with one GET."""
+    def read_tail(self, path: str, nbytes: int) -> tuple[int, bytes, str]:
+        """(object size, its last `nbytes` bytes, its identity) with one GET. The identity (size, ETag,
+        last-modified time) changes whenever the name is written again: what the disk cache keys on."""
         try:
             res = obstore.get(self.store, self.key(path), options={"range": {"suffix": nbytes}})
             data = bytes(res.bytes())
-            size = res.meta["size"]
+            meta = res.meta
+            size = meta["size"]
         except Exception as e:
             self.count("get")
             raise self._error("get", path, e) from None
         self.count("get", len(data))
-        return size, data
+        modified = meta["last_modified"].timestamp() if meta.get("last_modified") else ""
+        return size, data, f"{path}\0{size}\0{meta.get('e_tag')}\0{meta.get('version')}\0{modified}"
 
     def size(self, path: str) -> int:
         self.count("head")
@@ -264,23 +271,36 @@ class RangeFile:
     The first access fetches the object's tail (`TAIL_BYTES`: footer, metadata, and for most SSTs the
     index and bloom filter) with one GET; `prefetch(start)` widens the cached tail back to `start`, so
     opening an SST costs one or two GETs. A slice outside the cached tail is one ranged GET (the block
-    cache above keeps what is read)."""
+    cache above keeps what is read), or a read of the store's disk cache (`ObjectStorage.cache`) when
+    it holds that range of this very object."""
 
     def __init__(self, storage: ObjectStorage, path: str) -> None:
         self.storage = storage
         self.path = path
-        self._size, tail = storage.read_tail(path, TAIL_BYTES)
+        self.cache = storage.cache
+        self._size, tail, self._ident = storage.read_tail(path, TAIL_BYTES)
         self._tail_at = self._size - len(tail)
         self._tail = tail
 
     def __len__(self) -> int:
         return self._size
 
+    def _range(self, start: int, end: int) -> bytes:
+        """Bytes [start, end): from the disk cache, else one ranged GET (then kept in the cache)."""
+        cache = self.cache
+        if cache is None:
+            return self.storage.read_range(self.path, start, end)
+        data = cache.get(self._ident, start, end)
+        if data is None:
+            data = self.storage.read_range(self.path, start, end)
+            cache.put(self._ident, start, end, data)
+        return data
+
     def prefetch(self, start: int) -> None:
         """Cache the bytes from `start` to the end of the object (one GET for what is not cached yet)."""
         start = max(0, start)
         if start < self._tail_at:
-            self._tail = self.storage.read_range(self.path, start, self._tail_at) + self._tail
+            self._tail = self._range(start, self._tail_at) + self._tail
             self._tail_at = start
 
     def __getitem__(self, item: slice) -> bytes:
@@ -291,7 +311,7 @@ class RangeFile:
             return b""
         if start >= self._tail_at:
             return self._tail[start - self._tail_at : stop - self._tail_at]
-        return self.storage.read_range(self.path, start, stop)
+        return self._range(start, stop)
 
     def close(self) -> None:
         """Drop the cached tail."""

@@ -73,8 +73,11 @@ class SstReader:
         self.cache = cache
         self.cache_id = cache_id if cache_id is not None else self.path
         self.verify_checksums = verify_checksums
+        storage = storage_for(self.path)
+        # False for an object: each block read outside the cached tail is a GET (or a disk-cache read)
+        self.local = storage.local
         try:  # an mmap of a local file, or ranged GETs of an object (formats.storage)
-            self._map = storage_for(self.path).open_map(self.path)
+            self._map = storage.open_map(self.path)
         except ValueError:
             raise ValueError(f"{self.path}: not a regular file, so not an SST") from None
         size = len(self._map)

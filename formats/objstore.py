@@ -43,6 +43,7 @@ TAIL_BYTES = 256 << 10
 MAX_RETRIES = 6
 RETRY_TIMEOUT_MS = 20_000
 RETRY_KEYS = ("max_retries", "retry_timeout_ms")
+LIST_PAGE = 1000  # keys per LIST response (S3's maximum, and its default)
 
 
 def retry_config(options: dict[str, Any]) -> dict[str, Any]:
@@ -200,15 +201,24 @@ class ObjectStorage(Storage):
         return list(self.list_mtimes(directory))
 
     def list_mtimes(self, directory: str) -> dict[str, float]:
+        return {name: meta["last_modified"].timestamp() for name, meta in self._list(directory).items()}
+
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        return {name: meta["size"] for name, meta in self._list(directory).items()}
+
+    def _list(self, directory: str) -> dict[str, Any]:
+        """name -> obstore's metadata of the objects directly under `directory` (a LIST per 1000)."""
         prefix = self.key(directory).rstrip("/") + "/"
-        out: dict[str, float] = {}
+        out: dict[str, Any] = {}
         try:
-            for page in obstore.list(self.store, prefix, return_arrow=False):
-                self.count("list")  # one LIST request per page of up to 1000 keys
+            # S3 answers a LIST with pages of up to 1000 keys: one request per chunk of that size
+            # (obstore's default chunks of 50 would count twenty requests for one page)
+            for page in obstore.list(self.store, prefix, return_arrow=False, chunk_size=LIST_PAGE):
+                self.count("list")
                 for meta in page:
                     rest = meta["path"][len(prefix) :]
                     if rest and "/" not in rest:
-                        out[rest] = meta["last_modified"].timestamp()
+                        out[rest] = meta
         except Exception as e:
             self.count("list")
             raise self._error("list", directory, e) from None

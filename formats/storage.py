@@ -66,6 +66,10 @@ class Storage:
         """name -> modification time (seconds since the epoch) of the files directly in `directory`."""
         raise NotImplementedError
 
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        """name -> size in bytes of the files directly in `directory` (one listing on an object store)."""
+        raise NotImplementedError
+
     def list_numbered(self, directory: str, suffix: str) -> list[tuple[int, str]]:
         """(id, path) of the files named ``<digits><suffix>`` in `directory`, ascending by id."""
         out = []
@@ -165,6 +169,15 @@ class LocalStorage(Storage):
         for name in self.list_names(directory):
             try:
                 out[name] = os.stat(os.path.join(directory, name)).st_mtime
+            except FileNotFoundError:
+                continue
+        return out
+
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        out = {}
+        for name in self.list_names(directory):
+            try:
+                out[name] = os.stat(os.path.join(directory, name)).st_size
             except FileNotFoundError:
                 continue
         return out

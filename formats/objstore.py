@@ -39,6 +39,8 @@ MULTIPART_MIN = 16 << 20
 MULTIPART_CHUNK = 8 << 20
 # an SST's open reads its tail (footer, metadata, and usually its index and bloom filter) with one GET
 TAIL_BYTES = 256 << 10
+# a sequential reader of an SST (a compaction) fetches this much per GET (`RangeFile.read_ahead`)
+READAHEAD_BYTES = 1 << 20
 # retries of transient failures; `object_store_options` may set "max_retries" and "retry_timeout_ms"
 MAX_RETRIES = 6
 RETRY_TIMEOUT_MS = 20_000
@@ -282,7 +284,12 @@ class RangeFile:
     index and bloom filter) with one GET; `prefetch(start)` widens the cached tail back to `start`, so
     opening an SST costs one or two GETs. A slice outside the cached tail is one ranged GET (the block
     cache above keeps what is read), or a read of the store's disk cache (`ObjectStorage.cache`) when
-    it holds that range of this very object."""
+    it holds that range of this very object.
+
+    After `read_ahead()` (an SST reader without a block cache: a compaction's input, a tool's scan),
+    a slice that starts where the previous one ended fetches `READAHEAD_BYTES` at once and serves the
+    following slices from them: reading a whole SST costs one GET per `READAHEAD_BYTES` instead of one
+    per block. The window is kept until the next one replaces it, or `close`."""
 
     def __init__(self, storage: ObjectStorage, path: str) -> None:
         self.storage = storage
@@ -291,9 +298,16 @@ class RangeFile:
         self._size, tail, self._ident = storage.read_tail(path, TAIL_BYTES)
         self._tail_at = self._size - len(tail)
         self._tail = tail
+        self.readahead = 0
+        self._window: tuple[int, bytes] = (0, b"")  # (offset, bytes) fetched ahead
+        self._next = 0  # where the last slice ended: a slice starting there (or at 0) is sequential
 
     def __len__(self) -> int:
         return self._size
+
+    def read_ahead(self) -> None:
+        """Fetch sequential slices `READAHEAD_BYTES` at a time from now on (see the class docstring)."""
+        self.readahead = READAHEAD_BYTES
 
     def _range(self, start: int, end: int) -> bytes:
         """Bytes [start, end): from the disk cache, else one ranged GET (then kept in the cache)."""
@@ -321,8 +335,22 @@ class RangeFile:
             return b""
         if start >= self._tail_at:
             return self._tail[start - self._tail_at : stop - self._tail_at]
-        return self._range(start, stop)
+        if not self.readahead:
+            return self._range(start, stop)
+        if stop > self._tail_at:  # a block that runs into the cached tail: the rest comes from there
+            return self[start : self._tail_at] + self._tail[: stop - self._tail_at]
+        sequential, self._next = start == self._next, stop
+        at, window = self._window
+        if at <= start and stop <= at + len(window):
+            return window[start - at : stop - at]
+        if not sequential:  # one GET; the window stays (a reader may go back over its last blocks)
+            return self._range(start, stop)
+        end = max(stop, min(start + self.readahead, self._tail_at))
+        window = self._range(start, end)
+        self._window = (start, window)
+        return window[: stop - start]
 
     def close(self) -> None:
-        """Drop the cached tail."""
+        """Drop the cached tail and the read-ahead window."""
         self._tail = b""
+        self._window = (0, b"")

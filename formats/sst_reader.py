@@ -80,6 +80,11 @@ class SstReader:
             self._map = storage.open_map(self.path)
         except ValueError:
             raise ValueError(f"{self.path}: not a regular file, so not an SST") from None
+        read_ahead = getattr(self._map, "read_ahead", None)
+        if cache is None and read_ahead is not None:
+            # no block cache: a compaction's input or a tool, read from end to end and then closed, so
+            # an object's blocks come a MiB per GET (formats.objstore.RangeFile)
+            read_ahead()
         size = len(self._map)
         if size < FOOTER.size:
             if not isinstance(self._map, bytes):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from formats.objstore import TAIL_BYTES
+from formats.objstore import READAHEAD_BYTES, TAIL_BYTES
 from formats.storage import LOCAL, register, storage_for
 
 
@@ -84,6 +84,22 @@ def test_range_file_reads_the_tail_once_and_ranges_on_demand(s3_server) -> None:
     gets = st.stats()["get"]
     assert m[TAIL_BYTES : TAIL_BYTES + 100] == data[TAIL_BYTES : TAIL_BYTES + 100]
     assert st.stats()["get"] == gets
+
+
+def test_a_sequential_reader_fetches_a_window_per_get(s3_server) -> None:
+    st = storage_for(s3_server.new_url())
+    p = st.root + "/sst/big.sst"
+    data = os.urandom(TAIL_BYTES + 3 * READAHEAD_BYTES)
+    st.write_file(p, (data,))
+    m = st.open_map(p)
+    m.read_ahead()
+    st.reset_stats()
+    end = len(data) - TAIL_BYTES
+    got = [m[i : min(i + 4096, end)] for i in range(0, end, 4096)]  # block after block, as a compaction reads
+    assert b"".join(got) == data[:end]
+    assert st.stats()["get"] == 3  # one per window, not one per block
+    assert m[100:200] == data[100:200]  # not sequential: one GET of just that slice
+    assert st.stats()["get"] == 4 and st.stats()["get_bytes"] == end + 100
 
 
 def test_requests_are_counted_per_database(s3_server) -> None:

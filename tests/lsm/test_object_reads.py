@@ -4,13 +4,14 @@ disk cache of SST ranges (DbOptions.object_cache_dir), and the garbage collectio
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import random
 import time
 
 import lsm
 from formats.objcache import cache_for
-from formats.objstore import TAIL_BYTES
+from formats.objstore import READAHEAD_BYTES, TAIL_BYTES
 from formats.sst import SstReader
 from formats.storage import storage_for
 
@@ -117,6 +118,22 @@ def test_without_a_cache_dir_nothing_goes_to_the_cache(s3_url, tmp_path) -> None
     with lsm.DB.open(s3_url, _options()) as db:  # this open takes the store's cache away
         assert [db.get(k) for k in sorted(model)] == [model[k] for k in sorted(model)]
     assert sorted(os.listdir(cache_dir)) == cached
+
+
+def test_a_compaction_reads_its_inputs_a_mib_per_get(s3_url) -> None:
+    model = _write_ssts(s3_url)
+    with lsm.DB.open(s3_url, _options(compaction_process=False)) as db:  # requests counted here
+        sizes = [e.size for e in db.manifest.l0]
+        before = _gets(db)
+        db.compact(full=True)
+        gets = _gets(db) - before
+        # per input: its tail at open, then what lies before the tail in reads of READAHEAD_BYTES
+        # (block by block it was one GET per 4 KiB block: about 80 per input here); per output, the
+        # tail its reader reads when the new version is installed
+        outputs = len(db.manifest.all_ssts())
+        assert gets <= sum(1 + math.ceil(max(0, n - TAIL_BYTES) / READAHEAD_BYTES) for n in sizes) + outputs
+        assert len(db.manifest.l0) == 0
+        assert dict(db.scan()) == model
 
 
 def test_gc_deletes_unreferenced_sst_objects_after_the_grace_period(s3_url) -> None:

@@ -346,7 +346,8 @@ class RangeFile:
         if not sequential:  # one GET; the window stays (a reader may go back over its last blocks)
             return self._range(start, stop)
         end = max(stop, min(start + self.readahead, self._tail_at))
-        window = self._range(start, end)
+        # not through the disk cache: a compaction's inputs are deleted once it commits
+        window = self.storage.read_range(self.path, start, end)
         self._window = (start, window)
         return window[: stop - start]
 

@@ -120,9 +120,11 @@ def test_without_a_cache_dir_nothing_goes_to_the_cache(s3_url, tmp_path) -> None
     assert sorted(os.listdir(cache_dir)) == cached
 
 
-def test_a_compaction_reads_its_inputs_a_mib_per_get(s3_url) -> None:
+def test_a_compaction_reads_its_inputs_a_mib_per_get(s3_url, tmp_path) -> None:
     model = _write_ssts(s3_url)
-    with lsm.DB.open(s3_url, _options(compaction_process=False)) as db:  # requests counted here
+    cache_dir = tmp_path / "cache"
+    # compaction in this process, so its requests are counted here
+    with lsm.DB.open(s3_url, _options(compaction_process=False, object_cache_dir=str(cache_dir))) as db:
         sizes = [e.size for e in db.manifest.l0]
         before = _gets(db)
         db.compact(full=True)
@@ -133,6 +135,7 @@ def test_a_compaction_reads_its_inputs_a_mib_per_get(s3_url) -> None:
         outputs = len(db.manifest.all_ssts())
         assert gets <= sum(1 + math.ceil(max(0, n - TAIL_BYTES) / READAHEAD_BYTES) for n in sizes) + outputs
         assert len(db.manifest.l0) == 0
+        assert os.listdir(cache_dir) == []  # inputs about to be deleted are not kept on local disk
         assert dict(db.scan()) == model
 
 

@@ -6,8 +6,10 @@ import copy
 import math
 import os
 
+import obstore
 import pytest
 
+from formats.storage import key_of, storage_for
 from tests.tools._cli import ROOT, one_line_error, run_lsm
 from tests.tools.test_simulate import _write_spec, small_spec
 from tools import simulate
@@ -117,3 +119,17 @@ def test_the_s3_costs_study_spec_checks() -> None:
     spec = parse_spec(simulate.load_spec(os.path.join(ROOT, "examples", "s3_costs.toml")))
     assert spec.store == "memory" and spec.prices == Prices()  # it spells out the defaults
     assert [p.name for p in spec.policies] == ["tiered", "periodic-1d", "periodic-6h"]
+
+
+def test_a_spec_on_s3_counts_the_same_writes_and_leaves_nothing_behind(tmp_path, s3_server) -> None:
+    prefix = s3_server.new_url("sims")
+    spec = _spec(store=prefix)
+    spec["workload"]["phases"] = [{**spec["workload"]["phases"][0], "duration": "6h"}]
+    on_s3 = simulate.run(spec, tmp_path / "s3", plots=False)["policies"][0]["object_store"]
+    in_memory = simulate.run({**spec, "store": "memory"}, tmp_path / "m", plots=False)["policies"][0]["object_store"]
+    assert on_s3["store"] == prefix and on_s3["requests"]["put"] > 50
+    for k in ("put", "get", "put_bytes"):  # the same engine, the same requests, whatever the store
+        assert on_s3["requests"][k] == in_memory["requests"][k], k
+    # each simulation wrote under its own prefix below the spec's, and deleted every object at the end
+    pages = obstore.list(storage_for(prefix).store, key_of(prefix) + "/", return_arrow=False)
+    assert [m["path"] for page in pages for m in page] == []

@@ -165,19 +165,17 @@ class LocalStorage(Storage):
             return []
 
     def list_mtimes(self, directory: str) -> dict[str, float]:
-        out = {}
-        for name in self.list_names(directory):
-            try:
-                out[name] = os.stat(os.path.join(directory, name)).st_mtime
-            except FileNotFoundError:
-                continue
-        return out
+        return {name: st.st_mtime for name, st in self._stats(directory).items()}
 
     def list_sizes(self, directory: str) -> dict[str, int]:
+        return {name: st.st_size for name, st in self._stats(directory).items()}
+
+    def _stats(self, directory: str) -> dict[str, os.stat_result]:
+        """name -> stat of the files directly in `directory` (one removed meanwhile is left out)."""
         out = {}
         for name in self.list_names(directory):
             try:
-                out[name] = os.stat(os.path.join(directory, name)).st_size
+                out[name] = os.stat(os.path.join(directory, name))
             except FileNotFoundError:
                 continue
         return out

@@ -121,10 +121,15 @@ def _ms(v: int | None) -> str:
     return f"{v / DAY_MS:.2f}d"
 
 
+def _name_header(policies: Sequence[dict[str, Any]]) -> str:
+    """The first column's name: "policy", or "label" when a sweep's short labels stand for the names."""
+    return "policy" if all(label(p) == p["name"] for p in policies) else "label"
+
+
 def summary_table(policies: Sequence[dict[str, Any]]) -> str:
     """One row per simulation: space, write amplification, purge lag and what was left unpurged."""
     headers = (
-        "policy" if all(label(p) == p["name"] for p in policies) else "label",
+        _name_header(policies),
         "ops",
         "wall s",
         "disk",
@@ -179,7 +184,7 @@ def requests_table(policies: Sequence[dict[str, Any]]) -> str:
     """One row per simulation on an object store: requests per simulated day by kind, the bytes moved,
     the mean stored bytes and the monthly cost estimate (tools.simulate.costs)."""
     headers = (
-        "policy" if all(label(p) == p["name"] for p in policies) else "label",
+        _name_header(policies),
         "PUT/day",
         "GET/day",
         "LIST/day",

@@ -206,6 +206,7 @@ class ObjectStorage(Storage):
         return {name: meta["last_modified"].timestamp() for name, meta in self._list(directory).items()}
 
     def list_sizes(self, directory: str) -> dict[str, int]:
+        """name -> size of the objects directly under `directory`, from one listing."""
         return {name: meta["size"] for name, meta in self._list(directory).items()}
 
     def _list(self, directory: str) -> dict[str, Any]:

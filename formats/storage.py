@@ -168,6 +168,7 @@ class LocalStorage(Storage):
         return {name: st.st_mtime for name, st in self._stats(directory).items()}
 
     def list_sizes(self, directory: str) -> dict[str, int]:
+        """name -> size of the files directly in `directory` (a stat each)."""
         return {name: st.st_size for name, st in self._stats(directory).items()}
 
     def _stats(self, directory: str) -> dict[str, os.stat_result]:

@@ -387,7 +387,7 @@ def object_url(store: str) -> str:
     return f"{base}/{uuid.uuid4().hex[:16]}/db"
 
 
-def wal_commits(ops: Ops, interval_ms: int) -> list[bool]:
+def wal_commits(ops: Ops, interval_ms: int) -> np.ndarray:
     """For each operation, whether it is the last write (put or delete) of its WAL flush interval of
     simulated time (``t // interval_ms``): where the simulation commits the interval's WAL object."""
     op = np.asarray(ops.op)
@@ -397,7 +397,7 @@ def wal_commits(ops: Ops, interval_ms: int) -> list[bool]:
         bucket = np.asarray(ops.t)[at] // interval_ms
         last = np.append(bucket[1:] != bucket[:-1], True)
         out[at[last]] = True
-    return out.tolist()
+    return out  # a bool array, not a list: a byte per operation, at most 10^8 of them
 
 
 def write_columns(ops: Ops, default_ttl: int | None) -> tuple[np.ndarray, ...]:

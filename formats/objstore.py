@@ -31,19 +31,21 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 
 from formats.fileio import FileOpError
+from formats.objcache import ObjectCache
 from formats.storage import PUT_DIRS, STAT_KEYS, URL_MARK, PublishUnknownError, Storage
 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
 MULTIPART_MIN = 16 << 20
 MULTIPART_CHUNK = 8 << 20
-# a sequential reader (a compaction's input) fetches this much per GET: few requests, bounded memory
-READAHEAD = 1 << 20
 # an SST's open reads its tail (footer, metadata, and usually its index and bloom filter) with one GET
 TAIL_BYTES = 256 << 10
+# a sequential reader of an SST (a compaction) fetches this much per GET (`RangeFile.read_ahead`)
+READAHEAD_BYTES = 1 << 20
 # retries of transient failures; `object_store_options` may set "max_retries" and "retry_timeout_ms"
 MAX_RETRIES = 6
 RETRY_TIMEOUT_MS = 20_000
 RETRY_KEYS = ("max_retries", "retry_timeout_ms")
+LIST_PAGE = 1000  # keys per LIST response (S3's maximum, and its default)
 
 
 def retry_config(options: dict[str, Any]) -> dict[str, Any]:
@@ -113,6 +115,9 @@ class ObjectStorage(Storage):
         self._bucket_url = f"{scheme}{URL_MARK}{rest.split('/', 1)[0]}"
         self._lock = threading.Lock()
         self._stats = dict.fromkeys(STAT_KEYS, 0)
+        # the local disk cache of SST ranges (formats.objcache), set by DB.open from
+        # DbOptions.object_cache_dir; None: nothing of this store is written locally
+        self.cache: ObjectCache | None = None
 
     # -- bookkeeping -------------------------------------------------------------------------------------
     def key(self, path: str) -> str:
@@ -171,17 +176,20 @@ class ObjectStorage(Storage):
         self.count("get", len(data))
         return data
 
-    def read_tail(self, path: str, nbytes: int) -> tuple[int, bytes]:
-        """(object size, its last `nbytes` bytes) with one GET."""
+    def read_tail(self, path: str, nbytes: int) -> tuple[int, bytes, str]:
+        """(object size, its last `nbytes` bytes, its identity) with one GET. The identity (size, ETag,
+        last-modified time) changes whenever the name is written again: what the disk cache keys on."""
         try:
             res = obstore.get(self.store, self.key(path), options={"range": {"suffix": nbytes}})
             data = bytes(res.bytes())
-            size = res.meta["size"]
+            meta = res.meta
+            size = meta["size"]
         except Exception as e:
             self.count("get")
             raise self._error("get", path, e) from None
         self.count("get", len(data))
-        return size, data
+        modified = meta["last_modified"].timestamp() if meta.get("last_modified") else ""
+        return size, data, f"{path}\0{size}\0{meta.get('e_tag')}\0{meta.get('version')}\0{modified}"
 
     def size(self, path: str) -> int:
         """The object's size: one HEAD."""
@@ -199,25 +207,35 @@ class ObjectStorage(Storage):
             return False
         return True
 
-    def open_map(self, path: str, sequential: bool = False) -> RangeFile:
+    def open_map(self, path: str) -> RangeFile:
         """A `RangeFile` over the object (its tail fetched now)."""
-        return RangeFile(self, path, READAHEAD if sequential else 0)
+        return RangeFile(self, path)
 
     def list_names(self, directory: str) -> list[str]:
         """Names of the objects directly under `directory`: LIST requests by prefix."""
         return list(self.list_mtimes(directory))
 
     def list_mtimes(self, directory: str) -> dict[str, float]:
-        """name -> last-modified time of the objects directly under `directory` (one LIST per page of 1000)."""
+        """name -> last-modified time of the objects directly under `directory`, from one listing."""
+        return {name: meta["last_modified"].timestamp() for name, meta in self._list(directory).items()}
+
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        """name -> size of the objects directly under `directory`, from one listing."""
+        return {name: meta["size"] for name, meta in self._list(directory).items()}
+
+    def _list(self, directory: str) -> dict[str, Any]:
+        """name -> obstore's metadata of the objects directly under `directory` (a LIST per 1000)."""
         prefix = self.key(directory).rstrip("/") + "/"
-        out: dict[str, float] = {}
+        out: dict[str, Any] = {}
         try:
-            for page in obstore.list(self.store, prefix, return_arrow=False):
-                self.count("list")  # one LIST request per page of up to 1000 keys
+            # S3 answers a LIST with pages of up to 1000 keys: one request per chunk of that size
+            # (obstore's default chunks of 50 would count twenty requests for one page)
+            for page in obstore.list(self.store, prefix, return_arrow=False, chunk_size=LIST_PAGE):
+                self.count("list")
                 for meta in page:
                     rest = meta["path"][len(prefix) :]
                     if rest and "/" not in rest:
-                        out[rest] = meta["last_modified"].timestamp()
+                        out[rest] = meta
         except Exception as e:
             self.count("list")
             raise self._error("list", directory, e) from None
@@ -283,28 +301,48 @@ class RangeFile:
     The first access fetches the object's tail (`TAIL_BYTES`: footer, metadata, and for most SSTs the
     index and bloom filter) with one GET; `prefetch(start)` widens the cached tail back to `start`, so
     opening an SST costs one or two GETs. A slice outside the cached tail is one ranged GET (the block
-    cache above keeps what is read). With `readahead` (a sequential reader: a compaction's input) a slice
-    outside the tail fetches a window of that many bytes from its start instead, and the next slices are
-    served from the window: a whole SST in one or a few GETs, and at most one window held."""
+    cache above keeps what is read), or a read of the store's disk cache (`ObjectStorage.cache`) when
+    it holds that range of this very object.
+
+    After `read_ahead()` (an SST reader without a block cache: a compaction's input, a tool's scan),
+    a slice that starts where the previous one ended fetches `READAHEAD_BYTES` at once and serves the
+    following slices from them: reading a whole SST costs one GET per `READAHEAD_BYTES` instead of one
+    per block. The window is kept until the next one replaces it, or `close`."""
 
     def __init__(self, storage: ObjectStorage, path: str, readahead: int = 0) -> None:
         self.storage = storage
         self.path = path
-        self.readahead = readahead
-        self._win_at = 0
-        self._win = b""
-        self._size, tail = storage.read_tail(path, TAIL_BYTES)
+        self.cache = storage.cache
+        self._size, tail, self._ident = storage.read_tail(path, TAIL_BYTES)
         self._tail_at = self._size - len(tail)
         self._tail = tail
+        self.readahead = 0
+        self._window: tuple[int, bytes] = (0, b"")  # (offset, bytes) fetched ahead
+        self._next = 0  # where the last slice ended: a slice starting there (or at 0) is sequential
 
     def __len__(self) -> int:
         return self._size
+
+    def read_ahead(self) -> None:
+        """Fetch sequential slices `READAHEAD_BYTES` at a time from now on (see the class docstring)."""
+        self.readahead = READAHEAD_BYTES
+
+    def _range(self, start: int, end: int) -> bytes:
+        """Bytes [start, end): from the disk cache, else one ranged GET (then kept in the cache)."""
+        cache = self.cache
+        if cache is None:
+            return self.storage.read_range(self.path, start, end)
+        data = cache.get(self._ident, start, end)
+        if data is None:
+            data = self.storage.read_range(self.path, start, end)
+            cache.put(self._ident, start, end, data)
+        return data
 
     def prefetch(self, start: int) -> None:
         """Cache the bytes from `start` to the end of the object (one GET for what is not cached yet)."""
         start = max(0, start)
         if start < self._tail_at:
-            self._tail = self.storage.read_range(self.path, start, self._tail_at) + self._tail
+            self._tail = self._range(start, self._tail_at) + self._tail
             self._tail_at = start
 
     def __getitem__(self, item: slice) -> bytes:
@@ -316,14 +354,22 @@ class RangeFile:
         if start >= self._tail_at:
             return self._tail[start - self._tail_at : stop - self._tail_at]
         if not self.readahead:
-            return self.storage.read_range(self.path, start, stop)
-        w = self._win_at
-        if not (w <= start and stop <= w + len(self._win)):
-            end = min(self._size, max(stop, start + self.readahead))
-            self._win, self._win_at = self.storage.read_range(self.path, start, end), start
-            w = start
-        return self._win[start - w : stop - w]
+            return self._range(start, stop)
+        if stop > self._tail_at:  # a block that runs into the cached tail: the rest comes from there
+            return self[start : self._tail_at] + self._tail[: stop - self._tail_at]
+        sequential, self._next = start == self._next, stop
+        at, window = self._window
+        if at <= start and stop <= at + len(window):
+            return window[start - at : stop - at]
+        if not sequential:  # one GET; the window stays (a reader may go back over its last blocks)
+            return self._range(start, stop)
+        end = max(stop, min(start + self.readahead, self._tail_at))
+        # not through the disk cache: a compaction's inputs are deleted once it commits
+        window = self.storage.read_range(self.path, start, end)
+        self._window = (start, window)
+        return window[: stop - start]
 
     def close(self) -> None:
-        """Drop the cached tail and window."""
-        self._tail = self._win = b""
+        """Drop the cached tail and the read-ahead window."""
+        self._tail = b""
+        self._window = (0, b"")

@@ -70,16 +70,23 @@ class SstReader:
         cache: BlockCache | None = None,
         cache_id: Any = None,
         verify_checksums: bool = True,
-        sequential: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         self.cache = cache
         self.cache_id = cache_id if cache_id is not None else self.path
         self.verify_checksums = verify_checksums
+        storage = storage_for(self.path)
+        # False for an object: each block read outside the cached tail is a GET (or a disk-cache read)
+        self.local = storage.local
         try:  # an mmap of a local file, or ranged GETs of an object (formats.storage)
-            self._map = storage_for(self.path).open_map(self.path, sequential)
+            self._map = storage.open_map(self.path)
         except ValueError:
             raise ValueError(f"{self.path}: not a regular file, so not an SST") from None
+        read_ahead = getattr(self._map, "read_ahead", None)
+        if cache is None and read_ahead is not None:
+            # no block cache: a compaction's input or a tool, read from end to end and then closed, so
+            # an object's blocks come a MiB per GET (formats.objstore.RangeFile)
+            read_ahead()
         size = len(self._map)
         if size < FOOTER.size:
             if not isinstance(self._map, bytes):

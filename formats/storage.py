@@ -53,10 +53,9 @@ class Storage:
         """The file's length in bytes (FileNotFoundError if there is none)."""
         raise NotImplementedError
 
-    def open_map(self, path: str, sequential: bool = False) -> Any:
+    def open_map(self, path: str) -> Any:
         """A read-only, sliceable view of the whole file: ``len(m)``, ``m[a:b]`` and ``m.close()``
-        (an mmap locally; ranged GETs with a cached tail on an object store, in large windows when the
-        reader says it reads front to back: `sequential`)."""
+        (an mmap locally; ranged GETs with a cached tail on an object store)."""
         raise NotImplementedError
 
     def list_names(self, directory: str) -> list[str]:
@@ -65,6 +64,10 @@ class Storage:
 
     def list_mtimes(self, directory: str) -> dict[str, float]:
         """name -> modification time (seconds since the epoch) of the files directly in `directory`."""
+        raise NotImplementedError
+
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        """name -> size in bytes of the files directly in `directory` (one listing on an object store)."""
         raise NotImplementedError
 
     def list_numbered(self, directory: str, suffix: str) -> list[tuple[int, str]]:
@@ -148,7 +151,7 @@ class LocalStorage(Storage):
         """The file's size (stat)."""
         return os.stat(path).st_size
 
-    def open_map(self, path: str, sequential: bool = False) -> Any:
+    def open_map(self, path: str) -> Any:
         """A read-only mmap of the file (b"" for an empty one); ValueError if it is not a regular file."""
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang the open
         try:
@@ -169,11 +172,19 @@ class LocalStorage(Storage):
             return []
 
     def list_mtimes(self, directory: str) -> dict[str, float]:
-        """name -> st_mtime of the files in `directory`."""
+        """name -> st_mtime of the files directly in `directory` (a stat each)."""
+        return {name: st.st_mtime for name, st in self._stats(directory).items()}
+
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        """name -> size of the files directly in `directory` (a stat each)."""
+        return {name: st.st_size for name, st in self._stats(directory).items()}
+
+    def _stats(self, directory: str) -> dict[str, os.stat_result]:
+        """name -> stat of the files directly in `directory` (one removed meanwhile is left out)."""
         out = {}
         for name in self.list_names(directory):
             try:
-                out[name] = os.stat(os.path.join(directory, name)).st_mtime
+                out[name] = os.stat(os.path.join(directory, name))
             except FileNotFoundError:
                 continue
         return out

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator
 
 from compaction.filter import Entry
 from formats.manifest import Manifest
+from formats.objcache import cache_for
 from formats.row import MAX_KEY_LEN, check_key
 from formats.storage import is_url, register, storage_for
 from lsm import history
@@ -105,6 +106,9 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         # an object-store database (s3://, memory://): its backend, with this database's request counters
         self._storage = register(path, options.object_store_options) if is_url(path) else storage_for(path)
         self._objects = not self._storage.local
+        if self._objects:  # SST ranges read from the store kept on local disk, if asked (formats.objcache)
+            d = options.object_cache_dir
+            self._storage.cache = cache_for(d, options.object_cache_bytes) if d is not None else None
         _prepare_dir(path, create=not read_only)
         self._bg_error: BaseException | None = None
         # the version set owns the manifest, the SST readers and the read path's State (lsm.versions);

@@ -274,25 +274,10 @@ class WriteMixin:
         old = self._vs.state.mem
         if old.is_empty():
             return
-        try:
-            if self._objects:  # its buffered records go into one last object; the next WAL goes on after it
-                self._wal.close()
-                if self._wal.broken is not None:  # a group commit failed: its object may or may not exist
-                    raise self._wal.broken
-                new_wal = self._new_wal(self._wal.next_id)
-            else:
-                new_wal = self._new_wal(old.segment_id + 1)
-        except FileExistsError:
-            raise FencedError(
-                f"{self.path}: WAL segment {old.segment_id + 1} belongs to another handle; this one is fenced"
-            ) from None
-        except OSError as e:
-            raise self._fail(e) from e
-        new = Memtable(new_wal.segment_id)
-        old.next_segment_id = new.segment_id
-        old_wal, self._wal = self._wal, new_wal
-        old_wal.close()
-        self._vs.swap_memtable(new)
+        if self._objects:
+            self._rotate_objects(old)
+        else:
+            self._rotate_segment(old)
         if self._flush_thread is None:
             self._flush_frozen()
             return
@@ -300,6 +285,33 @@ class WriteMixin:
             self._cv.notify_all()
             while len(self._vs.state.imm) > self.options.max_immutable_memtables and self._bg_error is None:
                 self._cv.wait()
+
+    def _rotate_objects(self, old: Memtable) -> None:
+        """An object-store WAL goes on as it is: the new memtable starts at the id of the object the
+        group commit writes next, which may also hold the old memtable's last records (replay skips
+        records at or below the manifest's last_seq), so a rotation costs no PUT of its own and the WAL
+        stays at one PUT per interval (lsm.wal_object)."""
+        broken = self._wal.broken
+        if broken is not None:  # a group commit failed: its object may or may not exist
+            raise self._fail(broken) if isinstance(broken, OSError) else broken
+        new = Memtable(self._wal.next_id)
+        old.next_segment_id = new.segment_id
+        self._vs.swap_memtable(new)
+
+    def _rotate_segment(self, old: Memtable) -> None:
+        """A local WAL: the next segment file, for the new memtable alone."""
+        try:
+            new_wal = self._new_wal(old.segment_id + 1)
+        except FileExistsError:
+            raise FencedError(
+                f"{self.path}: WAL segment {old.segment_id + 1} belongs to another handle; this one is fenced"
+            ) from None
+        except OSError as e:
+            raise self._fail(e) from e
+        new = Memtable(new_wal.segment_id)
+        old_wal, self._wal = self._wal, new_wal
+        old_wal.close()
+        self._vs.swap_memtable(new)
 
     def flush(self) -> None:
         """Flush the memtable to an L0 SST and wait until every frozen memtable is flushed."""

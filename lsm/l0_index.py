@@ -16,6 +16,9 @@ cache the build's blocks are thrown away, so it waits until the state has served
 holds rows; a state that serves few reads never builds one either way. Memory: one dict entry per L0
 row (about 100 bytes each, the key shared with the block's key index), not charged to the block
 cache; L0 is bounded by the compaction trigger times the memtable size.
+
+Not on an object store: there every block the build reads is a GET, and a point read must cost at most
+one GET per SST it probes (docs/object-store.md).
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ class L0Index:
         keys = self.keys
         if keys is not None:
             return keys
-        if len(readers) < 2:
+        if len(readers) < 2 or not readers[0].local:
+            # on an object store the build would read every L0 block, a GET each: a point read there
+            # probes the L0 files' blooms (in memory) and reads at most one block per file they admit
             return None
         if self.rows < 0:
             rows = sum(r.info.num_rows for r in readers)

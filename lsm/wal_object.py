@@ -21,9 +21,11 @@ writing into an id nobody will replay.
 A process that exits normally without closing its database still writes what its writers buffer (an
 ``atexit`` hook); a killed one loses it, as the durability rules above allow.
 
-A memtable's WAL is a run of consecutive ids: `segment_id` is the first id a writer may use, and
-`next_id` the first id it did not use (the next memtable's first). Once a memtable is flushed, replay
-starts at the next memtable's first id, and the ids below it are deleted.
+One writer serves every memtable of a handle. A memtable's WAL is a run of consecutive ids: a new
+memtable starts at `next_id`, the id the group commit writes next, which may also hold the previous
+memtable's last records (so a rotation costs no PUT of its own). Once a memtable is flushed, replay
+starts at the next memtable's first id (replay skips records at or below the manifest's last_seq), and
+the ids below it are deleted.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from formats.objstore import TAIL_BYTES
+from formats.objstore import READAHEAD_BYTES, TAIL_BYTES
 from formats.storage import LOCAL, register, storage_for
 
 
@@ -39,6 +39,7 @@ def test_write_read_list_delete(root: str) -> None:
     assert st.read_range(os.path.join(d, f"{20:020d}.wal"), 1, 4) == b"eg2"
     assert st.size(os.path.join(d, f"{3:020d}.wal")) == 4
     assert set(st.list_mtimes(d)) == {f"{i:020d}.wal" for i in (1, 3, 20)} | {"notes.txt"}
+    assert st.list_sizes(d) == {f"{1:020d}.wal": 4, f"{3:020d}.wal": 4, f"{20:020d}.wal": 5, "notes.txt": 1}
     st.delete(os.path.join(d, f"{3:020d}.wal"))
     st.delete(os.path.join(d, f"{3:020d}.wal"))  # already gone: fine
     assert [i for i, _ in st.list_numbered(d, ".wal")] == [1, 20]
@@ -85,6 +86,22 @@ def test_range_file_reads_the_tail_once_and_ranges_on_demand(s3_server) -> None:
     assert st.stats()["get"] == gets
 
 
+def test_a_sequential_reader_fetches_a_window_per_get(s3_server) -> None:
+    st = storage_for(s3_server.new_url())
+    p = st.root + "/sst/big.sst"
+    data = os.urandom(TAIL_BYTES + 3 * READAHEAD_BYTES)
+    st.write_file(p, (data,))
+    m = st.open_map(p)
+    m.read_ahead()
+    st.reset_stats()
+    end = len(data) - TAIL_BYTES
+    got = [m[i : min(i + 4096, end)] for i in range(0, end, 4096)]  # block after block, as a compaction reads
+    assert b"".join(got) == data[:end]
+    assert st.stats()["get"] == 3  # one per window, not one per block
+    assert m[100:200] == data[100:200]  # not sequential: one GET of just that slice
+    assert st.stats()["get"] == 4 and st.stats()["get_bytes"] == end + 100
+
+
 def test_requests_are_counted_per_database(s3_server) -> None:
     a = register(s3_server.new_url("a"))
     b = register(s3_server.new_url("b"))
@@ -97,6 +114,17 @@ def test_requests_are_counted_per_database(s3_server) -> None:
     assert sa["put_bytes"] == 5 and sa["get_bytes"] == 5
     assert b.stats()["put"] == 0
     assert LOCAL.stats()["put"] == 0
+
+
+def test_a_listing_counts_one_list_request_per_page_of_1000_keys(s3_server) -> None:
+    st = register(s3_server.new_url("many"))
+    for i in range(120):
+        st.write_file(f"{st.root}/wal/{i:020d}.wal", (b"x" * i,))
+    st.reset_stats()
+    sizes = st.list_sizes(st.root + "/wal")
+    assert st.stats()["list"] == 1  # S3 answered with one page
+    assert len(sizes) == 120 and sizes[f"{7:020d}.wal"] == 7
+    assert len(st.list_names(st.root + "/wal")) == 120 and st.stats()["list"] == 2
 
 
 def test_an_unreachable_store_is_an_os_error_naming_the_object(s3_server) -> None:

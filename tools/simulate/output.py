@@ -19,20 +19,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from tools import render
-from tools.simulate.runner import SAMPLE_FIELDS
+from tools.simulate.runner import REQUEST_FIELDS, SAMPLE_FIELDS
 
 DAY_MS = 86_400_000
 
 
 def write_timeseries(path: str, results: Sequence[dict[str, Any]]) -> None:
-    """timeseries.csv: a header, then one row per sample of each simulation, in order."""
+    """timeseries.csv: a header, then one row per sample of each simulation, in order (on an object
+    store, with the requests so far by kind: `runner.REQUEST_FIELDS`)."""
+    objects = any("object_store" in r["summary"] for r in results)
+    fields = SAMPLE_FIELDS + REQUEST_FIELDS if objects else SAMPLE_FIELDS
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(("policy", *SAMPLE_FIELDS))
+        w.writerow(("policy", *fields))
         for r in results:
             name = r["summary"]["name"]
             for s in r["samples"]:
-                w.writerow((name, *("" if s[k] is None else s[k] for k in SAMPLE_FIELDS)))
+                w.writerow((name, *("" if s.get(k) is None else s[k] for k in fields)))
 
 
 def sweep_paths(policies: Sequence[dict[str, Any]]) -> list[str]:
@@ -118,10 +121,15 @@ def _ms(v: int | None) -> str:
     return f"{v / DAY_MS:.2f}d"
 
 
+def _name_header(policies: Sequence[dict[str, Any]]) -> str:
+    """The first column's name: "policy", or "label" when a sweep's short labels stand for the names."""
+    return "policy" if all(label(p) == p["name"] for p in policies) else "label"
+
+
 def summary_table(policies: Sequence[dict[str, Any]]) -> str:
     """One row per simulation: space, write amplification, purge lag and what was left unpurged."""
     headers = (
-        "policy" if all(label(p) == p["name"] for p in policies) else "label",
+        _name_header(policies),
         "ops",
         "wall s",
         "disk",
@@ -162,6 +170,54 @@ def summary_table(policies: Sequence[dict[str, Any]]) -> str:
                 comp,
             )
         )
+    table = render.table(headers, rows)
+    if any("object_store" in p for p in policies):
+        table += "\n\n" + requests_table(policies)
+    return table
+
+
+def _usd(v: float) -> str:
+    return f"${v:.4f}" if v < 1 else f"${v:,.2f}"
+
+
+def requests_table(policies: Sequence[dict[str, Any]]) -> str:
+    """One row per simulation on an object store: requests per simulated day by kind, the bytes moved,
+    the mean stored bytes and the monthly cost estimate (tools.simulate.costs)."""
+    headers = (
+        _name_header(policies),
+        "PUT/day",
+        "GET/day",
+        "LIST/day",
+        "DELETE/day",
+        "put/day",
+        "got/day",
+        "stored",
+        "requests $/month",
+        "storage $/month",
+        "total $/month",
+    )
+    hb = render.human_bytes
+    rows = []
+    for p in policies:
+        o = p.get("object_store")
+        if o is None:
+            continue
+        d = o["requests_per_day"]
+        rows.append(
+            (
+                label(p),
+                f"{d['put']:,.0f}",
+                f"{d['get']:,.0f}",
+                f"{d['list']:,.0f}",
+                f"{d['delete']:,.0f}",
+                hb(round(d["put_bytes"])),
+                hb(round(d["get_bytes"])),
+                hb(o["mean_stored_bytes"]),
+                _usd(o["monthly_request_cost_usd"]),
+                _usd(o["monthly_storage_cost_usd"]),
+                _usd(o["monthly_cost_usd"]),
+            )
+        )
     return render.table(headers, rows)
 
 
@@ -170,6 +226,7 @@ __all__ = [
     "write_summary",
     "write_key",
     "summary_table",
+    "requests_table",
     "key_table",
     "legend_entry",
     "legend_title",

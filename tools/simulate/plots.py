@@ -10,7 +10,9 @@ legends spell out each label's policy and values (``P3: tiered, zipfian, 4``), r
   histogram) and the age of the oldest expired row still on disk over time, with each policy's bound
   ``periodic_compaction_interval + compact_every`` drawn in;
 * ``comparison.png``: one bar per simulation: write amplification, final space amplification and purge
-  lag p99 (the sweep's comparison plot).
+  lag p99 (the sweep's comparison plot);
+* ``requests.png`` (a spec with an object ``store``): PUT and GET requests per simulated day, and each
+  day's cost.
 
 `available()` says whether matplotlib imports; without it nothing here is called.
 """
@@ -70,11 +72,14 @@ DESCRIBE = {
 
 
 def write_plots(out_dir: str, results: Sequence[dict[str, Any]], compact_every_ms: int) -> list[str]:
-    """Write the four PNGs into `out_dir`; return their file names."""
+    """Write the four PNGs (five on an object store) into `out_dir`; return their file names."""
     plt = _plt()
     names = []
+    plots = [_disk, _amplification, _purge_lag, _comparison]
+    if any("object_store" in r["summary"] for r in results):
+        plots.append(_requests)
     with plt.rc_context(_RC):
-        for fn in (_disk, _amplification, _purge_lag, _comparison):
+        for fn in plots:
             name, fig = fn(plt, results, compact_every_ms)
             fig.savefig(os.path.join(out_dir, name), dpi=110, bbox_inches="tight")
             plt.close(fig)
@@ -173,6 +178,29 @@ def _amplification(plt: Any, results: Sequence[dict[str, Any]], _c: int) -> tupl
     fig.tight_layout()
     _legend_right(fig, lines, entries, title)
     return "amplification.png", fig
+
+
+def _requests(plt: Any, results: Sequence[dict[str, Any]], _c: int) -> tuple[str, Any]:
+    """PUT and GET requests per simulated day (log), and each day's cost in USD."""
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.4))
+    entries, title = _entries(results)
+    lines = []
+    for i, r in enumerate(results):
+        days = r["summary"].get("object_store", {}).get("days", [])
+        x = [d["day"] + d["days"] / 2 for d in days]  # each day's value at its middle
+        style = _style(i)
+        lines += a1.plot(x, [d["put"] / d["days"] for d in days], marker="o", **style)
+        a1.plot(x, [d["get"] / d["days"] for d in days], marker="x", **{**style, "linestyle": ":"})
+        a2.plot(x, [(d["request_cost_usd"] + d["storage_cost_usd"]) / d["days"] for d in days], marker="o", **style)
+    a1.set_title("requests per simulated day: PUT (o, solid), GET (x, dotted)")
+    a2.set_title("cost per simulated day, USD (requests + storage)")
+    a1.set_yscale("symlog", linthresh=10)
+    for a in (a1, a2):
+        a.set_xlabel("simulated days")
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    _legend_right(fig, lines, entries, title)
+    return "requests.png", fig
 
 
 def _bound(r: dict[str, Any], compact_every_ms: int) -> float | None:

@@ -13,6 +13,12 @@ Nothing is mocked: the DB writes its WAL, flushes real L0 SSTs, compacts and com
   the driver steps it to the next compaction tick or sample, in time order (a tick and a sample at the
   same time: compaction first).
 
+On an object store (the spec's ``store``: "memory" or an s3:// URL) the database lives under a fresh
+prefix there, and the WAL's group commit follows the simulated clock too: the last write of each
+``wal_flush_interval_ms`` of simulated time is written with ``sync=True`` (one WAL object per interval
+with writes), and the WAL's wall-clock flusher never fires. At every simulated midnight the engine's
+requests of the day are recorded (`tools.simulate.costs`).
+
 Samples (every ``sample_every``) record the disk by du class (`DiskAccount`), space amplification
 (disk bytes / live row bytes), the engine's own cumulative write amplification
 (``db.write_amplification()``), SST and L0 counts, compactions by reason (from the engine's event
@@ -23,7 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -33,8 +41,10 @@ import numpy as np
 import lsm
 from compaction.drop import is_expired
 from compaction.filter import Reason
+from formats.storage import register
 from lsm.events import CompactionInfo, EventListener, FlushInfo
 from lsm.options import NO_TTL
+from tools.simulate import costs
 from tools.simulate.accounting import DiskAccount
 from tools.simulate.spec import Policy, Spec
 from tools.simulate.workload import DELETE, GET, PUT, Ops, iter_ops, key_bytes
@@ -67,6 +77,12 @@ SAMPLE_FIELDS = (
     "unpurged_deleted_rows",
     "oldest_unpurged_delete_ms",
 )
+# more columns of a simulation on an object store: its requests so far, by kind
+REQUEST_FIELDS = tuple(f"requests_{k}" for k in costs.REQUEST_KINDS)
+# on an object store the WAL is group-committed on the simulated clock (see Simulation); its flusher
+# thread, which would commit on the wall clock, is given an interval it never reaches
+WALL_NEVER_MS = 10**9
+NEVER_MS = 2**62
 
 
 class Observer(EventListener):
@@ -126,10 +142,18 @@ class Simulation:
         self.progress = progress
         self.clock = lsm.ManualClock(spec.start_ms)
         self.observer = Observer(self.clock)
-        # an event listener too: flushes and compactions move rows
-        self.account = DiskAccount(directory)
         overrides = dict(policy.options)
         self.default_ttl = overrides.get("default_ttl")
+        # the database: in `directory`, or under a fresh prefix of the spec's object store, whose
+        # requests the simulation counts per simulated day (tools.simulate.costs)
+        self.objects = spec.store != "local"
+        self.path = directory if not self.objects else object_url(spec.store)
+        self.wal_interval_ms = overrides.get("wal_flush_interval_ms", lsm.DbOptions.wal_flush_interval_ms)
+        if self.objects:
+            self.storage = register(self.path, overrides.get("object_store_options"))
+            overrides["wal_flush_interval_ms"] = WALL_NEVER_MS
+        # an event listener too: flushes and compactions move rows
+        self.account = DiskAccount(self.path)
         self.options = lsm.DbOptions(
             clock=self.clock,
             background_compaction=False,
@@ -144,12 +168,18 @@ class Simulation:
         self.wall_s = 0.0
         self.cpu_s = 0.0
         self.sample_cpu_s = 0.0  # CPU time of the samples (accounting sync included)
+        self.days: list[dict[str, Any]] = []  # object stores: one costs.day_row per simulated day
+        self._next_day = spec.start_ms + DAY_MS if self.objects else NEVER_MS
+        self._day_start = spec.start_ms
+        self._day_base: dict[str, int] = {}
 
     def run(self) -> Result:
         """Replay every operation, compacting and sampling on the simulated cadences. O(operations)."""
         t_wall, t_cpu = time.perf_counter(), time.process_time()
         spec, ops, clock = self.spec, self.ops, self.clock
-        db = self.db = lsm.DB.open(self.directory, self.options)
+        if self.objects:
+            self._day_base = self._engine_requests()  # the open's requests count on day 0
+        db = self.db = lsm.DB.open(self.path, self.options)
         self.account.bind(lambda: db.manifest)
         self.observer.manifest = lambda: db.manifest
         account, observer = self.account, self.observer
@@ -160,24 +190,29 @@ class Simulation:
         sample_every, compact_every = spec.sample_every_ms, spec.compact_every_ms
         next_sample = spec.start_ms + sample_every
         next_compact = spec.start_ms + compact_every
-        next_event = min(next_sample, next_compact)
+        next_event = min(next_sample, next_compact, self._next_day)
         default_ttl = self.default_ttl
         scan_rows = spec.scan_rows
         put, delete, get, value = db.put, db.delete, db.get, ops.value
+        # on an object store, the last write of each WAL flush interval of simulated time commits the
+        # interval's writes as one WAL object, as the WAL's flusher does in real time
+        commits = wal_commits(ops, self.wal_interval_ms) if self.objects else None
+        sync = lsm.WriteOptions(sync=True)
         i = 0
         for i, (t, op, k, vlen, ttl) in enumerate(iter_ops(ops)):
             if t >= next_event:
                 self.ops_done = i
                 next_sample, next_compact = self._events_until(t, next_sample, next_compact)
-                next_event = min(next_sample, next_compact)
+                next_event = min(next_sample, next_compact, self._next_day)
             clock.set(t)
             key = key_bytes(k)
             if op == PUT:
                 if ttl == NO_TTL_OP:
                     ttl = default_ttl
-                note(put(key, value(i, vlen), NO_TTL if ttl is None else ttl))
+                wo = sync if commits is not None and commits[i] else None
+                note(put(key, value(i, vlen), NO_TTL if ttl is None else ttl, wo))
             elif op == DELETE:
-                note(delete(key))
+                note(delete(key, sync if commits is not None and commits[i] else None))
             elif op == GET:
                 get(key)
             else:
@@ -192,6 +227,8 @@ class Simulation:
         if not self.samples or self.samples[-1]["t_ms"] != end:
             clock.set(max(end, clock.now()))
             self._sample(end)
+        if self.objects and end > self._day_start:
+            self._close_day(end)  # the last, partial day
         c0 = time.process_time()
         self.account.verify(db.manifest, end)  # one recount of the files: the account did not drift
         self.sample_cpu_s += time.process_time() - c0
@@ -200,18 +237,37 @@ class Simulation:
         return Result(self.summary(), self.samples)
 
     def _events_until(self, t: int, next_sample: int, next_compact: int) -> tuple[int, int]:
-        """Run the compaction ticks and samples due at or before `t`, in time order."""
-        while min(next_sample, next_compact) <= t:
-            if next_compact <= next_sample:
+        """Run the compaction ticks, the ends of simulated days (object stores) and the samples due at
+        or before `t`, in time order (at one time: compaction, then the day's end, then the sample)."""
+        while min(next_sample, next_compact, self._next_day) <= t:
+            if next_compact <= min(next_sample, self._next_day):
                 self.clock.set(next_compact)
                 self.db.compact()
                 self.observer.flushed = False
                 next_compact += self.spec.compact_every_ms
+            elif self._next_day <= next_sample:
+                self.clock.set(self._next_day)
+                self._close_day(self._next_day)
+                self._next_day += DAY_MS
             else:
                 self.clock.set(next_sample)
                 self._sample(next_sample)
                 next_sample += self.spec.sample_every_ms
         return next_sample, next_compact
+
+    def _engine_requests(self) -> dict[str, int]:
+        """The engine's object-store requests so far: the store's counters less the account's own."""
+        return costs.delta(self.storage.stats(), self.account.requests)
+
+    def _close_day(self, now: int) -> None:
+        """End the simulated day that ends at `now`: its requests, its stored bytes, their cost."""
+        counts = self._engine_requests()
+        stored = sum(e.size for e in self.db.manifest.all_ssts())
+        day = (self._day_start - self.spec.start_ms) // DAY_MS
+        days = (now - self._day_start) / DAY_MS
+        self.days.append(costs.day_row(day, days, costs.delta(counts, self._day_base), stored, self.spec.prices))
+        self._day_base = counts
+        self._day_start = now
 
     def _sample(self, now: int) -> None:
         c0 = time.process_time()
@@ -243,6 +299,9 @@ class Simulation:
             "purge_lag_max_ms": lag.max if lag.count else None,
             **acct.unpurged(now),
         }
+        if self.objects:
+            got = self._engine_requests()
+            row.update({f"requests_{k}": got[k] for k in costs.REQUEST_KINDS})
         self.samples.append(row)
         self.sample_cpu_s += time.process_time() - c0
         if self.progress is not None:
@@ -301,13 +360,44 @@ class Simulation:
                 "count": len(self.observer.drop_lags),
                 "max": max(self.observer.drop_lags, default=None),
             },
+            **({"object_store": self.object_store_summary()} if self.objects else {}),
         }
 
+    def object_store_summary(self) -> dict[str, Any]:
+        """summary.json's ``object_store``: requests per day and the monthly cost (tools.simulate.costs)."""
+        return costs.summarize(self.spec.store, self.days, self.spec.prices, self.account.requests)
+
     def close(self) -> None:
-        """Close the DB (this flushes its memtable: the directory then no longer matches the last sample)."""
+        """Close the DB (this flushes its memtable: the directory then no longer matches the last sample).
+        On an object store, then delete the database's objects."""
         if self.db is not None:
             self.db.close()
             self.db = None
+        if self.objects:
+            st = self.storage
+            for sub in ("manifest", "wal", "sst", ""):
+                d = os.path.join(self.path, sub) if sub else self.path
+                for name in st.list_names(d):
+                    st.delete(os.path.join(d, name))
+
+
+def object_url(store: str) -> str:
+    """A fresh database URL in the spec's `store`: ``memory://lsm-sim/<id>/db``, ``<s3 url>/<id>/db``."""
+    base = "memory://lsm-sim" if store == "memory" else store
+    return f"{base}/{uuid.uuid4().hex[:16]}/db"
+
+
+def wal_commits(ops: Ops, interval_ms: int) -> np.ndarray:
+    """For each operation, whether it is the last write (put or delete) of its WAL flush interval of
+    simulated time (``t // interval_ms``): where the simulation commits the interval's WAL object."""
+    op = np.asarray(ops.op)
+    at = np.flatnonzero((op == PUT) | (op == DELETE))
+    out = np.zeros(len(op), bool)
+    if len(at):
+        bucket = np.asarray(ops.t)[at] // interval_ms
+        last = np.append(bucket[1:] != bucket[:-1], True)
+        out[at[last]] = True
+    return out  # a bool array, not a list: a byte per operation, at most 10^8 of them
 
 
 def write_columns(ops: Ops, default_ttl: int | None) -> tuple[np.ndarray, ...]:

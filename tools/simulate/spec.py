@@ -45,6 +45,7 @@ from typing import Any
 
 from lsm.errors import LsmError
 from lsm.options import DbOptions
+from tools.simulate.costs import PRICE_FIELDS, STORES, Prices
 
 DEFAULT_START = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DISTRIBUTIONS = ("uniform", "zipfian", "latest")
@@ -133,6 +134,8 @@ class Spec:
     phases: tuple[Phase, ...]
     policies: tuple[Policy, ...]
     raw: Mapping[str, Any]
+    store: str = "local"  # "local", "memory", or an s3:// URL prefix (tools.simulate.costs)
+    prices: Prices = Prices()
 
     @property
     def duration_ms(self) -> int:
@@ -354,7 +357,13 @@ def _check_size(start: int, phases: tuple[Phase, ...], sample_every: int, compac
 
 def parse_spec(raw: Mapping[str, Any]) -> Spec:
     """Check a whole spec dict; SpecError naming the first bad field. No simulation work is done."""
-    _check_keys(raw, {"seed", "sample_every", "compact_every", "start", "workload", "policy", "sweep"}, "")
+    _check_keys(
+        raw,
+        {"seed", "sample_every", "compact_every", "start", "store", "prices", "workload", "policy", "sweep"},
+        "",
+    )
+    store = _store(raw.get("store", "local"))
+    prices = _prices(raw.get("prices", {}))
     seed = _number(raw.get("seed", 0), "seed", integer=True)
     sample_every = parse_duration(raw.get("sample_every", "1h"), "sample_every", allow_zero=False)
     compact_every = parse_duration(raw.get("compact_every", "5m"), "compact_every", allow_zero=False)
@@ -388,8 +397,23 @@ def parse_spec(raw: Mapping[str, Any]) -> Spec:
         if n in names[:i]:
             raise SpecError(f"policy[{i}].name: duplicate policy name {n!r}")
     return Spec(
-        seed, sample_every, compact_every, start, keys, float(theta), scan_rows, phases, policies, raw
+        seed, sample_every, compact_every, start, keys, float(theta), scan_rows, phases, policies, raw,
+        store, prices,
     )
+
+
+def _store(v: object) -> str:
+    """Where the simulations' databases live: "local" (a temporary directory), "memory" (an in-process
+    object store) or an ``s3://bucket/prefix`` under which each simulation gets its own prefix."""
+    if isinstance(v, str) and (v in STORES or (v.startswith("s3://") and len(v.rstrip("/")) > len("s3://"))):
+        return v.rstrip("/")
+    raise SpecError(f"store: expected 'local', 'memory' or an s3://bucket/prefix URL, got {v!r}")
+
+
+def _prices(d: object) -> Prices:
+    _check_keys(d, set(PRICE_FIELDS), "prices")
+    assert isinstance(d, Mapping)
+    return Prices(**{k: float(_number(v, f"prices.{k}")) for k, v in d.items()})
 
 
 __all__ = [

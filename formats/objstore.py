@@ -10,25 +10,32 @@ Configuration: obstore's config keys (``endpoint``, ``region``, ``access_key_id`
 (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_ALLOW_HTTP``). Credentials are never logged or put in an error message.
 
-Requests: every call is counted (`stats`): PUT, GET, LIST, DELETE and HEAD, with bytes. Transient
-failures (5xx, 503 SlowDown, a reset connection, a timeout) are retried by obstore with exponential
-backoff; a failure that outlasts the retries is raised as `fileio.FileOpError` (an OSError), which the
-engine treats like a disk error. A create-if-absent whose response was lost can come back as "already
-exists" from the retry that followed it; `put_if_absent` then reads the object and compares it with what
-it wrote, so such a PUT is recognised as ours, never guessed.
+Requests: every request sent is counted (`stats`): PUT, GET, LIST, DELETE and HEAD, with the bytes of
+those that succeeded, and ``retries``, how many of them repeated one that had failed. Transient failures
+(a 5xx such as 500 InternalError or 503 SlowDown, 429, a reset connection, a timeout) are retried here,
+not inside obstore (its own retries are turned off), with exponential backoff from 20 ms, at most
+``max_retries`` times within ``retry_timeout_ms``: so each attempt is counted, and `put_if_absent` knows
+which of its attempts may have landed. A failure that outlasts the retries, or one that retrying cannot
+cure (403, 400), is raised as `fileio.FileOpError` (an OSError), which the engine treats like a disk
+error (the failed state). A create-if-absent is refused as "already exists" on a first attempt only
+because another writer's object is there (False); after an attempt of its own that may have landed (its
+response lost), the object is read back and compared with what was written, so such a PUT is recognised
+as ours, never guessed; if even that cannot be decided, `PublishUnknownError`.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import obstore
-from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
+from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, PreconditionError
 
 from formats.fileio import FileOpError
 from formats.storage import STAT_KEYS, URL_MARK, PublishUnknownError, Storage
@@ -42,16 +49,23 @@ TAIL_BYTES = 256 << 10
 MAX_RETRIES = 6
 RETRY_TIMEOUT_MS = 20_000
 RETRY_KEYS = ("max_retries", "retry_timeout_ms")
+BACKOFF_FIRST = 0.02  # seconds before the first retry, doubled before each next one up to BACKOFF_MAX
+BACKOFF_MAX = 1.0
+# obstore's own retries are off: `ObjectStorage._retrying` makes and counts every attempt
+NO_RETRIES = {"max_retries": 0, "retry_timeout": timedelta(seconds=0)}
+# statuses a repeat may cure (RFC 9110: timeouts, throttling, server errors); other 4xx are final
+_STATUS = re.compile(r"status code: (\d{3})")
+
+T = TypeVar("T")
 
 
-def retry_config(options: dict[str, Any]) -> dict[str, Any]:
-    """obstore's retry config: exponential backoff from 20 ms, at most `max_retries` retries within
-    `retry_timeout_ms`."""
-    return {
-        "max_retries": int(options.get("max_retries", MAX_RETRIES)),
-        "backoff": {"init_backoff": timedelta(milliseconds=20), "max_backoff": timedelta(seconds=1), "base": 2.0},
-        "retry_timeout": timedelta(milliseconds=int(options.get("retry_timeout_ms", RETRY_TIMEOUT_MS))),
-    }
+def transient(e: BaseException) -> bool:
+    """Whether request error `e` may go away on a retry: a transport error (reset, refused, timeout),
+    a 5xx, 408 or 429. Not-found, already-exists, a failed precondition, 403 and other 4xx are final."""
+    if not isinstance(e, GenericError):
+        return False
+    m = _STATUS.search(str(e))
+    return m is None or m.group(1) in ("408", "429") or m.group(1).startswith("5")
 
 _memory_stores: dict[str, Any] = {}  # memory://name -> its MemoryStore, shared by every root under it
 _memory_lock = threading.Lock()
@@ -92,7 +106,7 @@ def make_store(root: str, options: dict[str, Any] | None) -> Any:
                 st = _memory_stores[bucket] = obstore.store.MemoryStore()
             return st
     if scheme in ("s3", "s3a"):
-        return obstore.store.S3Store(bucket, config=s3_config(options), retry_config=retry_config(options or {}))
+        return obstore.store.S3Store(bucket, config=s3_config(options), retry_config=NO_RETRIES)
     raise ValueError(f"unsupported object store URL {root!r}: use s3://bucket/prefix or memory://name/prefix")
 
 
@@ -111,6 +125,8 @@ class ObjectStorage(Storage):
         self._bucket_url = f"{scheme}{URL_MARK}{rest.split('/', 1)[0]}"
         self._lock = threading.Lock()
         self._stats = dict.fromkeys(STAT_KEYS, 0)
+        self.max_retries = int(self.options.get("max_retries", MAX_RETRIES))
+        self.retry_timeout = int(self.options.get("retry_timeout_ms", RETRY_TIMEOUT_MS)) / 1000
 
     # -- bookkeeping -------------------------------------------------------------------------------------
     def key(self, path: str) -> str:
@@ -134,6 +150,26 @@ class ObjectStorage(Storage):
         with self._lock:
             self._stats = dict.fromkeys(STAT_KEYS, 0)
 
+    def _retrying(self, kind: str, attempt: Callable[[], T]) -> T:
+        """`attempt()` (one request of `kind`), repeated after a `transient` failure with exponential
+        backoff, at most `max_retries` times within `retry_timeout`. Every failed attempt is counted
+        (and each repeat as a retry); the caller counts the one that succeeds, with its bytes. The last
+        error is raised as obstore raised it."""
+        deadline = time.monotonic() + self.retry_timeout
+        delay = BACKOFF_FIRST
+        retries = 0
+        while True:
+            try:
+                return attempt()
+            except Exception as e:
+                self.count(kind)
+                if not transient(e) or retries >= self.max_retries or time.monotonic() + delay > deadline:
+                    raise
+            retries += 1
+            self.count("retries")
+            time.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
     def _error(self, op: str, path: str, e: Exception) -> OSError:
         if isinstance(e, (NotFoundError, FileNotFoundError)):
             return FileNotFoundError(errno.ENOENT, "no such object", path)
@@ -141,10 +177,10 @@ class ObjectStorage(Storage):
 
     # -- reads ---------------------------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
+        key = self.key(path)
         try:
-            data = bytes(obstore.get(self.store, self.key(path)).bytes())
+            data = self._retrying("get", lambda: bytes(obstore.get(self.store, key).bytes()))
         except Exception as e:
-            self.count("get")
             raise self._error("get", path, e) from None
         self.count("get", len(data))
         return data
@@ -152,32 +188,37 @@ class ObjectStorage(Storage):
     def read_range(self, path: str, start: int, end: int) -> bytes:
         if end <= start:
             return b""
+        key = self.key(path)
         try:
-            data = bytes(obstore.get_range(self.store, self.key(path), start=start, end=end))
+            data = self._retrying("get", lambda: bytes(obstore.get_range(self.store, key, start=start, end=end)))
         except Exception as e:
-            self.count("get")
             raise self._error("get", path, e) from None
         self.count("get", len(data))
         return data
 
     def read_tail(self, path: str, nbytes: int) -> tuple[int, bytes]:
         """(object size, its last `nbytes` bytes) with one GET."""
+        key = self.key(path)
+
+        def attempt() -> tuple[int, bytes]:
+            res = obstore.get(self.store, key, options={"range": {"suffix": nbytes}})
+            return res.meta["size"], bytes(res.bytes())
+
         try:
-            res = obstore.get(self.store, self.key(path), options={"range": {"suffix": nbytes}})
-            data = bytes(res.bytes())
-            size = res.meta["size"]
+            size, data = self._retrying("get", attempt)
         except Exception as e:
-            self.count("get")
             raise self._error("get", path, e) from None
         self.count("get", len(data))
         return size, data
 
     def size(self, path: str) -> int:
-        self.count("head")
+        key = self.key(path)
         try:
-            return obstore.head(self.store, self.key(path))["size"]
+            size = self._retrying("head", lambda: obstore.head(self.store, key)["size"])
         except Exception as e:
             raise self._error("head", path, e) from None
+        self.count("head")
+        return size
 
     def exists(self, path: str) -> bool:
         try:
@@ -194,18 +235,21 @@ class ObjectStorage(Storage):
 
     def list_mtimes(self, directory: str) -> dict[str, float]:
         prefix = self.key(directory).rstrip("/") + "/"
-        out: dict[str, float] = {}
-        try:
+
+        def attempt() -> dict[str, float]:  # a listing that fails part way is started again
+            out: dict[str, float] = {}
             for page in obstore.list(self.store, prefix, return_arrow=False):
                 self.count("list")  # one LIST request per page of up to 1000 keys
                 for meta in page:
                     rest = meta["path"][len(prefix) :]
                     if rest and "/" not in rest:
                         out[rest] = meta["last_modified"].timestamp()
+            return out
+
+        try:
+            return self._retrying("list", attempt)
         except Exception as e:
-            self.count("list")
             raise self._error("list", directory, e) from None
-        return out
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
@@ -216,41 +260,55 @@ class ObjectStorage(Storage):
                 raise FileExistsError(errno.EEXIST, "object exists", path)
             return
         data = b"".join(chunks)
+        key = self.key(path)
         multipart = len(data) > MULTIPART_MIN
         try:
-            obstore.put(self.store, self.key(path), data, use_multipart=multipart, chunk_size=MULTIPART_CHUNK)
+            # a plain PUT is idempotent: a repeat after a lost response writes the same object again
+            self._retrying("put", lambda: obstore.put(self.store, key, data, use_multipart=multipart,
+                                                      chunk_size=MULTIPART_CHUNK))
         except Exception as e:
-            self.count("put")
             raise self._error("put", path, e) from None
         self.count("put", len(data))
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         data = bytes(data)
         key = self.key(path)
-        try:
+        attempts = 0
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
             obstore.put(self.store, key, data, mode="create")
+
+        try:
+            self._retrying("put", attempt)
         except (AlreadyExistsError, PreconditionError):
-            self.count("put")
-            # ours, if an earlier attempt of this PUT landed and only its response was lost
+            if attempts == 1:  # no attempt of ours can have landed: another writer's object
+                return False
+            # an earlier attempt failed transiently and may have landed with only its response lost:
+            # the object is ours if it holds our bytes
             try:
                 theirs = self.read(path)
             except OSError as e:
                 raise PublishUnknownError(e) from e
             return theirs == data
         except Exception as e:
-            self.count("put")
-            raise PublishUnknownError(self._error("put", path, e)) from None
+            err = self._error("put", path, e)
+            if attempts == 1 and not transient(e):  # refused outright (403, ...): nothing landed
+                raise err from None
+            raise PublishUnknownError(err) from None
         self.count("put", len(data))
         return True
 
     def delete(self, path: str) -> None:
-        self.count("delete")
+        key = self.key(path)
         try:
-            obstore.delete(self.store, self.key(path))
+            self._retrying("delete", lambda: obstore.delete(self.store, key))
         except (NotFoundError, FileNotFoundError):
-            pass
+            return
         except Exception as e:
             raise self._error("delete", path, e) from None
+        self.count("delete")
 
 
 def _first_line(e: Exception) -> str:

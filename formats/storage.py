@@ -110,7 +110,7 @@ class Storage:
         """Zero the request counters."""
 
 
-STAT_KEYS = ("put", "get", "list", "delete", "head", "put_bytes", "get_bytes")
+STAT_KEYS = ("put", "get", "list", "delete", "head", "put_bytes", "get_bytes", "retries")
 
 
 class PublishUnknownError(Exception):

@@ -1,0 +1,148 @@
+"""Request faults on the object-store backend: a fault-injecting proxy (tests/s3proxy.py) between the
+store and the S3 server fails chosen requests. Transient faults are retried and counted; a fault that
+outlasts the retries is an OSError (the engine's failed state); a create-if-absent whose response was
+lost is recognised as ours, or reported as unknown, never guessed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from formats.fileio import FileOpError
+from formats.objstore import ObjectStorage
+from formats.storage import PublishUnknownError, register
+from tests.s3proxy import FaultProxy
+
+TRANSIENT = ["500", "503", "reset"]
+
+
+@pytest.fixture
+def proxy(s3_server) -> Iterator[FaultProxy]:
+    p = FaultProxy(s3_server.endpoint)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def faulty_store(s3_server, proxy: FaultProxy, retries: int = 3, timeout_ms: int = 2000) -> ObjectStorage:
+    """A fresh store whose requests go through `proxy`, with small retry limits (fast tests)."""
+    opts = s3_server.options(endpoint=proxy.endpoint) | {"max_retries": retries, "retry_timeout_ms": timeout_ms}
+    return register(s3_server.new_url(), opts)
+
+
+# op -> (the HTTP method it sends, the request kind it counts as, the call: True when it worked)
+OPS = {
+    "get": ("GET", "get", lambda st, p: st.read(p) == b"payload"),
+    "get_range": ("GET", "get", lambda st, p: st.read_range(p, 1, 4) == b"ayl"),
+    "head": ("HEAD", "head", lambda st, p: st.size(p) == 7),
+    "list": ("GET", "list", lambda st, p: st.list_names(st.root + "/sst") == ["obj"]),
+    "put": ("PUT", "put", lambda st, p: st.write_file(p, (b"pay", b"load")) is None),
+    "put_if_absent": ("PUT", "put", lambda st, p: st.put_if_absent(st.root + "/manifest/1", b"v1")),
+    # obstore deletes through S3's bulk delete: a POST to the bucket
+    "delete": ("POST", "delete", lambda st, p: st.delete(p) is None and not st.exists(p)),
+}
+
+
+@pytest.mark.parametrize("action", TRANSIENT)
+@pytest.mark.parametrize("op", list(OPS))
+def test_a_transient_fault_is_retried_and_counted(s3_server, proxy: FaultProxy, op: str, action: str) -> None:
+    st = faulty_store(s3_server, proxy)
+    p = st.root + "/sst/obj"
+    st.write_file(p, (b"payload",))
+    st.reset_stats()
+    proxy.log.clear()
+    method, kind, run = OPS[op]
+    proxy.fail(action, method=method)
+    assert run(st, p)
+    assert [s.action for s in proxy.requests(method)][:2] == [action, "forward"]
+    stats = st.stats()
+    assert stats["retries"] == 1
+    assert stats[kind] >= 2  # the failed attempt and its repeat are both requests sent
+
+
+@pytest.mark.parametrize("op", ["get", "put"])
+def test_a_lost_response_of_an_idempotent_request_is_repeated(s3_server, proxy: FaultProxy, op: str) -> None:
+    st = faulty_store(s3_server, proxy)
+    p = st.root + "/sst/obj"
+    st.write_file(p, (b"payload",))
+    method, _kind, run = OPS[op]
+    proxy.fail("lost", method=method)
+    assert run(st, p)
+    assert st.stats()["retries"] == 1
+
+
+def test_a_create_whose_response_was_lost_is_recognised_as_ours(s3_server, proxy: FaultProxy) -> None:
+    st = faulty_store(s3_server, proxy)
+    p = st.root + "/manifest/00000000000000000007.manifest"
+    proxy.fail("lost", method="PUT", key="/manifest/")
+    assert st.put_if_absent(p, b"version seven")  # landed, response lost; the repeat finds it: ours
+    assert [s.action for s in proxy.requests()] == ["lost", "forward", "forward"]  # PUT, PUT refused, GET
+    assert st.read(p) == b"version seven"
+    assert st.stats()["retries"] == 1
+
+
+def test_a_create_that_failed_before_another_writers_object_landed_is_not_ours(s3_server, proxy) -> None:
+    # our first attempt is reset before it reaches the store; the other writer creates the object before
+    # our repeat, which is refused: the bytes there are not ours, so the create is not ours
+    st = faulty_store(s3_server, proxy)
+    other = ObjectStorage(st.root, s3_server.options())  # the same prefix, straight to the server
+    p = st.root + "/wal/00000000000000000003.wal"
+    proxy.fail("reset", method="PUT", key="/wal/")
+    decide = proxy.decide
+
+    def other_writes_after_the_reset(method: str, key: str) -> str:
+        action = decide(method, key)
+        if action == "reset":
+            assert other.put_if_absent(p, b"theirs")
+        return action
+
+    proxy.decide = other_writes_after_the_reset  # type: ignore[method-assign]
+    assert not st.put_if_absent(p, b"ours")
+    assert st.read(p) == b"theirs"
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
+def test_a_create_whose_outcome_cannot_be_learned_is_unknown(s3_server, proxy: FaultProxy, landed: bool) -> None:
+    st = faulty_store(s3_server, proxy, retries=2, timeout_ms=1000)
+    p = st.root + "/manifest/00000000000000000002.manifest"
+    if landed:
+        proxy.fail("lost", method="PUT", key="/manifest/")
+    proxy.fail("reset", key="/manifest/", count=None)  # every later request: PUT repeats, the read back
+    with pytest.raises(PublishUnknownError) as e:
+        st.put_if_absent(p, b"v2")
+    assert isinstance(e.value.error, OSError) and "manifest/00000000000000000002" in str(e.value.error)
+    proxy.heal()
+    assert st.exists(p) == landed  # what the next open reads, and decides by
+
+
+def test_a_persistent_fault_is_an_os_error_after_the_retries(s3_server, proxy: FaultProxy) -> None:
+    st = faulty_store(s3_server, proxy, retries=3)
+    proxy.fail("500", method="PUT", count=None)
+    with pytest.raises(FileOpError, match="sst/x") as e:
+        st.write_file(st.root + "/sst/x", (b"data",))
+    assert e.value.op == "put"
+    assert len(proxy.requests("PUT")) == 4 and st.stats()["retries"] == 3
+    assert not st.exists(st.root + "/sst/x")
+    # a create that kept failing may have landed at any attempt: its outcome is unknown, not "absent"
+    with pytest.raises(PublishUnknownError):
+        st.put_if_absent(st.root + "/manifest/1", b"v1")
+
+
+def test_retries_stop_at_the_retry_timeout(s3_server, proxy: FaultProxy) -> None:
+    st = faulty_store(s3_server, proxy, retries=1000, timeout_ms=300)
+    proxy.fail("503", method="GET", count=None)
+    t = time.monotonic()
+    with pytest.raises(OSError):
+        st.read(st.root + "/sst/x")
+    assert time.monotonic() - t < 2.0
+    assert 2 <= st.stats()["retries"] < 20
+
+
+def test_a_missing_object_is_not_retried(s3_server, proxy: FaultProxy) -> None:
+    st = faulty_store(s3_server, proxy)
+    with pytest.raises(FileNotFoundError):
+        st.read(st.root + "/sst/missing")
+    assert st.stats()["retries"] == 0 and len(proxy.requests("GET")) == 1

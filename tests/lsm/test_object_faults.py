@@ -1,0 +1,225 @@
+"""Request faults under a database on S3: the store talks to the moto server through a fault-injecting
+proxy (tests/s3proxy.py). Transient faults on reads, SST PUTs, WAL PUTs and manifest PUTs are retried
+and the operation succeeds; a persistent fault is the failed state, as a disk error is; a PUT whose
+response was lost after its object landed is recognised as ours, or the handle fails without guessing
+and the next open finds the object there or not."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import lsm
+from formats.storage import register
+from lsm import wal as wal_files
+from tests.s3proxy import FaultProxy
+
+TRANSIENT = ["500", "503", "reset"]
+SYNC = lsm.WriteOptions(sync=True)
+
+
+@pytest.fixture
+def proxy(s3_server) -> Iterator[FaultProxy]:
+    p = FaultProxy(s3_server.endpoint)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def open_db(url: str, s3_server, proxy: FaultProxy | None = None, retries: int = 3,
+            interval_ms: int = 60_000) -> lsm.DB:
+    """`url` opened through `proxy` (None: straight to the server) with small retry limits; WAL objects
+    are written by sync writes and flushes only (the interval is long), so each test knows its PUTs."""
+    endpoint = proxy.endpoint if proxy is not None else None
+    store = s3_server.options(endpoint=endpoint) | {"max_retries": retries, "retry_timeout_ms": 2000}
+    opts = lsm.DbOptions(object_store_options=store, wal_flush_interval_ms=interval_ms,
+                         background_compaction=False)
+    return lsm.DB.open(url, opts)
+
+
+def wal_seqs(url: str, s3_server) -> list[int]:
+    """The seq of every record in the WAL objects of `url` (read straight from the server)."""
+    register(url, s3_server.options())
+    seqs = []
+    for _sid, path in wal_files.list_segments(url + "/wal"):
+        records, _ = wal_files.read_segment(path)
+        seqs += [r.seq for r in records]
+    return seqs
+
+
+@pytest.mark.parametrize("action", TRANSIENT)
+@pytest.mark.parametrize("target", ["wal", "sst", "manifest", "get"])
+def test_a_transient_fault_is_retried_and_the_operation_succeeds(s3_server, proxy, target: str,
+                                                                   action: str) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy)
+    db.put(b"a", b"1", options=SYNC)
+    proxy.log.clear()
+    if target == "wal":
+        proxy.fail(action, method="PUT", key="/wal/")
+        db.put(b"b", b"2", options=SYNC)
+    elif target in ("sst", "manifest"):
+        proxy.fail(action, method="PUT", key=f"/{target}/")
+        db.put(b"b", b"2")
+        db.flush()
+        assert len(db.manifest.l0) == 1
+    else:  # an SST read: its first GET (the open's tail read) fails once
+        db.put(b"b", b"2")
+        db.close()
+        proxy.log.clear()
+        proxy.fail(action, method="GET", key="/sst/")
+        db = open_db(url, s3_server, proxy)
+    method, key = ("GET", "/sst/") if target == "get" else ("PUT", f"/{target}/")
+    assert [s.action for s in proxy.requests(method, key)][:2] == [action, "forward"]
+    assert db.object_store_stats()["retries"] >= 1
+    assert db.failure is None
+    assert (db.get(b"a"), db.get(b"b")) == (b"1", b"2")
+    db.close()
+    db = open_db(url, s3_server)
+    assert (db.get(b"a"), db.get(b"b")) == (b"1", b"2")
+    db.close()
+
+
+@pytest.mark.parametrize("target", ["wal", "sst"])
+def test_a_persistent_fault_is_the_failed_state_and_a_reopen_loses_no_acknowledged_write(
+        s3_server, proxy, target: str) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy, retries=2)
+    acked = {}
+    for i in range(5):
+        db.put(b"k%d" % i, b"v%d" % i, options=SYNC if i % 2 else None)
+        acked[b"k%d" % i] = b"v%d" % i
+    db.put(b"k5", b"v5", options=SYNC)  # a durable point: the sync=False writes before it are in its object
+    acked[b"k5"] = b"v5"
+    proxy.fail("500", method="PUT", key=f"/{target}/", count=None)
+    with pytest.raises(lsm.DbFailedError) as e:
+        if target == "wal":
+            db.put(b"lost", b"x", options=SYNC)
+        else:
+            db.flush()
+    assert f"/{target}/" in (e.value.file or "") and e.value.op == "put"
+    with pytest.raises(lsm.DbFailedError):
+        db.put(b"later", b"x", options=SYNC)
+    assert {k: db.get(k) for k in acked} == acked  # reads keep working
+    db.close()
+    proxy.heal()
+    db = open_db(url, s3_server, proxy)
+    assert {k: db.get(k) for k in acked} == acked
+    assert db.get(b"later") is None
+    assert db.get(b"lost") is None  # its only PUT was refused: it never landed
+    db.put(b"after", b"ok", options=SYNC)
+    db.close()
+
+
+def test_a_persistent_fault_of_the_background_wal_flush_fails_the_next_write(s3_server, proxy) -> None:
+    # sync=False writes are acknowledged from the buffer; the flusher's PUT keeps failing: the next write
+    # raises DbFailedError. After a reopen the store holds a prefix of the acknowledged writes: the
+    # durable ones, without those of the failed object
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy, retries=1, interval_ms=20)
+    db.put(b"durable", b"1", options=SYNC)
+    proxy.fail("500", method="PUT", key="/wal/", count=None)
+    db.put(b"buffered", b"2")
+    deadline = time.monotonic() + 10
+    with pytest.raises(lsm.DbFailedError):
+        while time.monotonic() < deadline:
+            db.put(b"more", b"3")
+            time.sleep(0.01)
+    assert db.get(b"buffered") == b"2"  # reads keep working, from the memtable
+    db.close()
+    proxy.heal()
+    db = open_db(url, s3_server, proxy)
+    assert db.get(b"durable") == b"1"
+    assert db.get(b"buffered") is None and db.get(b"more") is None
+    db.close()
+
+
+def test_a_manifest_put_whose_response_was_lost_is_recognised_as_ours(s3_server, proxy) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy)
+    db.put(b"a", b"1")
+    proxy.log.clear()
+    proxy.fail("lost", method="PUT", key="/manifest/")
+    db.flush()  # its version landed, the response was lost; the repeat finds the same bytes
+    assert db.failure is None and len(db.manifest.l0) == 1
+    assert [s.action for s in proxy.requests("PUT", "/manifest/")] == ["lost", "forward"]
+    db.put(b"b", b"2")
+    db.flush()  # and the next commit follows it
+    db.close()
+    db = open_db(url, s3_server)
+    assert (db.get(b"a"), db.get(b"b")) == (b"1", b"2")
+    db.close()
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
+def test_a_manifest_put_whose_outcome_is_unknown_is_resolved_by_the_next_open(s3_server, proxy,
+                                                                             landed: bool) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy, retries=2)
+    db.put(b"a", b"1", options=SYNC)
+    if landed:
+        proxy.fail("lost", method="PUT", key="/manifest/")
+    proxy.fail("reset", key="/manifest/", count=None)  # its repeats and the read back fail
+    with pytest.raises(lsm.DbFailedError) as e:
+        db.flush()
+    assert e.value.published is None  # not guessed: maybe published
+    flushed = [s.key.rsplit("/", 1)[1] for s in proxy.requests("PUT", "/sst/")]
+    assert len(flushed) == 1
+    assert db.get(b"a") == b"1"
+    with pytest.raises(lsm.DbFailedError):
+        db.put(b"b", b"2")
+    db.close()
+    db = open_db(url, s3_server)
+    # the flush's version is the newest on the store iff it landed; its SST was kept either way
+    assert (flushed[0] in [s.name for s in db.manifest.l0]) == landed
+    assert db.get(b"a") == b"1" and db.get(b"b") is None
+    assert flushed[0] in register(url, s3_server.options()).list_names(url + "/sst")
+    db.close()
+
+
+def test_a_wal_put_whose_response_was_lost_is_acknowledged_once(s3_server, proxy) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy)
+    proxy.log.clear()
+    proxy.fail("lost", method="PUT", key="/wal/")
+    seq = db.put(b"a", b"1", options=SYNC)
+    assert [s.action for s in proxy.requests("PUT", "/wal/")] == ["lost", "forward"]
+    assert seq in wal_seqs(url, s3_server)  # durable when the write returned
+    db.put(b"b", b"2", options=SYNC)
+    db.close()
+    seqs = wal_seqs(url, s3_server)
+    assert len(seqs) == len(set(seqs))  # no record written twice
+    db = open_db(url, s3_server)
+    assert (db.get(b"a"), db.get(b"b")) == (b"1", b"2")
+    assert db.get_entry(b"a").seq == seq
+    db.close()
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
+def test_a_wal_put_whose_outcome_is_unknown_raises_and_the_next_open_decides(s3_server, proxy,
+                                                                            landed: bool) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy, retries=2)
+    first = db.put(b"a", b"1", options=SYNC)
+    if landed:
+        proxy.fail("lost", method="PUT", key="/wal/")
+    proxy.fail("reset", key="/wal/", count=None)
+    with pytest.raises(lsm.DbFailedError):
+        db.put(b"b", b"2", options=SYNC)  # not acknowledged: its object may or may not be there
+    with pytest.raises(lsm.DbFailedError):
+        db.put(b"c", b"3", options=SYNC)
+    db.close()
+    db = open_db(url, s3_server)
+    assert db.get(b"a") == b"1"
+    assert (db.get(b"b") == b"2") == landed
+    assert db.get(b"c") is None
+    if landed:
+        assert db.get_entry(b"b").seq == first + 1
+    db.put(b"d", b"4", options=SYNC)  # the next write takes a fresh seq after whatever was replayed
+    assert db.get_entry(b"d").seq > (first + 1 if landed else first)
+    db.close()
+    seqs = wal_seqs(url, s3_server)
+    assert len(seqs) == len(set(seqs))

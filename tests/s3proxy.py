@@ -11,7 +11,8 @@ fails the ones a rule picks, the ways S3 and the network fail:
   the server's response: the client cannot tell whether its request took effect.
 
 A rule matches by method and a substring of the object key (the URL path), skips its first
-``nth - 1`` matches and then fails ``count`` of them (``count=None``: every one from then on).
+``nth - 1`` matches and then fails ``count`` of them (``count=None``: every one from then on), or with
+``every=k`` fails every k-th match (a repeat after a fault is the next match, so it gets through).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import dataclasses
 import http.client
 import socket
 import struct
+import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,13 +42,15 @@ HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encodin
 @dataclasses.dataclass
 class Rule:
     """Fail requests with `action` (one of `ACTIONS`): those of `method` (None: any) whose key contains
-    `key`, from the `nth` match on, `count` of them (None: all). `seen`/`failed` count matches/faults."""
+    `key`, from the `nth` match on, `count` of them (None: all), or every `every`-th match.
+    `seen`/`failed` count matches/faults."""
 
     action: str
     method: str | None = None
     key: str = ""
     nth: int = 1
     count: int | None = 1
+    every: int | None = None
     seen: int = 0
     failed: int = 0
 
@@ -59,7 +63,10 @@ class Rule:
         if (self.method is not None and method != self.method) or self.key not in key:
             return False
         self.seen += 1
-        if self.seen < self.nth or (self.count is not None and self.failed >= self.count):
+        if self.every is not None:
+            if self.seen % self.every:
+                return False
+        elif self.seen < self.nth or (self.count is not None and self.failed >= self.count):
             return False
         self.failed += 1
         return True
@@ -88,16 +95,15 @@ class FaultProxy:
         class Handler(_Handler):
             owner = proxy
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="s3-fault-proxy", daemon=True)
         self._thread.start()
 
     def fail(self, action: str, method: str | None = None, key: str = "", nth: int = 1,
-             count: int | None = 1) -> Rule:
+             count: int | None = 1, every: int | None = None) -> Rule:
         """Add a rule (see `Rule`); the first rule that takes a request decides its fate."""
-        rule = Rule(action, method, key, nth, count)
+        rule = Rule(action, method, key, nth, count, every)
         with self._lock:
             self.rules.append(rule)
         return rule
@@ -124,6 +130,15 @@ class FaultProxy:
         """Stop serving."""
         self._server.shutdown()
         self._server.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that gave up on a request (an aborted upload, a closed store) is no error here."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from formats import objstore
 from formats.fileio import FileOpError
 from formats.objstore import ObjectStorage
 from formats.storage import PublishUnknownError, register
@@ -146,3 +147,17 @@ def test_a_missing_object_is_not_retried(s3_server, proxy: FaultProxy) -> None:
     with pytest.raises(FileNotFoundError):
         st.read(st.root + "/sst/missing")
     assert st.stats()["retries"] == 0 and len(proxy.requests("GET")) == 1
+
+
+@pytest.mark.parametrize("action", ["500", "reset"])
+def test_a_multipart_upload_with_a_failed_part_is_aborted_and_repeated(s3_server, proxy, monkeypatch,
+                                                                       action: str) -> None:
+    monkeypatch.setattr(objstore, "MULTIPART_MIN", 1 << 20)  # two parts (8 MiB + 1 MiB) for 9 MiB
+    st = faulty_store(s3_server, proxy)
+    p = st.root + "/sst/big.sst"
+    data = bytes(range(256)) * (9 << 12)
+    proxy.fail(action, method="PUT", key="/sst/big")
+    st.write_file(p, (data,))
+    assert st.read(p) == data
+    assert proxy.requests("DELETE", "/sst/big")  # the failed upload was aborted: no parts left to pay for
+    assert st.stats()["retries"] == 1

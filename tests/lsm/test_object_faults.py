@@ -223,3 +223,29 @@ def test_a_wal_put_whose_outcome_is_unknown_raises_and_the_next_open_decides(s3_
     db.close()
     seqs = wal_seqs(url, s3_server)
     assert len(seqs) == len(set(seqs))
+
+
+@pytest.mark.parametrize("action", ["500", "503", "reset", "lost"])
+def test_a_workload_with_every_third_request_failing_once_loses_nothing(s3_server, proxy, action: str) -> None:
+    # every request kind (GET, HEAD, LIST, PUT, conditional PUT, bulk DELETE) through every engine path
+    # (open, WAL, flush, compaction, reads, close, reopen) meets faults; each is retried and succeeds
+    url = s3_server.new_url()
+    proxy.fail(action, every=3)
+    db = open_db(url, s3_server, proxy, interval_ms=10)
+    want = {}
+    for i in range(300):
+        k, v = b"key%04d" % (i * 7 % 300), b"v%d" % i
+        db.put(k, v, options=SYNC if i % 50 == 0 else None)
+        want[k] = v
+        if i % 100 == 99:
+            db.flush()
+    db.delete(b"key0000")
+    del want[b"key0000"]
+    db.compact(full=True)
+    assert dict(db.scan()) == want
+    assert db.failure is None
+    db.close()
+    db = open_db(url, s3_server, proxy)
+    assert dict(db.scan()) == want
+    db.close()
+    assert len(proxy.requests(action=action)) >= 10

@@ -234,7 +234,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         o = self.options
         return ObjectWal(self._wal_dir, segment_id, o.wal_flush_interval_ms, o.wal_flush_bytes,
                          on_fenced=self._vs.mark_fenced, check_fence=self._vs.fenced_on_store,
-                         recheck_after=wal_grace_ms(o) / 2000)
+                         recheck_after=wal_grace_ms(o) / 2000, on_broken=self._fail)
 
     def object_store_stats(self) -> dict[str, int]:
         """Object-store requests this database made, by kind (put, get, list, delete, head), and the

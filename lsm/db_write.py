@@ -263,6 +263,10 @@ class WriteMixin:
         try:
             if self._objects:  # its buffered records go into one last object; the next WAL goes on after it
                 self._wal.close()
+                if self._wal.broken is not None:
+                    # its last object may have landed at `next_id`: nothing may follow it until an open
+                    # has read what is there
+                    raise self._wal.broken
                 new_wal = self._new_wal(self._wal.next_id)
             else:
                 new_wal = self._new_wal(old.segment_id + 1)

@@ -225,6 +225,31 @@ def test_a_wal_put_whose_outcome_is_unknown_raises_and_the_next_open_decides(s3_
     assert len(seqs) == len(set(seqs))
 
 
+def test_a_background_wal_put_whose_outcome_is_unknown_fails_the_handle_at_once(s3_server, proxy) -> None:
+    # the flusher's object lands but every repeat fails: the handle must not rotate past that id (its
+    # next object there would be refused, and it would take itself for fenced) nor go on writing
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy, retries=1, interval_ms=20)
+    db.put(b"a", b"1", options=SYNC)
+    proxy.fail("lost", method="PUT", key="/wal/")
+    proxy.fail("reset", key="/wal/", count=None)
+    db.put(b"b", b"2")  # acknowledged from the buffer; the flusher writes it
+    deadline = time.monotonic() + 10
+    while db.failure is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert isinstance(db.failure, lsm.DbFailedError) and "/wal/" in (db.failure.file or "")
+    proxy.heal()
+    with pytest.raises(lsm.DbFailedError):
+        db.flush()
+    with pytest.raises(lsm.DbFailedError):
+        db.put(b"c", b"3", options=SYNC)
+    assert db.get(b"b") == b"2"
+    db.close()
+    db = open_db(url, s3_server)
+    assert (db.get(b"a"), db.get(b"b"), db.get(b"c")) == (b"1", b"2", None)  # b's object landed
+    db.close()
+
+
 @pytest.mark.parametrize("action", ["500", "503", "reset", "lost"])
 def test_a_workload_with_every_third_request_failing_once_loses_nothing(s3_server, proxy, action: str) -> None:
     # every request kind (GET, HEAD, LIST, PUT, conditional PUT, bulk DELETE) through every engine path

@@ -7,10 +7,12 @@ fails the ones a rule picks, the ways S3 and the network fail:
 * ``"500"``: an InternalError response, the request never reaches the server;
 * ``"503"``: a 503 with S3's SlowDown body (throttling), the request never reaches the server;
 * ``"reset"``: the connection is reset without a response, the request never reaches the server;
+* ``"404"``: S3's NoSuchBucket (the bucket is gone), the request never reaches the server;
 * ``"lost"``: the request IS forwarded (a PUT lands), then the connection is reset instead of sending
   the server's response: the client cannot tell whether its request took effect.
 
-A rule matches by method and a substring of the object key (the URL path), skips its first
+A rule matches by method and a substring of the object key (the URL path and query, decoded: a
+listing is ``/<bucket>?list-type=2&prefix=<prefix>``), skips its first
 ``nth - 1`` matches and then fails ``count`` of them (``count=None``: every one from then on), or with
 ``every=k`` fails every k-th match (a repeat after a fault is the next match, so it gets through).
 """
@@ -26,7 +28,7 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ACTIONS = ("500", "503", "reset", "lost")
+ACTIONS = ("500", "503", "404", "reset", "lost")
 SLOW_DOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message><RequestId>fault</RequestId></Error>"
@@ -35,6 +37,11 @@ INTERNAL = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
     b"<Message>We encountered an internal error. Please try again.</Message><RequestId>fault</RequestId></Error>"
 )
+NO_SUCH_BUCKET = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchBucket</Code>'
+    b"<Message>The specified bucket does not exist</Message><RequestId>fault</RequestId></Error>"
+)
+ERRORS = {"500": (500, INTERNAL), "503": (503, SLOW_DOWN), "404": (404, NO_SUCH_BUCKET)}
 # headers that describe one hop's connection, not the message (RFC 9110 7.6.1)
 HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 
@@ -151,13 +158,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _relay(self) -> None:
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
-        key = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        key = urllib.parse.unquote(self.path)
         action = self.owner.decide(self.command, key)
         if action == "reset":
             self._reset()
             return
-        if action in ("500", "503"):
-            status, text = (500, INTERNAL) if action == "500" else (503, SLOW_DOWN)
+        if action in ERRORS:
+            status, text = ERRORS[action]
             # a HEAD's error has its length but no body, as S3 sends it
             self._respond(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(text)))],
                           text, head=self.command == "HEAD")

@@ -279,3 +279,57 @@ def test_a_workload_with_every_third_request_failing_once_loses_nothing(s3_serve
     assert dict(db.scan()) == want
     db.close()
     assert len(proxy.requests(action=action)) >= 10
+
+
+def test_a_wal_cleanup_listing_that_fails_leaves_the_store_writable(s3_server, proxy) -> None:
+    # after a committed flush the WAL objects below its replay point are listed for deletion: a listing
+    # that keeps failing leaves them for a later flush or `lsm gc`; the flush has succeeded
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy, retries=1)
+    db.put(b"a", b"1", options=SYNC)
+    prefix = url.split("/", 3)[3]
+    proxy.fail("500", method="GET", key=f"prefix={prefix}/wal/", count=None)
+    db.flush()
+    assert proxy.requests(action="500")
+    assert db.failure is None and len(db.manifest.l0) == 1
+    db.put(b"b", b"2", options=SYNC)
+    db.close()
+    db = open_db(url, s3_server)
+    assert (db.get(b"a"), db.get(b"b")) == (b"1", b"2")
+    db.close()
+
+
+def test_a_manifest_put_to_a_vanished_bucket_is_the_failed_state(s3_server, proxy) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy, retries=1)
+    db.put(b"a", b"1", options=SYNC)
+    prefix = url.split("/", 3)[3]
+    proxy.fail("404", method="PUT", key="/manifest/", count=None)
+    proxy.fail("404", method="GET", key=f"prefix={prefix}/manifest/", count=None)
+    with pytest.raises(lsm.DbFailedError) as e:
+        db.flush()
+    assert e.value.published is False and "/manifest/" in (e.value.file or "")
+    assert db.get(b"a") == b"1"
+    db.close()
+    proxy.heal()
+    db = open_db(url, s3_server)
+    assert db.get(b"a") == b"1"
+    db.close()
+
+
+def test_an_open_whose_manifest_put_is_unknown_raises_and_the_next_open_resolves_it(s3_server, proxy) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server)
+    db.put(b"a", b"1", options=SYNC)
+    db.close()
+    proxy.fail("lost", method="PUT", key="/manifest/")  # the open's version (new epochs) lands...
+    proxy.fail("reset", method="PUT", key="/manifest/", count=None)  # ... and no repeat gets an answer
+    with pytest.raises(OSError, match="manifest"):
+        open_db(url, s3_server, proxy, retries=1)
+    landed = proxy.requests("PUT", "/manifest/", "lost")[0].key.rsplit("/", 1)[1]
+    proxy.heal()
+    db = open_db(url, s3_server, proxy)
+    assert db.get(b"a") == b"1"
+    assert db.engine.versions.manifest_id > int(landed.split(".")[0])  # it read the landed version
+    db.put(b"b", b"2", options=SYNC)
+    db.close()

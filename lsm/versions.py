@@ -237,7 +237,12 @@ class VersionSet:
                     self.manifest_id += 1
                     self.manifest = new
                     if self.manifest_id % 16 == 0:
-                        self.store.prune(self.options.manifest_history)
+                        try:
+                            self.store.prune(self.options.manifest_history)
+                        except OSError:
+                            # cleanup only (the next prune retries it): the version is published, and
+                            # an error raised from here would have its caller remove the SSTs it names
+                            pass
                     if on_commit is not None:
                         try:
                             on_commit(new)

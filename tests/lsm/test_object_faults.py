@@ -333,3 +333,27 @@ def test_an_open_whose_manifest_put_is_unknown_raises_and_the_next_open_resolves
     assert db.engine.versions.manifest_id > int(landed.split(".")[0])  # it read the landed version
     db.put(b"b", b"2", options=SYNC)
     db.close()
+
+
+def test_a_manifest_prune_listing_that_fails_does_not_undo_the_commit(s3_server, proxy) -> None:
+    # every 16th commit prunes old manifest versions, which lists them: a listing that keeps failing
+    # must leave the commit as it is, published and installed, its SSTs kept
+    url = s3_server.new_url()
+    db = open_db(url, s3_server, proxy, retries=1)
+    versions = db.engine.versions
+    i = 0
+    while versions.manifest_id % 16 != 15:
+        db.put(b"k%d" % i, b"v")
+        db.flush()
+        i += 1
+    db.put(b"last", b"v")
+    prefix = url.split("/", 3)[3]
+    proxy.fail("500", method="GET", key=f"prefix={prefix}/manifest/", count=None)
+    db.flush()
+    assert proxy.requests(action="500")
+    assert versions.manifest_id % 16 == 0 and db.failure is None
+    db.close()
+    proxy.heal()
+    db = open_db(url, s3_server)
+    assert db.get(b"last") == b"v" and all(db.get(b"k%d" % j) == b"v" for j in range(i))
+    db.close()

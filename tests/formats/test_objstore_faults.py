@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from obstore.exceptions import GenericError, NotFoundError
 
 from formats import objstore
 from formats.fileio import FileOpError
@@ -161,3 +162,13 @@ def test_a_multipart_upload_with_a_failed_part_is_aborted_and_repeated(s3_server
     assert st.read(p) == data
     assert proxy.requests("DELETE", "/sst/big")  # the failed upload was aborted: no parts left to pay for
     assert st.stats()["retries"] == 1
+
+
+@pytest.mark.parametrize(("status", "retried"), [("500 Internal Server Error", True), ("503 Service Unavailable", True),
+                                                 ("429 Too Many Requests", True), ("408 Request Timeout", True),
+                                                 ("400 Bad Request", False), ("403 Forbidden", False)])
+def test_which_statuses_are_retried(status: str, retried: bool) -> None:
+    msg = f"Error performing GET http://h/b/k in 3ms - Server returned non-2xx status code: {status}: <Error/>"
+    assert objstore.transient(GenericError(msg)) == retried
+    assert objstore.transient(GenericError("Error performing GET http://h/b/k - HTTP error: error sending request"))
+    assert not objstore.transient(NotFoundError("Object at location k not found"))

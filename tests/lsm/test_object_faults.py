@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 import lsm
+from formats import objstore
 from formats.storage import register
 from lsm import wal as wal_files
 from tests.s3proxy import FaultProxy
@@ -256,18 +257,20 @@ def test_a_background_wal_put_whose_outcome_is_unknown_fails_the_handle(s3_serve
 
 
 @pytest.mark.parametrize("action", ["500", "503", "reset", "lost"])
-def test_a_workload_with_every_third_request_failing_once_loses_nothing(s3_server, proxy, action: str) -> None:
+def test_a_workload_with_every_third_request_failing_once_loses_nothing(s3_server, proxy, monkeypatch,
+                                                                         action: str) -> None:
     # every request kind (GET, HEAD, LIST, PUT, conditional PUT, bulk DELETE) through every engine path
     # (open, WAL, flush, compaction, reads, close, reopen) meets faults; each is retried and succeeds
+    monkeypatch.setattr(objstore, "BACKOFF_FIRST", 0.002)  # dozens of faults: keep their waits short
     url = s3_server.new_url()
     proxy.fail(action, every=3)
     db = open_db(url, s3_server, proxy, interval_ms=10)
     want = {}
-    for i in range(300):
-        k, v = b"key%04d" % (i * 7 % 300), b"v%d" % i
-        db.put(k, v, options=SYNC if i % 50 == 0 else None)
+    for i in range(150):
+        k, v = b"key%04d" % (i * 7 % 100), b"v%d" % i
+        db.put(k, v, options=SYNC if i % 25 == 0 else None)
         want[k] = v
-        if i % 100 == 99:
+        if i % 50 == 49:
             db.flush()
     db.delete(b"key0000")
     del want[b"key0000"]
@@ -356,4 +359,42 @@ def test_a_manifest_prune_listing_that_fails_does_not_undo_the_commit(s3_server,
     proxy.heal()
     db = open_db(url, s3_server)
     assert db.get(b"last") == b"v" and all(db.get(b"k%d" % j) == b"v" for j in range(i))
+    db.close()
+
+
+def test_a_read_that_outlasts_the_retries_is_an_os_error_and_the_store_stays_writable(s3_server, proxy) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server)
+    for i in range(160):  # 400 KB: the first blocks lie outside the tail an SST's open fetches
+        db.put(b"k%04d" % i, bytes([i % 251]) * 2500)
+    db.close()
+    db = open_db(url, s3_server, proxy, retries=1)
+    proxy.fail("503", method="GET", key="/sst/", count=None)
+    with pytest.raises(OSError, match="sst"):
+        db.get(b"k0000")
+    db.put(b"new", b"1", options=SYNC)
+    assert db.failure is None
+    proxy.heal()
+    assert db.get(b"k0000") == bytes([0]) * 2500
+    db.close()
+
+
+def test_a_compaction_read_that_outlasts_the_retries_is_the_failed_state(s3_server, proxy) -> None:
+    url = s3_server.new_url()
+    db = open_db(url, s3_server)
+    for i in range(3):
+        db.put(b"k%d" % i, b"v%d" % i)
+        db.flush()
+    db.close()
+    db = open_db(url, s3_server, proxy, retries=1)
+    proxy.fail("500", method="GET", key="/sst/", count=None)
+    with pytest.raises(lsm.DbFailedError):
+        db.compact(full=True)
+    with pytest.raises(lsm.DbFailedError):
+        db.put(b"k9", b"v9")
+    assert db.get(b"k1") == b"v1"  # from the tails the open cached
+    db.close()
+    proxy.heal()
+    db = open_db(url, s3_server)
+    assert [db.get(b"k%d" % i) for i in range(3)] == [b"v0", b"v1", b"v2"]
     db.close()

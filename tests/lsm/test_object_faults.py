@@ -15,6 +15,7 @@ import lsm
 from formats import objstore
 from formats.storage import register
 from lsm import wal as wal_files
+from lsm.wal_object import ObjectWal
 from tests.s3proxy import FaultProxy
 
 TRANSIENT = ["500", "503", "reset"]
@@ -398,3 +399,13 @@ def test_a_compaction_read_that_outlasts_the_retries_is_the_failed_state(s3_serv
     db = open_db(url, s3_server)
     assert [db.get(b"k%d" % i) for i in range(3)] == [b"v0", b"v1", b"v2"]
     db.close()
+
+
+def test_two_claims_of_one_wal_id_do_not_both_win(s3_server) -> None:
+    # two openers claim the id after the last WAL object with the same empty object: the second is
+    # refused (and claims the next id), although the bytes there are the same as its own
+    url = s3_server.new_url()
+    register(url, s3_server.options())
+    ObjectWal(url + "/wal", 5, 100, 1 << 20, claim=True)
+    with pytest.raises(FileExistsError):
+        ObjectWal(url + "/wal", 5, 100, 1 << 20, claim=True)

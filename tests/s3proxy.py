@@ -115,6 +115,13 @@ class FaultProxy:
             self.rules.append(rule)
         return rule
 
+    def unknowable(self, key: str, landed: bool, method: str | None = None) -> None:
+        """Make the next PUT of `key` an outcome nobody can learn: it lands if `landed` (its response
+        lost) or not at all, and every later request of `key` (of `method`, None: any) is reset."""
+        if landed:
+            self.fail("lost", method="PUT", key=key)
+        self.fail("reset", method=method, key=key, count=None)
+
     def heal(self) -> None:
         """Drop every rule: forward everything from now on."""
         with self._lock:

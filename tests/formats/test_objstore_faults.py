@@ -1,4 +1,4 @@
-"""Request faults on the object-store backend: a fault-injecting proxy (tests/s3proxy.py) between the
+"""Request faults on the object-store backend: a fault-injecting s3_proxy (tests/s3proxy.py) between the
 store and the S3 server fails chosen requests. Transient faults are retried and counted; a fault that
 outlasts the retries is an OSError (the engine's failed state); a create-if-absent whose response was
 lost is recognised as ours, or reported as unknown, never guessed."""
@@ -6,7 +6,6 @@ lost is recognised as ours, or reported as unknown, never guessed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from obstore.exceptions import GenericError, NotFoundError
@@ -20,18 +19,9 @@ from tests.s3proxy import FaultProxy
 TRANSIENT = ["500", "503", "reset"]
 
 
-@pytest.fixture
-def proxy(s3_server) -> Iterator[FaultProxy]:
-    p = FaultProxy(s3_server.endpoint)
-    try:
-        yield p
-    finally:
-        p.close()
-
-
-def faulty_store(s3_server, proxy: FaultProxy, retries: int = 3, timeout_ms: int = 2000) -> ObjectStorage:
-    """A fresh store whose requests go through `proxy`, with small retry limits (fast tests)."""
-    opts = s3_server.options(endpoint=proxy.endpoint) | {"max_retries": retries, "retry_timeout_ms": timeout_ms}
+def faulty_store(s3_server, s3_proxy: FaultProxy, retries: int = 3, timeout_ms: int = 2000) -> ObjectStorage:
+    """A fresh store whose requests go through `s3_proxy`, with small retry limits (fast tests)."""
+    opts = s3_server.options(endpoint=s3_proxy.endpoint) | {"max_retries": retries, "retry_timeout_ms": timeout_ms}
     return register(s3_server.new_url(), opts)
 
 
@@ -50,50 +40,50 @@ OPS = {
 
 @pytest.mark.parametrize("action", TRANSIENT)
 @pytest.mark.parametrize("op", list(OPS))
-def test_a_transient_fault_is_retried_and_counted(s3_server, proxy: FaultProxy, op: str, action: str) -> None:
-    st = faulty_store(s3_server, proxy)
+def test_a_transient_fault_is_retried_and_counted(s3_server, s3_proxy: FaultProxy, op: str, action: str) -> None:
+    st = faulty_store(s3_server, s3_proxy)
     p = st.root + "/sst/obj"
     st.write_file(p, (b"payload",))
     st.reset_stats()
-    proxy.log.clear()
+    s3_proxy.log.clear()
     method, kind, run = OPS[op]
-    proxy.fail(action, method=method)
+    s3_proxy.fail(action, method=method)
     assert run(st, p)
-    assert [s.action for s in proxy.requests(method)][:2] == [action, "forward"]
+    assert [s.action for s in s3_proxy.requests(method)][:2] == [action, "forward"]
     stats = st.stats()
     assert stats["retries"] == 1
     assert stats[kind] >= 2  # the failed attempt and its repeat are both requests sent
 
 
 @pytest.mark.parametrize("op", ["get", "put"])
-def test_a_lost_response_of_an_idempotent_request_is_repeated(s3_server, proxy: FaultProxy, op: str) -> None:
-    st = faulty_store(s3_server, proxy)
+def test_a_lost_response_of_an_idempotent_request_is_repeated(s3_server, s3_proxy: FaultProxy, op: str) -> None:
+    st = faulty_store(s3_server, s3_proxy)
     p = st.root + "/sst/obj"
     st.write_file(p, (b"payload",))
     method, _kind, run = OPS[op]
-    proxy.fail("lost", method=method)
+    s3_proxy.fail("lost", method=method)
     assert run(st, p)
     assert st.stats()["retries"] == 1
 
 
-def test_a_create_whose_response_was_lost_is_recognised_as_ours(s3_server, proxy: FaultProxy) -> None:
-    st = faulty_store(s3_server, proxy)
+def test_a_create_whose_response_was_lost_is_recognised_as_ours(s3_server, s3_proxy: FaultProxy) -> None:
+    st = faulty_store(s3_server, s3_proxy)
     p = st.root + "/manifest/00000000000000000007.manifest"
-    proxy.fail("lost", method="PUT", key="/manifest/")
+    s3_proxy.fail("lost", method="PUT", key="/manifest/")
     assert st.put_if_absent(p, b"version seven")  # landed, response lost; the repeat finds it: ours
-    assert [s.action for s in proxy.requests()] == ["lost", "forward", "forward"]  # PUT, PUT refused, GET
+    assert [s.action for s in s3_proxy.requests()] == ["lost", "forward", "forward"]  # PUT, PUT refused, GET
     assert st.read(p) == b"version seven"
     assert st.stats()["retries"] == 1
 
 
-def test_a_create_that_failed_before_another_writers_object_landed_is_not_ours(s3_server, proxy) -> None:
+def test_a_create_that_failed_before_another_writers_object_landed_is_not_ours(s3_server, s3_proxy) -> None:
     # our first attempt is reset before it reaches the store; the other writer creates the object before
     # our repeat, which is refused: the bytes there are not ours, so the create is not ours
-    st = faulty_store(s3_server, proxy)
+    st = faulty_store(s3_server, s3_proxy)
     other = ObjectStorage(st.root, s3_server.options())  # the same prefix, straight to the server
     p = st.root + "/wal/00000000000000000003.wal"
-    proxy.fail("reset", method="PUT", key="/wal/")
-    decide = proxy.decide
+    s3_proxy.fail("reset", method="PUT", key="/wal/")
+    decide = s3_proxy.decide
 
     def other_writes_after_the_reset(method: str, key: str) -> str:
         action = decide(method, key)
@@ -101,41 +91,39 @@ def test_a_create_that_failed_before_another_writers_object_landed_is_not_ours(s
             assert other.put_if_absent(p, b"theirs")
         return action
 
-    proxy.decide = other_writes_after_the_reset  # type: ignore[method-assign]
+    s3_proxy.decide = other_writes_after_the_reset  # type: ignore[method-assign]
     assert not st.put_if_absent(p, b"ours")
     assert st.read(p) == b"theirs"
 
 
 @pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
-def test_a_create_whose_outcome_cannot_be_learned_is_unknown(s3_server, proxy: FaultProxy, landed: bool) -> None:
-    st = faulty_store(s3_server, proxy, retries=2, timeout_ms=1000)
+def test_a_create_whose_outcome_cannot_be_learned_is_unknown(s3_server, s3_proxy: FaultProxy, landed: bool) -> None:
+    st = faulty_store(s3_server, s3_proxy, retries=2, timeout_ms=1000)
     p = st.root + "/manifest/00000000000000000002.manifest"
-    if landed:
-        proxy.fail("lost", method="PUT", key="/manifest/")
-    proxy.fail("reset", key="/manifest/", count=None)  # every later request: PUT repeats, the read back
+    s3_proxy.unknowable("/manifest/", landed)  # every later request fails: the PUT repeats, the read back
     with pytest.raises(PublishUnknownError) as e:
         st.put_if_absent(p, b"v2")
     assert isinstance(e.value.error, OSError) and "manifest/00000000000000000002" in str(e.value.error)
-    proxy.heal()
+    s3_proxy.heal()
     assert st.exists(p) == landed  # what the next open reads, and decides by
 
 
-def test_a_persistent_fault_is_an_os_error_after_the_retries(s3_server, proxy: FaultProxy) -> None:
-    st = faulty_store(s3_server, proxy, retries=3)
-    proxy.fail("500", method="PUT", count=None)
+def test_a_persistent_fault_is_an_os_error_after_the_retries(s3_server, s3_proxy: FaultProxy) -> None:
+    st = faulty_store(s3_server, s3_proxy, retries=3)
+    s3_proxy.fail("500", method="PUT", count=None)
     with pytest.raises(FileOpError, match="sst/x") as e:
         st.write_file(st.root + "/sst/x", (b"data",))
     assert e.value.op == "put"
-    assert len(proxy.requests("PUT")) == 4 and st.stats()["retries"] == 3
+    assert len(s3_proxy.requests("PUT")) == 4 and st.stats()["retries"] == 3
     assert not st.exists(st.root + "/sst/x")
     # a create that kept failing may have landed at any attempt: its outcome is unknown, not "absent"
     with pytest.raises(PublishUnknownError):
         st.put_if_absent(st.root + "/manifest/1", b"v1")
 
 
-def test_retries_stop_at_the_retry_timeout(s3_server, proxy: FaultProxy) -> None:
-    st = faulty_store(s3_server, proxy, retries=1000, timeout_ms=300)
-    proxy.fail("503", method="GET", count=None)
+def test_retries_stop_at_the_retry_timeout(s3_server, s3_proxy: FaultProxy) -> None:
+    st = faulty_store(s3_server, s3_proxy, retries=1000, timeout_ms=300)
+    s3_proxy.fail("503", method="GET", count=None)
     t = time.monotonic()
     with pytest.raises(OSError):
         st.read(st.root + "/sst/x")
@@ -143,24 +131,24 @@ def test_retries_stop_at_the_retry_timeout(s3_server, proxy: FaultProxy) -> None
     assert 2 <= st.stats()["retries"] < 20
 
 
-def test_a_missing_object_is_not_retried(s3_server, proxy: FaultProxy) -> None:
-    st = faulty_store(s3_server, proxy)
+def test_a_missing_object_is_not_retried(s3_server, s3_proxy: FaultProxy) -> None:
+    st = faulty_store(s3_server, s3_proxy)
     with pytest.raises(FileNotFoundError):
         st.read(st.root + "/sst/missing")
-    assert st.stats()["retries"] == 0 and len(proxy.requests("GET")) == 1
+    assert st.stats()["retries"] == 0 and len(s3_proxy.requests("GET")) == 1
 
 
 @pytest.mark.parametrize("action", ["500", "reset"])
-def test_a_multipart_upload_with_a_failed_part_is_aborted_and_repeated(s3_server, proxy, monkeypatch,
+def test_a_multipart_upload_with_a_failed_part_is_aborted_and_repeated(s3_server, s3_proxy, monkeypatch,
                                                                        action: str) -> None:
     monkeypatch.setattr(objstore, "MULTIPART_MIN", 1 << 20)  # two parts (8 MiB + 1 MiB) for 9 MiB
-    st = faulty_store(s3_server, proxy)
+    st = faulty_store(s3_server, s3_proxy)
     p = st.root + "/sst/big.sst"
     data = bytes(range(256)) * (9 << 12)
-    proxy.fail(action, method="PUT", key="/sst/big")
+    s3_proxy.fail(action, method="PUT", key="/sst/big")
     st.write_file(p, (data,))
     assert st.read(p) == data
-    assert proxy.requests("DELETE", "/sst/big")  # the failed upload was aborted: no parts left to pay for
+    assert s3_proxy.requests("DELETE", "/sst/big")  # the failed upload was aborted: no parts left to pay for
     assert st.stats()["retries"] == 1
 
 

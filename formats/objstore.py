@@ -49,6 +49,10 @@ TAIL_BYTES = 256 << 10
 MAX_RETRIES = 6
 RETRY_TIMEOUT_MS = 20_000
 RETRY_KEYS = ("max_retries", "retry_timeout_ms")
+# keys of `object_store_options` that configure the HTTP client, not the store: how long one request may
+# take ("timeout", whole request, default 30 s), its connect phase, or a stall between reads. A request
+# that times out is retried as any transient failure
+CLIENT_KEYS = ("timeout", "connect_timeout", "read_timeout", "pool_idle_timeout")
 BACKOFF_FIRST = 0.02  # seconds before the first retry, doubled before each next one up to BACKOFF_MAX
 BACKOFF_MAX = 1.0
 # obstore's own retries are off: `ObjectStorage._retrying` makes and counts every attempt
@@ -89,7 +93,7 @@ def s3_config(options: dict[str, Any] | None) -> dict[str, Any]:
         v = os.environ.get(env)
         if v and key not in cfg:
             cfg[key] = v
-    cfg.update({k: v for k, v in (options or {}).items() if k not in RETRY_KEYS})
+    cfg.update({k: v for k, v in (options or {}).items() if k not in RETRY_KEYS and k not in CLIENT_KEYS})
     if isinstance(cfg.get("allow_http"), str):
         cfg["allow_http"] = cfg["allow_http"].lower() in ("1", "true", "yes")
     return cfg
@@ -106,7 +110,9 @@ def make_store(root: str, options: dict[str, Any] | None) -> Any:
                 st = _memory_stores[bucket] = obstore.store.MemoryStore()
             return st
     if scheme in ("s3", "s3a"):
-        return obstore.store.S3Store(bucket, config=s3_config(options), retry_config=NO_RETRIES)
+        client = {k: v for k, v in (options or {}).items() if k in CLIENT_KEYS}
+        return obstore.store.S3Store(bucket, config=s3_config(options), client_options=client or None,
+                                     retry_config=NO_RETRIES)
     raise ValueError(f"unsupported object store URL {root!r}: use s3://bucket/prefix or memory://name/prefix")
 
 

@@ -8,6 +8,7 @@ fails the ones a rule picks, the ways S3 and the network fail:
 * ``"503"``: a 503 with S3's SlowDown body (throttling), the request never reaches the server;
 * ``"reset"``: the connection is reset without a response, the request never reaches the server;
 * ``"404"``: S3's NoSuchBucket (the bucket is gone), the request never reaches the server;
+* ``"hang"``: no response at all, the connection left open (a stalled server), until the proxy closes;
 * ``"lost"``: the request IS forwarded (a PUT lands), then the connection is reset instead of sending
   the server's response: the client cannot tell whether its request took effect.
 
@@ -28,7 +29,7 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ACTIONS = ("500", "503", "404", "reset", "lost")
+ACTIONS = ("500", "503", "404", "reset", "hang", "lost")
 SLOW_DOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message><RequestId>fault</RequestId></Error>"
@@ -97,6 +98,7 @@ class FaultProxy:
         self.rules: list[Rule] = []
         self.log: list[Seen] = []
         self._lock = threading.Lock()
+        self.closing = threading.Event()  # wakes the handlers of "hang" requests
         proxy = self
 
         class Handler(_Handler):
@@ -142,6 +144,7 @@ class FaultProxy:
 
     def close(self) -> None:
         """Stop serving."""
+        self.closing.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -168,6 +171,10 @@ class _Handler(BaseHTTPRequestHandler):
         key = urllib.parse.unquote(self.path)
         action = self.owner.decide(self.command, key)
         if action == "reset":
+            self._reset()
+            return
+        if action == "hang":
+            self.owner.closing.wait()
             self._reset()
             return
         if action in ERRORS:

@@ -160,3 +160,16 @@ def test_which_statuses_are_retried(status: str, retried: bool) -> None:
     assert objstore.transient(GenericError(msg)) == retried
     assert objstore.transient(GenericError("Error performing GET http://h/b/k - HTTP error: error sending request"))
     assert not objstore.transient(NotFoundError("Object at location k not found"))
+
+
+def test_a_stalled_request_times_out_and_is_retried(s3_server, s3_proxy: FaultProxy) -> None:
+    opts = s3_server.options(endpoint=s3_proxy.endpoint) | {"max_retries": 2, "retry_timeout_ms": 5000,
+                                                            "timeout": "300ms"}
+    st = register(s3_server.new_url(), opts)
+    p = st.root + "/wal/00000000000000000001.wal"
+    s3_proxy.fail("hang", method="PUT", key="/wal/")
+    t = time.monotonic()
+    assert st.put_if_absent(p, b"records")
+    assert time.monotonic() - t < 3  # not the client's default 30 s
+    assert [s.action for s in s3_proxy.requests("PUT")] == ["hang", "forward"]
+    assert st.read(p) == b"records" and st.stats()["retries"] == 1

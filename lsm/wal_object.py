@@ -17,6 +17,14 @@ manifest before it writes again: the opener's claim object is deleted only once 
 grace, so a writer that slept through a takeover learns of it from the manifest's epoch instead of
 writing into an id nobody will replay.
 
+Failures: an object write that fails (after the store's retries, formats.objstore) breaks the writer
+for good, like a failed append of a local segment: the write waiting for it raises, later appends raise
+the same error, and the DB is in its failed state (at once when the background flusher's write failed:
+`on_broken`). Its object may have landed (a lost response), so no later object may be written after it
+by this handle, not even by the next memtable's writer: only an open, which reads what is there,
+decides. The records of a broken writer's buffer were acknowledged only if their writes had
+``sync=False``; they are lost as after a kill, and the store holds a prefix of the acknowledged order.
+
 A memtable's WAL is a run of consecutive ids: `segment_id` is the first id a writer may use, and
 `next_id` the first id it did not use (the next memtable's first). Once a memtable is flushed, replay
 starts at the next memtable's first id, and the ids below it are deleted.

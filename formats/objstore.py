@@ -10,25 +10,32 @@ Configuration: obstore's config keys (``endpoint``, ``region``, ``access_key_id`
 (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_ALLOW_HTTP``). Credentials are never logged or put in an error message.
 
-Requests: every call is counted (`stats`): PUT, GET, LIST, DELETE and HEAD, with bytes. Transient
-failures (5xx, 503 SlowDown, a reset connection, a timeout) are retried by obstore with exponential
-backoff; a failure that outlasts the retries is raised as `fileio.FileOpError` (an OSError), which the
-engine treats like a disk error. A create-if-absent whose response was lost can come back as "already
-exists" from the retry that followed it; `put_if_absent` then reads the object and compares it with what
-it wrote, so such a PUT is recognised as ours, never guessed.
+Requests: every request sent is counted (`stats`): PUT, GET, LIST, DELETE and HEAD, with the bytes of
+those that succeeded, and ``retries``, how many of them repeated one that had failed. Transient failures
+(a 5xx such as 500 InternalError or 503 SlowDown, 429, a reset connection, a timeout) are retried here,
+not inside obstore (its own retries are turned off), with exponential backoff from 20 ms, at most
+``max_retries`` times within ``retry_timeout_ms``: so each attempt is counted, and `put_if_absent` knows
+which of its attempts may have landed. A failure that outlasts the retries, or one that retrying cannot
+cure (403, 400), is raised as `fileio.FileOpError` (an OSError), which the engine treats like a disk
+error (the failed state). A create-if-absent is refused as "already exists" on a first attempt only
+because another writer's object is there (False); after an attempt of its own that may have landed (its
+response lost), the object is read back and compared with what was written, so such a PUT is recognised
+as ours, never guessed; if even that cannot be decided, `PublishUnknownError`.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import obstore
-from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
+from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, PreconditionError
 
 from formats.fileio import FileOpError
 from formats.objcache import ObjectCache
@@ -41,21 +48,32 @@ MULTIPART_CHUNK = 8 << 20
 TAIL_BYTES = 256 << 10
 # a sequential reader of an SST (a compaction) fetches this much per GET (`RangeFile.read_ahead`)
 READAHEAD_BYTES = 1 << 20
+LIST_PAGE = 1000  # keys per LIST response (S3's maximum, and its default)
 # retries of transient failures; `object_store_options` may set "max_retries" and "retry_timeout_ms"
 MAX_RETRIES = 6
 RETRY_TIMEOUT_MS = 20_000
 RETRY_KEYS = ("max_retries", "retry_timeout_ms")
-LIST_PAGE = 1000  # keys per LIST response (S3's maximum, and its default)
+# keys of `object_store_options` that configure the HTTP client, not the store: how long one request may
+# take ("timeout", whole request, default 30 s), its connect phase, or a stall between reads. A request
+# that times out is retried as any transient failure
+CLIENT_KEYS = ("timeout", "connect_timeout", "read_timeout", "pool_idle_timeout")
+BACKOFF_FIRST = 0.02  # seconds before the first retry, doubled before each next one up to BACKOFF_MAX
+BACKOFF_MAX = 1.0
+# obstore's own retries are off: `ObjectStorage._retrying` makes and counts every attempt
+NO_RETRIES = {"max_retries": 0, "retry_timeout": timedelta(seconds=0)}
+# statuses a repeat may cure (RFC 9110: timeouts, throttling, server errors); other 4xx are final
+_STATUS = re.compile(r"status code: (\d{3})")
+
+T = TypeVar("T")
 
 
-def retry_config(options: dict[str, Any]) -> dict[str, Any]:
-    """obstore's retry config: exponential backoff from 20 ms, at most `max_retries` retries within
-    `retry_timeout_ms`."""
-    return {
-        "max_retries": int(options.get("max_retries", MAX_RETRIES)),
-        "backoff": {"init_backoff": timedelta(milliseconds=20), "max_backoff": timedelta(seconds=1), "base": 2.0},
-        "retry_timeout": timedelta(milliseconds=int(options.get("retry_timeout_ms", RETRY_TIMEOUT_MS))),
-    }
+def transient(e: BaseException) -> bool:
+    """Whether request error `e` may go away on a retry: a transport error (reset, refused, timeout),
+    a 5xx, 408 or 429. Not-found, already-exists, a failed precondition, 403 and other 4xx are final."""
+    if not isinstance(e, GenericError):
+        return False
+    m = _STATUS.search(str(e))
+    return m is None or m.group(1) in ("408", "429") or m.group(1).startswith("5")
 
 _memory_stores: dict[str, Any] = {}  # memory://name -> its MemoryStore, shared by every root under it
 _memory_lock = threading.Lock()
@@ -79,7 +97,7 @@ def s3_config(options: dict[str, Any] | None) -> dict[str, Any]:
         v = os.environ.get(env)
         if v and key not in cfg:
             cfg[key] = v
-    cfg.update({k: v for k, v in (options or {}).items() if k not in RETRY_KEYS})
+    cfg.update({k: v for k, v in (options or {}).items() if k not in RETRY_KEYS and k not in CLIENT_KEYS})
     if isinstance(cfg.get("allow_http"), str):
         cfg["allow_http"] = cfg["allow_http"].lower() in ("1", "true", "yes")
     return cfg
@@ -96,7 +114,9 @@ def make_store(root: str, options: dict[str, Any] | None) -> Any:
                 st = _memory_stores[bucket] = obstore.store.MemoryStore()
             return st
     if scheme in ("s3", "s3a"):
-        return obstore.store.S3Store(bucket, config=s3_config(options), retry_config=retry_config(options or {}))
+        client = {k: v for k, v in (options or {}).items() if k in CLIENT_KEYS}
+        return obstore.store.S3Store(bucket, config=s3_config(options), client_options=client or None,
+                                     retry_config=NO_RETRIES)
     raise ValueError(f"unsupported object store URL {root!r}: use s3://bucket/prefix or memory://name/prefix")
 
 
@@ -115,6 +135,8 @@ class ObjectStorage(Storage):
         self._bucket_url = f"{scheme}{URL_MARK}{rest.split('/', 1)[0]}"
         self._lock = threading.Lock()
         self._stats = dict.fromkeys(STAT_KEYS, 0)
+        self.max_retries = int(self.options.get("max_retries", MAX_RETRIES))
+        self.retry_timeout = int(self.options.get("retry_timeout_ms", RETRY_TIMEOUT_MS)) / 1000
         # the local disk cache of SST ranges (formats.objcache), set by DB.open from
         # DbOptions.object_cache_dir; None: nothing of this store is written locally
         self.cache: ObjectCache | None = None
@@ -148,6 +170,26 @@ class ObjectStorage(Storage):
         with self._lock:
             self._stats = dict.fromkeys(STAT_KEYS, 0)
 
+    def _retrying(self, kind: str, attempt: Callable[[], T], path: str = "") -> T:
+        """`attempt()` (one request of `kind`), repeated after a `transient` failure with exponential
+        backoff, at most `max_retries` times within `retry_timeout`. Every failed attempt is counted
+        (and each repeat as a retry); the caller counts the one that succeeds, with its bytes. The last
+        error is raised as obstore raised it."""
+        deadline = time.monotonic() + self.retry_timeout
+        delay = BACKOFF_FIRST
+        retries = 0
+        while True:
+            try:
+                return attempt()
+            except Exception as e:
+                self.count(kind, 0, path)
+                if not transient(e) or retries >= self.max_retries or time.monotonic() + delay > deadline:
+                    raise
+            retries += 1
+            self.count("retries")
+            time.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
     def _error(self, op: str, path: str, e: Exception) -> OSError:
         if isinstance(e, (NotFoundError, FileNotFoundError)):
             return FileNotFoundError(errno.ENOENT, "no such object", path)
@@ -156,10 +198,10 @@ class ObjectStorage(Storage):
     # -- reads ---------------------------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
         """The whole object: one GET."""
+        key = self.key(path)
         try:
-            data = bytes(obstore.get(self.store, self.key(path)).bytes())
+            data = self._retrying("get", lambda: bytes(obstore.get(self.store, key).bytes()))
         except Exception as e:
-            self.count("get")
             raise self._error("get", path, e) from None
         self.count("get", len(data))
         return data
@@ -168,10 +210,10 @@ class ObjectStorage(Storage):
         """Bytes [start, end) of the object: one ranged GET."""
         if end <= start:
             return b""
+        key = self.key(path)
         try:
-            data = bytes(obstore.get_range(self.store, self.key(path), start=start, end=end))
+            data = self._retrying("get", lambda: bytes(obstore.get_range(self.store, key, start=start, end=end)))
         except Exception as e:
-            self.count("get")
             raise self._error("get", path, e) from None
         self.count("get", len(data))
         return data
@@ -179,13 +221,15 @@ class ObjectStorage(Storage):
     def read_tail(self, path: str, nbytes: int) -> tuple[int, bytes, str]:
         """(object size, its last `nbytes` bytes, its identity) with one GET. The identity (size, ETag,
         last-modified time) changes whenever the name is written again: what the disk cache keys on."""
+        key = self.key(path)
+
+        def attempt() -> tuple[int, bytes, Any]:
+            res = obstore.get(self.store, key, options={"range": {"suffix": nbytes}})
+            return res.meta["size"], bytes(res.bytes()), res.meta
+
         try:
-            res = obstore.get(self.store, self.key(path), options={"range": {"suffix": nbytes}})
-            data = bytes(res.bytes())
-            meta = res.meta
-            size = meta["size"]
+            size, data, meta = self._retrying("get", attempt)
         except Exception as e:
-            self.count("get")
             raise self._error("get", path, e) from None
         self.count("get", len(data))
         modified = meta["last_modified"].timestamp() if meta.get("last_modified") else ""
@@ -193,11 +237,13 @@ class ObjectStorage(Storage):
 
     def size(self, path: str) -> int:
         """The object's size: one HEAD."""
-        self.count("head")
+        key = self.key(path)
         try:
-            return obstore.head(self.store, self.key(path))["size"]
+            size = self._retrying("head", lambda: obstore.head(self.store, key)["size"])
         except Exception as e:
             raise self._error("head", path, e) from None
+        self.count("head")
+        return size
 
     def exists(self, path: str) -> bool:
         """Whether the object exists: one HEAD."""
@@ -226,8 +272,9 @@ class ObjectStorage(Storage):
     def _list(self, directory: str) -> dict[str, Any]:
         """name -> obstore's metadata of the objects directly under `directory` (a LIST per 1000)."""
         prefix = self.key(directory).rstrip("/") + "/"
-        out: dict[str, Any] = {}
-        try:
+
+        def attempt() -> dict[str, Any]:  # a listing that fails part way is started again
+            out: dict[str, Any] = {}
             # S3 answers a LIST with pages of up to 1000 keys: one request per chunk of that size
             # (obstore's default chunks of 50 would count twenty requests for one page)
             for page in obstore.list(self.store, prefix, return_arrow=False, chunk_size=LIST_PAGE):
@@ -236,10 +283,12 @@ class ObjectStorage(Storage):
                     rest = meta["path"][len(prefix) :]
                     if rest and "/" not in rest:
                         out[rest] = meta
+            return out
+
+        try:
+            return self._retrying("list", attempt)
         except Exception as e:
-            self.count("list")
             raise self._error("list", directory, e) from None
-        return out
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
@@ -251,43 +300,58 @@ class ObjectStorage(Storage):
                 raise FileExistsError(errno.EEXIST, "object exists", path)
             return
         data = b"".join(chunks)
+        key = self.key(path)
         multipart = len(data) > MULTIPART_MIN
         try:
-            obstore.put(self.store, self.key(path), data, use_multipart=multipart, chunk_size=MULTIPART_CHUNK)
+            # a plain PUT is idempotent: a repeat after a lost response writes the same object again
+            self._retrying("put", lambda: obstore.put(self.store, key, data, use_multipart=multipart,
+                                                      chunk_size=MULTIPART_CHUNK), path)
         except Exception as e:
-            self.count("put", 0, path)
             raise self._error("put", path, e) from None
         self.count("put", len(data), path)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
-        """One PUT with If-None-Match (module docstring: a lost response is recognised by reading back)."""
+        """One PUT with If-None-Match, repeated after a transient failure (module docstring: "already
+        exists" after an attempt of ours that may have landed is decided by reading the object back)."""
         data = bytes(data)
         key = self.key(path)
-        try:
+        attempts = 0
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
             obstore.put(self.store, key, data, mode="create")
+
+        try:
+            self._retrying("put", attempt, path)
         except (AlreadyExistsError, PreconditionError):
-            self.count("put", 0, path)
-            # ours, if an earlier attempt of this PUT landed and only its response was lost
+            if attempts == 1:  # no attempt of ours can have landed: another writer's object
+                return False
+            # an earlier attempt failed transiently and may have landed with only its response lost:
+            # the object is ours if it holds our bytes
             try:
                 theirs = self.read(path)
             except OSError as e:
                 raise PublishUnknownError(e) from e
             return theirs == data
         except Exception as e:
-            self.count("put", 0, path)
-            raise PublishUnknownError(self._error("put", path, e)) from None
+            err = self._error("put", path, e)
+            if attempts == 1 and not transient(e):  # refused outright (403, ...): nothing landed
+                raise err from None
+            raise PublishUnknownError(err) from None
         self.count("put", len(data), path)
         return True
 
     def delete(self, path: str) -> None:
         """One DELETE; an object already gone is fine."""
-        self.count("delete")
+        key = self.key(path)
         try:
-            obstore.delete(self.store, self.key(path))
+            self._retrying("delete", lambda: obstore.delete(self.store, key))
         except (NotFoundError, FileNotFoundError):
-            pass
+            return
         except Exception as e:
             raise self._error("delete", path, e) from None
+        self.count("delete")
 
 
 def _first_line(e: Exception) -> str:

@@ -114,8 +114,10 @@ class Storage:
         """Zero the request counters."""
 
 
-# requests by kind, bytes moved, and the PUTs by the directory they wrote to (WAL objects, SSTs, manifests)
-STAT_KEYS = ("put", "get", "list", "delete", "head", "put_bytes", "get_bytes", "put_wal", "put_sst", "put_manifest")
+# requests by kind, bytes moved, the retries of failed attempts, and the PUTs by the directory they wrote
+# to (WAL objects, SSTs, manifests)
+STAT_KEYS = ("put", "get", "list", "delete", "head", "put_bytes", "get_bytes", "retries", "put_wal", "put_sst",
+             "put_manifest")
 PUT_DIRS = ("wal", "sst", "manifest")
 
 

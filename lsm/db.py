@@ -231,6 +231,11 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
                 ObjectWal(self._wal_dir, nxt, self.options.wal_flush_interval_ms, self.options.wal_flush_bytes,
                           claim=True)
             except FileExistsError:
+                # taken by the writer we fence (list again and replay it), or by a newer opener, which
+                # published its epoch before it listed: then we are the one fenced, and must not claim
+                # the next id (that would fence the newer owner)
+                if self._vs.fenced_on_store():
+                    raise FencedError(f"{self.path}: another handle opened this database while this one did") from None
                 segments = wal_files.live_segments(self._wal_dir, man.wal_replay_from)
                 continue
             if self._vs.fenced_on_store():
@@ -244,7 +249,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         o = self.options
         return ObjectWal(self._wal_dir, segment_id, o.wal_flush_interval_ms, o.wal_flush_bytes,
                          on_fenced=self._vs.mark_fenced, check_fence=self._vs.fenced_on_store,
-                         recheck_after=wal_grace_ms(o) / 2000)
+                         recheck_after=wal_grace_ms(o) / 2000, on_broken=self._fail)
 
     def object_store_stats(self) -> dict[str, int]:
         """Object-store requests this database made, by kind (put, get, list, delete, head), and the

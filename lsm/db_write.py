@@ -497,14 +497,17 @@ class WriteMixin:
         return cutoff
 
     def _delete_wal_below(self, segment_id: int) -> None:
-        if self._objects:  # only objects older than the grace (lsm.wal_object: an idle writer's fence)
-            cutoff = time.time() - wal_grace_ms(self.options) / 1000
-            mtimes = self._storage.list_mtimes(self._wal_dir)
-            for sid, p in wal_files.list_segments(self._wal_dir):
-                if sid < segment_id and mtimes.get(os.path.basename(p), cutoff) < cutoff:
-                    unlink_quiet(p)
+        # cleanup after a committed flush: a listing that fails leaves the files for the next flush or
+        # `lsm gc` (as unlink_quiet does a failed delete), it must not fail the flush that committed
+        try:
+            segments = wal_files.list_segments(self._wal_dir)
+            if self._objects:  # only objects older than the grace (lsm.wal_object: an idle writer's fence)
+                cutoff = time.time() - wal_grace_ms(self.options) / 1000
+                mtimes = self._storage.list_mtimes(self._wal_dir)
+                segments = [(sid, p) for sid, p in segments if mtimes.get(os.path.basename(p), cutoff) < cutoff]
+        except OSError:
             return
-        for sid, p in wal_files.list_segments(self._wal_dir):
+        for sid, p in segments:
             if sid < segment_id:
                 unlink_quiet(p)
 

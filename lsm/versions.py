@@ -225,8 +225,13 @@ class VersionSet:
                 except PublishUnknownError as e:
                     raise self._fail(e.error, None) from e.error
                 except OSError as e:
-                    if e.errno == errno.ENOENT:  # our temporary file was removed: by a newer owner?
-                        fenced = self._fence_error(self.store.latest()[1])
+                    # our temporary file was removed: by a newer owner? (a local directory's publication
+                    # only: on an object store ENOENT is a missing bucket, and the listing fails as well)
+                    if e.errno == errno.ENOENT and self.store.storage.local:
+                        try:
+                            fenced = self._fence_error(self.store.latest()[1])
+                        except OSError:  # the failed state below, not an error the commit leaks
+                            fenced = None
                         if fenced is not None:
                             raise fenced from e
                     raise self._fail(e, False) from e
@@ -234,7 +239,12 @@ class VersionSet:
                     self.manifest_id += 1
                     self.manifest = new
                     if self.manifest_id % 16 == 0:
-                        self.store.prune(self.options.manifest_history)
+                        try:
+                            self.store.prune(self.options.manifest_history)
+                        except OSError:
+                            # cleanup only (the next prune retries it): the version is published, and
+                            # an error raised from here would have its caller remove the SSTs it names
+                            pass
                     if on_commit is not None:
                         try:
                             on_commit(new)

@@ -21,6 +21,14 @@ writing into an id nobody will replay.
 A process that exits normally without closing its database still writes what its writers buffer (an
 ``atexit`` hook); a killed one loses it, as the durability rules above allow.
 
+Failures: an object write that fails (after the store's retries, formats.objstore) breaks the writer
+for good, like a failed append of a local segment: the write waiting for it raises, later appends raise
+the same error, and the DB is in its failed state (at once when the background flusher's write failed:
+`on_broken`). Its object may have landed (a lost response), so no later object may be written after it
+by this handle: only an open, which reads what is there, decides. The records of a broken writer's
+buffer were acknowledged only if their writes had ``sync=False``; they are lost as after a kill, and the
+store holds a prefix of the acknowledged order.
+
 One writer serves every memtable of a handle. A memtable's WAL is a run of consecutive ids: a new
 memtable starts at `next_id`, the id the group commit writes next, which may also hold the previous
 memtable's last records (so a rotation costs no PUT of its own). Once a memtable is flushed, replay
@@ -51,13 +59,16 @@ class ObjectWal:
 
     `claim=True` (an open) writes the empty object at `segment_id` now, to fence earlier writers;
     FileExistsError if that id is already taken. `on_fenced()` runs once when a write finds its id
-    taken: another handle owns the database."""
+    taken: another handle owns the database. `on_broken(error)` runs when the background flusher's
+    object write fails (an OSError): nobody waits for that write, so the handle learns of it here and
+    enters its failed state at once, as a failed disk write would put it, instead of at its next write."""
 
     held = True  # no segment flock on an object store: fencing is the create-if-absent of each id
 
     def __init__(self, wal_dir: str, segment_id: int, interval_ms: int, flush_bytes: int, *,
                  claim: bool = False, on_fenced: Callable[[], None] | None = None,
-                 check_fence: Callable[[], bool] | None = None, recheck_after: float = 5.0) -> None:
+                 check_fence: Callable[[], bool] | None = None, recheck_after: float = 5.0,
+                 on_broken: Callable[[OSError], object] | None = None) -> None:
         self.wal_dir = wal_dir
         self.segment_id = segment_id
         self.next_id = segment_id
@@ -66,6 +77,7 @@ class ObjectWal:
         self.interval = interval_ms / 1000
         self.flush_bytes = flush_bytes
         self.on_fenced = on_fenced
+        self.on_broken = on_broken
         self.check_fence = check_fence
         self.recheck_after = recheck_after
         self._last_put = time.monotonic()
@@ -152,7 +164,11 @@ class ObjectWal:
                 return
             try:
                 self.sync()
-            except BaseException:  # noqa: BLE001 - kept in self.broken; the next write raises it
+            except OSError as e:  # kept in self.broken too: the next write raises it
+                if self.on_broken is not None:
+                    self.on_broken(e)
+                return
+            except BaseException:  # noqa: BLE001 - kept in self.broken (fenced: on_fenced ran)
                 return
 
     def _flush_through(self, count: int) -> None:

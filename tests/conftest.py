@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.s3proxy import FaultProxy
 from tests.s3server import S3Server, environment
 
 
@@ -25,6 +26,16 @@ def s3_server() -> Iterator[S3Server]:
 def s3_url(s3_server: S3Server) -> str:
     """A fresh database URL on the S3 server."""
     return s3_server.new_url()
+
+
+@pytest.fixture
+def s3_proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy in front of the S3 server (tests/s3proxy.py), no rules set yet."""
+    proxy = FaultProxy(s3_server.endpoint)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -193,19 +193,39 @@ class ObjectStorage(Storage):
         return list(self.list_mtimes(directory))
 
     def list_mtimes(self, directory: str) -> dict[str, float]:
+        return {name: meta["last_modified"].timestamp() for name, meta in self._list(directory).items()}
+
+    def list_stats(self, directory: str) -> dict[str, tuple[int, int]]:
+        return {
+            name: (meta["size"], int(meta["last_modified"].timestamp() * 1e9))
+            for name, meta in self._list(directory).items()
+        }
+
+    def _list(self, directory: str) -> dict[str, Any]:
+        """name -> obstore metadata of the objects directly under `directory`."""
         prefix = self.key(directory).rstrip("/") + "/"
-        out: dict[str, float] = {}
+        out: dict[str, Any] = {}
         try:
             for page in obstore.list(self.store, prefix, return_arrow=False):
                 self.count("list")  # one LIST request per page of up to 1000 keys
                 for meta in page:
                     rest = meta["path"][len(prefix) :]
                     if rest and "/" not in rest:
-                        out[rest] = meta["last_modified"].timestamp()
+                        out[rest] = meta
         except Exception as e:
             self.count("list")
             raise self._error("list", directory, e) from None
         return out
+
+    def list_entries(self, directory: str) -> list[str]:
+        prefix = self.key(directory).rstrip("/")
+        self.count("list")  # one LIST with a delimiter (a page holds up to 1000 entries)
+        try:
+            res = obstore.list_with_delimiter(self.store, prefix or None)
+        except Exception as e:
+            raise self._error("list", directory, e) from None
+        names = [p.rsplit("/", 1)[-1] for p in res["common_prefixes"]]
+        return names + [m["path"].rsplit("/", 1)[-1] for m in res["objects"]]
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:

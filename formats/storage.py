@@ -66,6 +66,16 @@ class Storage:
         """name -> modification time (seconds since the epoch) of the files directly in `directory`."""
         raise NotImplementedError
 
+    def list_stats(self, directory: str) -> dict[str, tuple[int, int]]:
+        """name -> (size in bytes, modification time in ns since the epoch) of the files directly in
+        `directory` (one listing on an object store)."""
+        raise NotImplementedError
+
+    def list_entries(self, directory: str) -> list[str]:
+        """Names of the files and of the subdirectories directly in `directory` (empty if there is none):
+        on an object store the objects and the common prefixes one level down."""
+        return self.list_names(directory)
+
     def list_numbered(self, directory: str, suffix: str) -> list[tuple[int, str]]:
         """(id, path) of the files named ``<digits><suffix>`` in `directory`, ascending by id."""
         out = []
@@ -167,6 +177,17 @@ class LocalStorage(Storage):
                 out[name] = os.stat(os.path.join(directory, name)).st_mtime
             except FileNotFoundError:
                 continue
+        return out
+
+    def list_stats(self, directory: str) -> dict[str, tuple[int, int]]:
+        out = {}
+        for name in self.list_names(directory):
+            try:
+                st = os.stat(os.path.join(directory, name))
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out[name] = (st.st_size, st.st_mtime_ns)
         return out
 
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
@@ -296,6 +317,23 @@ def storage_for(path: str | os.PathLike[str]) -> Storage:
     if best is not None:
         return best
     return register(_root_of(p))
+
+
+def path_kind(path: str | os.PathLike[str]) -> str | None:
+    """What is at `path`: "dir", "file" (a regular file), "other" (a FIFO, a device) or None (nothing).
+    On an object store an object is a file and a prefix that other objects lie under is a directory (one
+    HEAD, then one LIST if there is no object)."""
+    p = os.fspath(path)
+    if not is_url(p):
+        if os.path.isdir(p):
+            return "dir"
+        if os.path.isfile(p):
+            return "file"
+        return "other" if os.path.exists(p) else None
+    st = storage_for(p)
+    if key_of(p).strip("/") and st.exists(p):
+        return "file"
+    return "dir" if st.list_entries(p) else None
 
 
 def key_of(url: str) -> str:

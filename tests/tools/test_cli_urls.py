@@ -162,17 +162,31 @@ def test_write_commands_on_a_url(s3_server, pair, tmp_path):
     assert res[9].out.endswith("OK\n")
 
 
-def test_ingest_into_a_url_and_its_remap(s3_server, tmp_path):
-    url = s3_server.new_url()
+def test_ingest_into_a_url_and_its_remap(s3_server, pair, tmp_path):
+    _local, upstream = pair
+    url, copy = s3_server.new_url(), s3_server.new_url("copy")
     log = tmp_path / "log"  # a partitioned log is local (its partitions are appended to)
     with LogWriter(log) as w:
         for i, p in enumerate([0, 1, 0]):
             w.append(p, b"k%d" % i, b"v%d" % i)
-    ing = _lsm(s3_server, "ingest", url, log, "--name", "src", "--json")
+    ing, up = _parallel(
+        s3_server,
+        [
+            ("ingest", url, log, "--name", "src", "--json"),
+            # a database on a URL as the source: its WAL objects are read too (seqs 7-9 are not in an SST)
+            ("ingest", copy, upstream, "--source", "database-log", "--name", "up", "--json"),
+        ],
+    )
     assert ing.code == 0 and ing.json()["records"] == 3, ing
-    remap, scan = _parallel(s3_server, [("remap", url, "src", "--json"), ("scan", url, "--json")])
+    assert up.code == 0 and up.json()["frontier"] == {"0": 10}, up
+    remap, scan, scan_copy, scan_up = _parallel(
+        s3_server,
+        [("remap", url, "src", "--json"), ("scan", url, "--json"), ("scan", copy, "--json"), ("scan", upstream, "--include-expired", "--json")],
+    )
     assert remap.json()["frontier"] == {"0": 2, "1": 1}
     assert [(e["key"], e["value"]) for e in scan.json()] == [("k0", "v0"), ("k1", "v1"), ("k2", "v2")]
+    kv = [(e["key"], e["value"]) for e in scan_up.json()]  # k3 expired upstream; the copy's TTL runs from its commit
+    assert [(e["key"], e["value"]) for e in scan_copy.json()] == kv and ("k6", "v6") in kv
 
 
 def test_bad_urls_are_one_line_errors(s3_server, pair, tmp_path):

@@ -42,6 +42,7 @@ TAIL_BYTES = 256 << 10
 MAX_RETRIES = 6
 RETRY_TIMEOUT_MS = 20_000
 RETRY_KEYS = ("max_retries", "retry_timeout_ms")
+LIST_PAGE = 1000  # keys per LIST response (S3's maximum, and its default)
 
 
 def retry_config(options: dict[str, Any]) -> dict[str, Any]:
@@ -186,6 +187,16 @@ class ObjectStorage(Storage):
             return False
         return True
 
+    def list_entries(self, directory: str) -> list[str]:
+        prefix = self.key(directory).rstrip("/")
+        self.count("list")  # one LIST with a delimiter
+        try:
+            res = obstore.list_with_delimiter(self.store, prefix or None)
+        except Exception as e:
+            raise self._error("list", directory, e) from None
+        names = [p.rsplit("/", 1)[-1] for p in res["common_prefixes"]]
+        return names + [m["path"].rsplit("/", 1)[-1] for m in res["objects"]]
+
     def open_map(self, path: str) -> RangeFile:
         return RangeFile(self, path)
 
@@ -195,19 +206,18 @@ class ObjectStorage(Storage):
     def list_mtimes(self, directory: str) -> dict[str, float]:
         return {name: meta["last_modified"].timestamp() for name, meta in self._list(directory).items()}
 
-    def list_stats(self, directory: str) -> dict[str, tuple[int, int]]:
-        return {
-            name: (meta["size"], int(meta["last_modified"].timestamp() * 1e9))
-            for name, meta in self._list(directory).items()
-        }
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        return {name: meta["size"] for name, meta in self._list(directory).items()}
 
     def _list(self, directory: str) -> dict[str, Any]:
-        """name -> obstore metadata of the objects directly under `directory`."""
+        """name -> obstore's metadata of the objects directly under `directory` (a LIST per 1000)."""
         prefix = self.key(directory).rstrip("/") + "/"
         out: dict[str, Any] = {}
         try:
-            for page in obstore.list(self.store, prefix, return_arrow=False):
-                self.count("list")  # one LIST request per page of up to 1000 keys
+            # S3 answers a LIST with pages of up to 1000 keys: one request per chunk of that size
+            # (obstore's default chunks of 50 would count twenty requests for one page)
+            for page in obstore.list(self.store, prefix, return_arrow=False, chunk_size=LIST_PAGE):
+                self.count("list")
                 for meta in page:
                     rest = meta["path"][len(prefix) :]
                     if rest and "/" not in rest:
@@ -216,16 +226,6 @@ class ObjectStorage(Storage):
             self.count("list")
             raise self._error("list", directory, e) from None
         return out
-
-    def list_entries(self, directory: str) -> list[str]:
-        prefix = self.key(directory).rstrip("/")
-        self.count("list")  # one LIST with a delimiter (a page holds up to 1000 entries)
-        try:
-            res = obstore.list_with_delimiter(self.store, prefix or None)
-        except Exception as e:
-            raise self._error("list", directory, e) from None
-        names = [p.rsplit("/", 1)[-1] for p in res["common_prefixes"]]
-        return names + [m["path"].rsplit("/", 1)[-1] for m in res["objects"]]
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:

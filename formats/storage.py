@@ -66,15 +66,9 @@ class Storage:
         """name -> modification time (seconds since the epoch) of the files directly in `directory`."""
         raise NotImplementedError
 
-    def list_stats(self, directory: str) -> dict[str, tuple[int, int]]:
-        """name -> (size in bytes, modification time in ns since the epoch) of the files directly in
-        `directory` (one listing on an object store)."""
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        """name -> size in bytes of the files directly in `directory` (one listing on an object store)."""
         raise NotImplementedError
-
-    def list_entries(self, directory: str) -> list[str]:
-        """Names of the files and of the subdirectories directly in `directory` (empty if there is none):
-        on an object store the objects and the common prefixes one level down."""
-        return self.list_names(directory)
 
     def list_numbered(self, directory: str, suffix: str) -> list[tuple[int, str]]:
         """(id, path) of the files named ``<digits><suffix>`` in `directory`, ascending by id."""
@@ -86,6 +80,11 @@ class Storage:
                     out.append((int(stem), os.path.join(directory, name)))
         out.sort()
         return out
+
+    def list_entries(self, directory: str) -> list[str]:
+        """Names of the files and of the subdirectories directly in `directory` (empty if there is none):
+        on an object store the objects and the common prefixes one level down."""
+        return self.list_names(directory)
 
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
         """Write a whole new file (replacing any old one unless `exclusive`) from `chunks`; durable when
@@ -179,15 +178,13 @@ class LocalStorage(Storage):
                 continue
         return out
 
-    def list_stats(self, directory: str) -> dict[str, tuple[int, int]]:
+    def list_sizes(self, directory: str) -> dict[str, int]:
         out = {}
         for name in self.list_names(directory):
             try:
-                st = os.stat(os.path.join(directory, name))
+                out[name] = os.stat(os.path.join(directory, name)).st_size
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(st.st_mode):
-                out[name] = (st.st_size, st.st_mtime_ns)
         return out
 
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:

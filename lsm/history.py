@@ -152,15 +152,14 @@ def load_start(m: Manifest, seq: int) -> int:
 def latest_manifest(path: str | os.PathLike[str]) -> Manifest:
     """The newest manifest of the database at `path` (NotADatabaseError if there is none)."""
     path = os.fspath(path)
-    _require_database(path)
+    _require_db(path)
     return _latest(ManifestStore(path), path)[1]
 
 
-def _require_database(path: str) -> None:
-    """NotADatabaseError unless `path` (a directory or an object-store URL) has a manifest directory."""
-    from lsm.inspect import is_database_dir  # imported here: it loads the merge machinery
-
-    if not is_database_dir(path):
+def _require_db(path: str) -> None:
+    """NotADatabaseError unless `path` has a manifest directory (on an object store: manifest objects)."""
+    d = os.path.join(path, "manifest")
+    if not (storage_for(d).list_names(d) if is_url(d) else os.path.isdir(d)):
         raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest directory)")
 
 
@@ -203,7 +202,7 @@ def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = N
     reading the versions with start <= seq < stop: only the SSTs whose seqs overlap that range are
     opened (a follower reading the newest commits opens the newest SSTs, if any)."""
     path = os.fspath(path)
-    _require_database(path)
+    _require_db(path)
     store = ManifestStore(path)
     for _ in range(ATTEMPTS):
         mid, man = _latest(store, path)
@@ -231,7 +230,7 @@ class WalTail:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        _require_database(self.path)
+        _require_db(self.path)
         self._store = ManifestStore(self.path)
         self._segments: dict[str, tuple[tuple[int, int], int, int]] = {}  # path -> (ident, pos, max seq)
 
@@ -267,8 +266,8 @@ class WalTail:
         raise LsmError(f"{self.path}: the database kept changing while its WAL was being read")
 
     def _scan(self, seg: str) -> tuple[tuple[int, int], int, int] | None:
-        if is_url(seg):
-            return self._scan_object(seg)
+        if is_url(seg):  # a WAL object is written once, whole: read it the first time it is listed
+            return self._segments.get(seg) or self._scan_object(seg)
         try:
             fd = os.open(seg, os.O_RDONLY)
         except FileNotFoundError:
@@ -293,18 +292,14 @@ class WalTail:
         finally:
             os.close(fd)
 
-    def _scan_object(self, seg: str) -> tuple[tuple[int, int], int, int] | None:
-        """A WAL object is written once and never changes: read it whole the first time it is seen."""
-        old = self._segments.get(seg)
-        if old is not None:
-            return old
+    @staticmethod
+    def _scan_object(seg: str) -> tuple[tuple[int, int], int, int] | None:
         try:
             buf = storage_for(seg).read(seg)
         except FileNotFoundError:
-            return None  # flushed and retired since the listing, as for a segment file
-        records, torn = decode_segment(buf, seg)
-        top = max((r.seq for r in records), default=0)
-        return (0, 0), len(buf) if torn is None else torn, top
+            return None  # deleted since the listing: as for a retired segment file above
+        records, _torn = decode_segment(buf, seg)
+        return (0, 0), len(buf), max((r.seq for r in records), default=0)
 
 
 __all__ = ["HistoryView", "WalTail", "history_floor", "latest_manifest", "load_start", "open_view", "stable_seq"]

@@ -469,7 +469,7 @@ def stored_files(path: str) -> dict[str, tuple[int, int]]:
     out = {}
     for sub in ("manifest", "wal", "sst"):
         d = os.path.join(path, sub)
-        sizes = [size for size, _mtime in storage_for(d).list_stats(d).values()]
+        sizes = list(storage_for(d).list_sizes(d).values())
         out[sub] = (len(sizes), sum(sizes))
     return out
 

@@ -210,7 +210,7 @@ def _remove_unused_store(path: str) -> None:
         if m.l0 or m.runs or set(st.list_entries(path)) - DB_ENTRIES:
             return
         if is_url(path):
-            sizes = [size for size, _mtime in st.list_stats(wal).values()]
+            sizes = list(st.list_sizes(wal).values())
         else:
             sizes = [os.path.getsize(os.path.join(wal, n)) for n in os.listdir(wal)]
         if any(sizes):

@@ -209,12 +209,19 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 # -- list ---------------------------------------------------------------------------------------------
-def version_summary(store: ManifestStore, mid: int, stats: dict[str, tuple[int, int]]) -> dict[str, Any] | None:
-    """One line of the history; None when the version vanished (pruned) while we listed. `stats` is the
-    listing of the manifest directory (`Storage.list_stats`: one request on an object store)."""
+def version_summary(
+    store: ManifestStore, mid: int, listed: dict[str, tuple[int, int]] | None = None
+) -> dict[str, Any] | None:
+    """One line of the history; None when the version vanished (pruned) while we listed. `listed`: name
+    -> (size, mtime in ms) of the manifest directory from one listing (an object store: no HEAD per
+    version); None: the file's own stat."""
     p = store.path(mid)
     try:
-        size, mtime_ns = stats[os.path.basename(p)]
+        if listed is None:
+            st = os.stat(p)
+            size, mtime = st.st_size, st.st_mtime_ns // 1_000_000
+        else:
+            size, mtime = listed[os.path.basename(p)]
         m = store.read(mid)
     except (FileNotFoundError, KeyError):
         return None
@@ -225,7 +232,7 @@ def version_summary(store: ManifestStore, mid: int, stats: dict[str, tuple[int, 
         "id": mid,
         "path": p,
         "file_size": size,
-        "mtime": mtime_ns // 1_000_000,
+        "mtime": mtime,
         "writer_epoch": m.writer_epoch,
         "compactor_epoch": m.compactor_epoch,
         "last_seq": m.last_seq,
@@ -244,8 +251,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     store = ManifestStore(db_dir(args.path))
     ids = store.ids()
-    stats = store.storage.list_stats(store.dir)
-    versions = [v for v in (version_summary(store, i, stats) for i in ids) if v is not None]
+    listed = None
+    if not store.storage.local:
+        sizes, mtimes = store.storage.list_sizes(store.dir), store.storage.list_mtimes(store.dir)
+        listed = {n: (size, int(mtimes[n] * 1000)) for n, size in sizes.items() if n in mtimes}
+    versions = [v for v in (version_summary(store, i, listed) for i in ids) if v is not None]
     if not versions:
         raise NotADatabaseError(f"{args.path}: no manifest version in {store.dir}: not an lsm-sim database")
     if args.json:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from formats.objstore import TAIL_BYTES
-from formats.storage import LOCAL, path_kind, register, storage_for
+from formats.storage import LOCAL, register, storage_for
 
 
 @pytest.fixture(params=["local", "s3", "memory"])
@@ -45,30 +45,6 @@ def test_write_read_list_delete(root: str) -> None:
     assert not st.exists(os.path.join(d, f"{3:020d}.wal"))
     with pytest.raises(FileNotFoundError):
         st.read(os.path.join(d, "missing"))
-
-
-def test_listing_sizes_entries_and_what_a_path_is(root: str) -> None:
-    """What the CLI asks of a path: one listing with sizes and times, the entries one level down
-    (files and directories alike), and whether a path is a directory, a file or nothing."""
-    st = storage_for(root)
-    for sub, name, data in (("sst", "a.sst", b"12345"), ("sst", "b.sst", b"1"), ("wal", "1.wal", b"")):
-        st.makedirs(os.path.join(root, sub))
-        st.write_file(os.path.join(root, sub, name), (data,))
-    st.write_file(os.path.join(root, "README"), (b"hi",))
-    st.makedirs(os.path.join(root, "sst", "deeper"))
-    st.write_file(os.path.join(root, "sst", "deeper", "c.sst"), (b"xyz",))  # not directly in sst/
-    stats = st.list_stats(os.path.join(root, "sst"))
-    assert {n: size for n, (size, _) in stats.items()} == {"a.sst": 5, "b.sst": 1}
-    assert all(abs(mtime / 1e9 - st.list_mtimes(os.path.join(root, "sst"))[n]) < 1 for n, (_, mtime) in stats.items())
-    assert [(n, size) for n, (size, _) in st.list_stats(os.path.join(root, "wal")).items()] == [("1.wal", 0)]
-    assert st.list_stats(os.path.join(root, "nothing")) == {}
-    assert sorted(st.list_entries(root)) == ["README", "sst", "wal"]
-    assert sorted(st.list_entries(os.path.join(root, "sst"))) == ["a.sst", "b.sst", "deeper"]
-    assert st.list_entries(os.path.join(root, "nothing")) == []
-    assert path_kind(root) == "dir" and path_kind(os.path.join(root, "sst")) == "dir"
-    assert path_kind(os.path.join(root, "sst", "a.sst")) == "file"
-    assert path_kind(os.path.join(root, "nothing")) is None
-    assert path_kind(os.path.join(root, "ss")) is None  # a prefix of a name is not a directory
 
 
 def test_put_if_absent_lets_exactly_one_writer_create(root: str) -> None:

@@ -164,19 +164,25 @@ def test_write_commands_on_a_url(s3_server, pair, tmp_path):
 
 def test_ingest_into_a_url_and_its_remap(s3_server, pair, tmp_path):
     _local, upstream = pair
-    url, copy = s3_server.new_url(), s3_server.new_url("copy")
-    log = tmp_path / "log"  # a partitioned log is local (its partitions are appended to)
+    url, copy, failed = s3_server.new_url(), s3_server.new_url("copy"), s3_server.new_url("failed")
+    log, bad = tmp_path / "log", tmp_path / "bad"  # a partitioned log is local (appended to in place)
     with LogWriter(log) as w:
         for i, p in enumerate([0, 1, 0]):
             w.append(p, b"k%d" % i, b"v%d" % i)
-    ing, up = _parallel(
+    with LogWriter(bad) as w:  # a record the store cannot hold: its expiry overflows
+        w.append(0, b"k", b"v", ttl=2**63 - 1)
+    ing, up, fails = _parallel(
         s3_server,
         [
             ("ingest", url, log, "--name", "src", "--json"),
             # a database on a URL as the source: its WAL objects are read too (seqs 7-9 are not in an SST)
             ("ingest", copy, upstream, "--source", "database-log", "--name", "up", "--json"),
+            ("ingest", failed, bad, "--name", "s"),
         ],
     )
+    # an ingest that fails before its first commit removes the store it created, objects and all
+    assert "does not fit" in one_line_error(fails, 2)
+    assert all(_objects_in(failed, sub) == (0, 0) for sub in ("manifest", "wal", "sst"))
     assert ing.code == 0 and ing.json()["records"] == 3, ing
     assert up.code == 0 and up.json()["frontier"] == {"0": 10}, up
     remap, scan, scan_copy, scan_up = _parallel(

@@ -253,6 +253,18 @@ class ObjectStorage(Storage):
             return False
         return True
 
+    def list_entries(self, directory: str) -> list[str]:
+        """Names of the objects and of the "subdirectories" (common prefixes) directly under
+        `directory`: one LIST with a delimiter."""
+        prefix = self.key(directory).rstrip("/")
+        try:
+            res = self._retrying("list", lambda: obstore.list_with_delimiter(self.store, prefix or None))
+        except Exception as e:
+            raise self._error("list", directory, e) from None
+        self.count("list")
+        names = [p.rsplit("/", 1)[-1] for p in res["common_prefixes"]]
+        return names + [m["path"].rsplit("/", 1)[-1] for m in res["objects"]]
+
     def open_map(self, path: str) -> RangeFile:
         """A `RangeFile` over the object (its tail fetched now)."""
         return RangeFile(self, path)

@@ -81,6 +81,11 @@ class Storage:
         out.sort()
         return out
 
+    def list_entries(self, directory: str) -> list[str]:
+        """Names of the files and of the subdirectories directly in `directory` (empty if there is none):
+        on an object store the objects and the common prefixes one level down."""
+        return self.list_names(directory)
+
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
         """Write a whole new file (replacing any old one unless `exclusive`) from `chunks`; durable when
         this returns if `sync`. A failure leaves no file behind that a reader could take for whole."""
@@ -324,6 +329,23 @@ def storage_for(path: str | os.PathLike[str]) -> Storage:
     if best is not None:
         return best
     return register(_root_of(p))
+
+
+def path_kind(path: str | os.PathLike[str]) -> str | None:
+    """What is at `path`: "dir", "file" (a regular file), "other" (a FIFO, a device) or None (nothing).
+    On an object store an object is a file and a prefix that other objects lie under is a directory (one
+    HEAD, then one LIST if there is no object)."""
+    p = os.fspath(path)
+    if not is_url(p):
+        if os.path.isdir(p):
+            return "dir"
+        if os.path.isfile(p):
+            return "file"
+        return "other" if os.path.exists(p) else None
+    st = storage_for(p)
+    if key_of(p).strip("/") and st.exists(p):
+        return "file"
+    return "dir" if st.list_entries(p) else None
 
 
 def key_of(url: str) -> str:

@@ -1,6 +1,7 @@
 """Read-only inspection of a database directory: check it whole, and measure where its space goes.
 
 Both work on the files, not through an open `DB`: they never fence a running writer and never write.
+The files are reached through `formats.storage`, so `path` may be an object-store URL as well.
 
 - `check_database(path) -> CheckReport`, or `CheckError` naming the first problem: every manifest version
   kept decodes; every SST the newest manifest references exists, passes `formats.verify.verify_sst` and
@@ -17,6 +18,7 @@ Both work on the files, not through an open `DB`: they never fence a running wri
   and rows that are live (the newest version of a key, visible), expired (the newest version, past its
   expire_ts at `now`), tombstones (the newest version, a delete) and shadowed (an older version no reader
   without a snapshot sees). Row bytes are encoded, uncompressed row sizes; `size` is bytes on disk.
+- `stored_files(path)`: the files (objects) and bytes each of manifest/, wal/ and sst/ holds.
 
 - `stored_versions(path, start, end)`: every version the database stores (what ``lsm scan --all-versions``
   and ``lsm dump`` read), key by key, newest first, with the level holding it.
@@ -36,6 +38,7 @@ from compaction.merge import merge_sources
 from formats.errors import CorruptionError, LsmError
 from formats.manifest import Manifest, SstEntry
 from formats.sst import SstReader
+from formats.storage import is_url, path_kind, storage_for
 from formats.verify import verify_sst
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm.syskeys import SYSTEM_PREFIX, is_system
@@ -58,22 +61,33 @@ DB_ENTRIES = frozenset(("manifest", "sst", "wal"))
 
 def is_database_dir(path: str | os.PathLike[str]) -> bool:
     """True if `path` is a directory holding an lsm-sim database, or one being created (its manifest/
-    directory exists): what must not be used as anything else, e.g. a partitioned log."""
-    return os.path.isdir(os.path.join(path, "manifest"))
+    directory exists): what must not be used as anything else, e.g. a partitioned log. On an object
+    store (a URL) a directory exists when objects lie under it."""
+    p = os.path.join(path, "manifest")
+    if is_url(p):
+        return bool(storage_for(p).list_names(p))
+    return os.path.isdir(p)
 
 
 def database_dir(path: str) -> str:
-    """Check that `path` is an lsm-sim database directory (NotADatabaseError if not); return it."""
+    """Check that `path` is an lsm-sim database directory, or the URL of one on an object store
+    (NotADatabaseError if not); return it."""
     from lsm.errors import NotADatabaseError
+    from lsm.manifest import ManifestStore
 
-    if not os.path.exists(path):
-        raise NotADatabaseError(f"{path}: no such file or directory")
-    if not os.path.isdir(path):
+    if is_url(path) and ManifestStore(path).ids():  # a database: one LIST says so, nothing else to ask
+        return path
+    kind = path_kind(path)
+    if kind is None:
+        if not is_url(path):
+            raise NotADatabaseError(f"{path}: no such file or directory")
+        # a memory:// store lives inside the process that made it: another process (this one) sees none
+        alone = " (a memory:// store exists only inside the process that created it)" if path.startswith("memory:") else ""
+        raise NotADatabaseError(f"{path}: no object under this URL{alone}")
+    if kind != "dir":
         raise NotADatabaseError(f"{path}: is a file, not a database directory")
     if not is_database_dir(path):
         raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest/ directory)")
-    from lsm.manifest import ManifestStore
-
     if not ManifestStore(path).ids():  # commands that write (gc, time-seq --reset) must not create one
         raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest version in manifest/)")
     return path
@@ -212,15 +226,14 @@ def _check_once(path: str) -> CheckReport:
     _check_shape(m, mpath, path)
     _check_watermarks(m, mpath)
     sst_dir = os.path.join(path, "sst")
-    if os.path.isdir(sst_dir):
-        orphans = sorted(n for n in os.listdir(sst_dir) if n.endswith(".sst") and n not in seen)
-        if orphans:
-            rep.notes.append(
-                f"{len(orphans)} SST file(s) in sst/ not referenced by the manifest (left for garbage "
-                f"collection): {', '.join(orphans[:5])}{' ...' if len(orphans) > 5 else ''}"
-            )
+    orphans = sorted(n for n in storage_for(sst_dir).list_names(sst_dir) if n.endswith(".sst") and n not in seen)
+    if orphans:
+        rep.notes.append(
+            f"{len(orphans)} SST file(s) in sst/ not referenced by the manifest (left for garbage "
+            f"collection): {', '.join(orphans[:5])}{' ...' if len(orphans) > 5 else ''}"
+        )
     _check_wal(path, m, rep)
-    foreign = sorted(set(os.listdir(path)) - DB_ENTRIES)
+    foreign = sorted(set(storage_for(path).list_entries(path)) - DB_ENTRIES)
     if foreign:
         rep.warnings.append(
             f"{len(foreign)} unexpected entr{'y' if len(foreign) == 1 else 'ies'} in {path} (not lsm-sim's: "
@@ -239,12 +252,12 @@ def _check_ssts(path: str, m: Manifest, mpath: str, rep: CheckReport) -> set[str
                 raise CheckError(f"{mpath}: SST {e.name} is referenced twice")
             seen.add(e.name)
             p = os.path.join(path, "sst", e.name)
-            if not os.path.exists(p):
-                raise CheckError(f"{p}: missing, but manifest {rep.manifest_id} lists it in {lvl}")
             try:
                 with SstReader(p) as r:
                     verify_sst(r)
                     file_info = r.info
+            except FileNotFoundError:  # opening is the existence test: no extra request on an object store
+                raise CheckError(f"{p}: missing, but manifest {rep.manifest_id} lists it in {lvl}") from None
             except CorruptionError as e2:
                 raise CheckError(str(e2)) from None
             diffs = [
@@ -374,7 +387,7 @@ def _wal_rows(path: str, m: Manifest) -> tuple[list[tuple], LevelUsage, int]:
     for _sid, p in wal_files.live_segments(os.path.join(path, "wal"), m.wal_replay_from):
         try:
             records, _torn = wal_files.read_segment(p)
-            usage.size += os.path.getsize(p)
+            usage.size += storage_for(p).size(p)
         except FileNotFoundError:
             continue
         usage.files += 1
@@ -446,6 +459,17 @@ def space_usage(path: str, now: int | None = None) -> SpaceReport:
     return SpaceReport(now, usage, total, m.purge_lag)
 
 
+def stored_files(path: str) -> dict[str, tuple[int, int]]:
+    """(count, bytes) of the files each directory of the database at `path` holds (manifest, wal, sst),
+    referenced or not: what an object store bills for. One listing per directory."""
+    out = {}
+    for sub in ("manifest", "wal", "sst"):
+        d = os.path.join(path, sub)
+        sizes = list(storage_for(d).list_sizes(d).values())
+        out[sub] = (len(sizes), sum(sizes))
+    return out
+
+
 # -- every stored version ----------------------------------------------------------------------------------
 def stored_versions(path: str, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple]:
     """Every version of the user keys in [start, end) the database at `path` stores, as ``(key, seq, ts,
@@ -508,6 +532,7 @@ __all__ = [
     "latest_manifest",
     "levels",
     "space_usage",
+    "stored_files",
     "stored_versions",
     "view_versions",
 ]

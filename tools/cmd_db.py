@@ -231,21 +231,28 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # -- du ---------------------------------------------------------------------------------------------------
 def cmd_du(args: argparse.Namespace) -> int:
-    from lsm.inspect import CATEGORIES, space_usage
+    from formats.storage import is_url, register
+    from lsm.inspect import CATEGORIES, space_usage, stored_files
 
     read_options.warn_deprecated(args)
+    # an object-store database: its own client, so the request counters hold exactly what du asked
+    store = register(args.path) if is_url(args.path) else None
     rep = space_usage(db_dir(args.path), args.expiry_at)
     levels = [x.to_dict() for x in [*rep.levels, rep.total]]
+    objects: dict[str, dict[str, int]] = {}
+    if store is not None:
+        objects = {k: {"objects": n, "bytes": b} for k, (n, b) in stored_files(args.path).items()}
     if args.json:
-        render.print_json(
-            {
-                "at": rep.at,
-                "at_rfc3339": render.rfc3339(rep.at),
-                "levels": levels[:-1],
-                "total": levels[-1],
-                "purge_lag": rep.purge_lag,
-            }
-        )
+        out: dict[str, Any] = {
+            "at": rep.at,
+            "at_rfc3339": render.rfc3339(rep.at),
+            "levels": levels[:-1],
+            "total": levels[-1],
+            "purge_lag": rep.purge_lag,
+        }
+        if store is not None:
+            out.update(objects=objects, requests=store.stats())
+        render.print_json(out)
         return 0
     hb = render.human_bytes
     cells = [
@@ -260,4 +267,24 @@ def cmd_du(args: argparse.Namespace) -> int:
     render.print_text(f"expiry judged at {render.rfc3339(rep.at)} ({rep.at})")
     render.print_text(render.table(("level", "files", "size", *(f"{c} (rows)" for c in CATEGORIES)), cells))
     render.print_text(f"purge lag: {purge_lag_text(rep.purge_lag)}")
+    if store is not None:
+        _print_objects(objects, store.stats())
     return 0
+
+
+REQUEST_KINDS = ("get", "list", "head", "put", "delete")
+
+
+def _print_objects(objects: dict[str, dict[str, int]], requests: dict[str, int]) -> None:
+    """What an object-store database holds per kind of object, and the requests du made to find out."""
+    hb = render.human_bytes
+    cells = [(kind, x["objects"], hb(x["bytes"])) for kind, x in objects.items()]
+    cells.append(
+        ("total", sum(x["objects"] for x in objects.values()), hb(sum(x["bytes"] for x in objects.values())))
+    )
+    render.print_text("\n" + render.table(("objects", "count", "bytes"), cells))
+    made = [
+        f"{requests.get(k, 0)} {k.upper()}" + (f" ({hb(requests[k + '_bytes'])})" if requests.get(k + "_bytes") else "")
+        for k in REQUEST_KINDS
+    ]
+    render.print_text(f"requests made by du: {', '.join(made)}")

@@ -15,10 +15,12 @@ rows once the commit's ts is known), so a crash mid-load leaves all of it or non
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from typing import Any
 
+from formats.storage import is_url, path_kind, storage_for
 from tools import render
 from tools.cmd_write import WRITABLE_NOTE, open_writable
 from tools.common import db_dir
@@ -98,14 +100,19 @@ def cmd_dump(args: argparse.Namespace) -> int:
         dump_database(args.path, sys.stdout.buffer)
         sys.stdout.buffer.flush()
         return 0
-    tmp = f"{args.out}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            summary = dump_database(args.path, f)
-        os.replace(tmp, args.out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    if is_url(args.out):  # an object is written by one PUT: whole or not at all, no temporary needed
+        buf = io.BytesIO()
+        summary = dump_database(args.path, buf)
+        storage_for(args.out).write_file(args.out, [buf.getbuffer()])
+    else:
+        tmp = f"{args.out}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                summary = dump_database(args.path, f)
+            os.replace(tmp, args.out)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     summary["out"] = args.out
     if args.json:
         render.print_json(summary)
@@ -119,13 +126,13 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 # -- load -------------------------------------------------------------------------------------------------
 def read_dump_file(file: str) -> Dump:
-    """The verified dump in `file` ('-': standard input); DumpFileError before anything is written."""
+    """The verified dump in `file` ('-': standard input; a URL: an object); DumpFileError before anything
+    is written."""
     if file == "-":
         return parse_dump(sys.stdin.buffer.read(), "<stdin>")
-    if os.path.isdir(file):
+    if path_kind(file) == "dir":
         raise DumpFileError(f"{file}: is a directory, not a dump file")
-    with open(file, "rb") as f:
-        return parse_dump(f.read(), file)
+    return parse_dump(storage_for(file).read(file), file)
 
 
 def load_dump(path: str, dump: Dump, create: bool = False) -> dict[str, Any]:

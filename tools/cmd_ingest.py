@@ -180,7 +180,9 @@ class _Progress:
 def cmd_ingest(args: argparse.Namespace) -> int:
     import os
 
-    fresh = not os.path.lexists(args.path)
+    from formats.storage import is_url, path_kind
+
+    fresh = path_kind(args.path) is None if is_url(args.path) else not os.path.lexists(args.path)
     try:
         return _ingest(args)
     except BaseException:
@@ -197,19 +199,34 @@ def _remove_unused_store(path: str) -> None:
     import os
     import shutil
 
+    from formats.storage import is_url, storage_for
     from lsm.errors import LsmError
     from lsm.inspect import DB_ENTRIES, latest_manifest
 
+    st = storage_for(path)
     try:
         _mid, m = latest_manifest(path)
         wal = os.path.join(path, "wal")
-        if m.l0 or m.runs or set(os.listdir(path)) - DB_ENTRIES:
+        if m.l0 or m.runs or set(st.list_entries(path)) - DB_ENTRIES:
             return
-        if any(os.path.getsize(os.path.join(wal, n)) for n in os.listdir(wal)):
+        if is_url(path):
+            sizes = list(st.list_sizes(wal).values())
+        else:
+            sizes = [os.path.getsize(os.path.join(wal, n)) for n in os.listdir(wal)]
+        if any(sizes):
             return
     except (OSError, LsmError):  # not (or no longer) a store this run made: leave it
         return
-    shutil.rmtree(path, ignore_errors=True)
+    if not is_url(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for sub in DB_ENTRIES:  # an object store has no directories: delete the objects of each
+        d = os.path.join(path, sub)
+        for name in st.list_names(d):
+            try:
+                st.delete(os.path.join(d, name))
+            except OSError:
+                return
 
 
 def _ingest(args: argparse.Namespace) -> int:
@@ -219,11 +236,12 @@ def _ingest(args: argparse.Namespace) -> int:
     from lsm.remap_store import check_name
     from lsm.sources import BatchSource
     from lsm.sources.registry import SOURCES, open_source
+    from tools.cmd_log import local_log_dir
 
     # Everything that can be refused is refused before the store is opened: opening it writable fences a
     # running writer, and creates the database directory when there is none.
     check_name(args.name)
-    if args.source == "partitioned-log" and not os.path.isdir(args.log):
+    if args.source == "partitioned-log" and not os.path.isdir(local_log_dir(args.log)):
         raise ValueError(f"{args.log}: no such log directory")
     if args.engine == "stream" and (args.master is not None or args.tasks is not None):
         raise ValueError("--master and --tasks apply to --engine local or spark only")

@@ -181,10 +181,21 @@ def advance_line(line: str) -> tuple[int, list[int] | None] | None:
     return ts, None if p is None else [p]
 
 
+def local_log_dir(path: str) -> str:
+    """`path`, refused (ValueError) if it is an object-store URL: a partitioned log's partitions are files
+    appended to in place, which an object (written once) cannot be."""
+    from formats.storage import is_url
+
+    if is_url(path):
+        raise ValueError(f"{path}: a partitioned log is a local directory, not an object-store URL (its partitions are appended to)")
+    return path
+
+
 def cmd_write(args: argparse.Namespace) -> int:
     from lsm.errors import SourceError
     from lsm.sources import LogWriter
 
+    local_log_dir(args.dir)
     written: dict[int, list[int]] = {}  # partition -> [first offset, next offset]
     count = markers = 0
     with LogWriter(args.dir, sync=args.sync) as w:
@@ -258,7 +269,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from lsm.sources import PartitionedLog
 
     mode = args.bytes_mode
-    log = PartitionedLog(args.dir)
+    log = PartitionedLog(local_log_dir(args.dir))
     if args.follow:
         if args.limit is not None:
             raise ValueError("--limit does not apply to --follow (it prints records until Ctrl-C)")

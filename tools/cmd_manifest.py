@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from formats import manifest as codec
 from formats.errors import CorruptionError, FormatVersionError
 from formats.manifest import Manifest, SstEntry
+from formats.storage import path_kind, storage_for
 from tools import render
 from tools.cmd_sst import info_json
 from tools.common import db_dir, latest_manifest
@@ -113,11 +114,10 @@ def _seq_range(ssts: tuple[SstEntry, ...]) -> str:
 def read_version(path: str, mid: int | None) -> tuple[int | None, str, Manifest]:
     from lsm.manifest import ManifestStore
 
-    if os.path.isfile(path):
+    if path_kind(path) == "file":
         if mid is not None:
             raise ValueError("--id needs a database directory, not a manifest file")
-        with open(path, "rb") as f:
-            m = codec.decode(f.read(), path)
+        m = codec.decode(storage_for(path).read(path), path)
         stem = os.path.basename(path).split(".", 1)[0]
         return (int(stem) if stem.isdigit() else None), path, m
     store = ManifestStore(db_dir(path))
@@ -125,11 +125,12 @@ def read_version(path: str, mid: int | None) -> tuple[int | None, str, Manifest]
         mid, m = latest_manifest(path)
         return mid, store.path(mid), m
     p = store.path(mid)
-    if not os.path.exists(p):
+    try:
+        return mid, p, store.read(mid)
+    except FileNotFoundError:
         kept = store.ids()
         span = f"{kept[0]}..{kept[-1]}" if kept else "none"
-        raise ValueError(f"{path}: no manifest version {mid} (versions kept: {span})")
-    return mid, p, store.read(mid)
+        raise ValueError(f"{path}: no manifest version {mid} (versions kept: {span})") from None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -208,13 +209,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 # -- list ---------------------------------------------------------------------------------------------
-def version_summary(store: ManifestStore, mid: int) -> dict[str, Any] | None:
-    """One line of the history; None when the version vanished (pruned) while we listed."""
+def version_summary(
+    store: ManifestStore, mid: int, listed: dict[str, tuple[int, int]] | None = None
+) -> dict[str, Any] | None:
+    """One line of the history; None when the version vanished (pruned) while we listed. `listed`: name
+    -> (size, mtime in ms) of the manifest directory from one listing (an object store: no HEAD per
+    version); None: the file's own stat."""
     p = store.path(mid)
     try:
-        st = os.stat(p)
+        if listed is None:
+            st = os.stat(p)
+            size, mtime = st.st_size, st.st_mtime_ns // 1_000_000
+        else:
+            size, mtime = listed[os.path.basename(p)]
         m = store.read(mid)
-    except FileNotFoundError:
+    except (FileNotFoundError, KeyError):
         return None
     except (CorruptionError, FormatVersionError) as e:
         return {"id": mid, "path": p, "error": str(e)}
@@ -222,8 +231,8 @@ def version_summary(store: ManifestStore, mid: int) -> dict[str, Any] | None:
     return {
         "id": mid,
         "path": p,
-        "file_size": st.st_size,
-        "mtime": st.st_mtime_ns // 1_000_000,
+        "file_size": size,
+        "mtime": mtime,
         "writer_epoch": m.writer_epoch,
         "compactor_epoch": m.compactor_epoch,
         "last_seq": m.last_seq,
@@ -241,7 +250,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     from lsm.manifest import ManifestStore
 
     store = ManifestStore(db_dir(args.path))
-    versions = [v for v in (version_summary(store, i) for i in store.ids()) if v is not None]
+    ids = store.ids()
+    listed = None
+    if not store.storage.local:
+        sizes, mtimes = store.storage.list_sizes(store.dir), store.storage.list_mtimes(store.dir)
+        listed = {n: (size, int(mtimes[n] * 1000)) for n, size in sizes.items() if n in mtimes}
+    versions = [v for v in (version_summary(store, i, listed) for i in ids) if v is not None]
     if not versions:
         raise NotADatabaseError(f"{args.path}: no manifest version in {store.dir}: not an lsm-sim database")
     if args.json:

@@ -14,6 +14,7 @@ from typing import Any
 from formats.errors import CorruptionError
 from formats.row import RowFeature, RowFlags
 from formats.sst import COMPRESSION_NAMES, FOOTER, TRAILER, SsTableInfo, SstReader
+from formats.storage import is_url, path_kind, storage_for
 from formats.verify import verify_sst
 from tools import render
 
@@ -77,8 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 # -- helpers shared with the other commands ------------------------------------------------------------
 def open_sst(path: str) -> SstReader:
-    """Open an SST named on the command line, with clear errors for the usual mistakes."""
-    if os.path.isdir(path):
+    """Open an SST named on the command line (a file or an object's URL), with clear errors for the
+    usual mistakes."""
+    if path_kind(path) == "dir":
         raise ValueError(f"{path}: is a directory, not an SST file")
     return SstReader(path)
 
@@ -133,18 +135,22 @@ def row_json(row: tuple, mode: str) -> dict[str, Any]:
     return d
 
 
-def footer_fields(path: str) -> tuple[int, int]:
-    """(metadata offset, metadata size) from the footer; the reader has already validated it."""
-    with open(path, "rb") as f:
-        f.seek(-FOOTER.size, os.SEEK_END)
-        meta_offset, meta_size, *_ = FOOTER.unpack(f.read(FOOTER.size))
+def footer_fields(r: SstReader, data: Any = None) -> tuple[int, int]:
+    """(metadata offset, metadata size) from the footer of `r`'s file (from `data`, its bytes, if given);
+    the reader has already validated it."""
+    size = r.info.file_size
+    if data is None:
+        footer = storage_for(r.path).read_range(r.path, size - FOOTER.size, size)
+    else:
+        footer = data[size - FOOTER.size : size]
+    meta_offset, meta_size, *_ = FOOTER.unpack(footer)
     return meta_offset, meta_size
 
 
 # -- show ---------------------------------------------------------------------------------------------
 def show_json(r: SstReader, mode: str) -> dict[str, Any]:
     info = r.info
-    meta_offset, meta_size = footer_fields(r.path)
+    meta_offset, meta_size = footer_fields(r)
     d = info_json(info, mode)
     d["row_feature_names"] = feature_names(info.row_features)
     for name in TIME_FIELDS:
@@ -249,15 +255,17 @@ def row_cells(row: tuple, mode: str) -> tuple:
 
 # -- verify -------------------------------------------------------------------------------------------
 def sst_files(path: str) -> list[str]:
-    """The SSTs to verify for FILE|PATH."""
-    if not os.path.isdir(path):
-        if not os.path.exists(path):
-            raise FileNotFoundError(2, "No such file or directory", path)
+    """The SSTs to verify for FILE|PATH (a file, a database directory, or the URL of either)."""
+    kind = path_kind(path)
+    if kind is None:
+        raise FileNotFoundError(2, "No such file or directory", path)
+    if kind != "dir":
         return [path]
     sst_dir = os.path.join(path, "sst")
-    if not os.path.isdir(sst_dir):
+    # an object store has no empty directories: a database with no SST yet has no sst/ prefix either
+    if path_kind(sst_dir) != "dir" and not (is_url(path) and path_kind(os.path.join(path, "manifest")) == "dir"):
         raise ValueError(f"{path}: is a directory but not an lsm-sim database (no sst/ directory)")
-    return [os.path.join(sst_dir, n) for n in sorted(os.listdir(sst_dir)) if n.endswith(".sst")]
+    return [os.path.join(sst_dir, n) for n in sorted(storage_for(sst_dir).list_names(sst_dir)) if n.endswith(".sst")]
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -304,13 +312,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # -- layout -------------------------------------------------------------------------------------------
 def layout_regions(r: SstReader) -> list[dict[str, Any]]:
     info = r.info
-    meta_offset, meta_size = footer_fields(r.path)
+    st = storage_for(r.path)
+    # the file mapped, or the whole object in one GET (not one ranged GET per block's trailer byte)
+    data = st.open_map(r.path) if st.local else st.read(r.path)
+    meta_offset, meta_size = footer_fields(r, data)
     regions: list[dict[str, Any]] = []
-    with open(r.path, "rb") as f:
+    try:
 
         def compression(offset: int, size: int) -> str:
-            f.seek(offset + size - TRAILER.size)
-            code = f.read(1)[0]
+            code = data[offset + size - TRAILER.size]
             name = COMPRESSION_NAMES.get(code, f"unknown({code})")
             return name or "none"
 
@@ -332,6 +342,9 @@ def layout_regions(r: SstReader) -> list[dict[str, Any]]:
             ("metadata", meta_offset, meta_size),
         ):
             regions.append({"kind": kind, "offset": off, "size": size, "compression": compression(off, size)})
+    finally:
+        if not isinstance(data, bytes):
+            data.close()
     regions.append({"kind": "footer", "offset": info.file_size - FOOTER.size, "size": FOOTER.size})
     return regions
 

@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from formats.storage import path_kind, storage_for
 from tools import render
 from tools.common import db_dir, latest_manifest
 
@@ -32,10 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def segments_to_dump(path: str, include_all: bool) -> list[tuple[int | None, str]]:
     from lsm import wal as wal_files
 
-    if os.path.isfile(path):
+    kind = path_kind(path)
+    if kind == "file":
         stem = os.path.basename(path).split(".", 1)[0]
         return [(int(stem) if stem.isdigit() else None, path)]
-    if os.path.exists(path) and not os.path.isdir(path):
+    if kind == "other":
         raise ValueError(f"{path}: not a regular file or a database directory")
     _mid, m = latest_manifest(db_dir(path))
     wal_dir = os.path.join(path, "wal")
@@ -68,7 +70,7 @@ def read_segments(path: str, include_all: bool) -> list[dict[str, Any]]:
     out = []
     for sid, p in segments_to_dump(path, include_all):
         try:
-            size = os.path.getsize(p)
+            size = storage_for(p).size(p)
             records, torn = wal_files.read_segment(p)
         except FileNotFoundError:
             if p == path:

@@ -1,6 +1,7 @@
 """The columnar merge: a round of `RowArray`s of one layout resolved in numpy, by the rules of
 `compaction.merge` (snapshot stripes, history retention, the built-in TTL filter, the oldest-run purge),
-and its kept rows handed to the output as columns (`compaction.output.SstOutput.write_stream`).
+and its kept rows handed to the output as records (`compaction.output.SstOutput.write_stream`), which the
+SST writer encodes as they are (`formats.sst_records`).
 
 Why: a full compaction of millions of rows spends most of its time making, comparing and unpacking one
 tuple per row. The inputs this engine writes are mostly groups of blocks whose rows are all alike (one
@@ -36,11 +37,9 @@ def columnar_resolver(resolver: Any) -> bool:
 
 def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
     """Resolve one round of `RowArray`s of one layout (newest source first, whole keys) as
-    `Resolver.resolve` does key by key, counting into ``resolver.stats``; return the kept rows as a
-    column chunk for `SstOutput.write_stream` — (keys, seqs, tss, exps, values, sizes): lists of bytes and
-    ints (exps holds None for rows without expire_ts, values None for a tombstone, or the whole value
-    column is a numpy ``V<w>`` array when no row is a tombstone), sizes the rows' `estimated_size` shares
-    as an int64 array — or None when no row is kept."""
+    `Resolver.resolve` does key by key, counting into ``resolver.stats``; return the kept rows as
+    records for `SstOutput.write_stream` (`formats.sst_records`: the layout the round was read in, a
+    tombstone flagged) — or None when no row is kept."""
     stats = resolver.stats
     a = round_array(pieces)
     dtype = a.dtype
@@ -142,40 +141,21 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
         a = records(records(a, void)[keep], dtype)
         if tomb is not None:
             tomb = tomb[keep]
-            if not tomb.any():
-                tomb = None
-        if has_exp is not None:
-            has_exp = (a["flags"] & _HAS_EXP) != 0
-    return _chunk(a, has_exp, tomb)
+    return _chunk(a, tomb)
 
 
-def _chunk(a: Any, has_exp: Any, tomb: Any) -> tuple:
-    """The kept rows `a` (with their has-expire_ts and tombstone masks, None for none) as a column chunk."""
-    m = len(a)
-    klen = a.dtype["key"].itemsize
-    vlen = a.dtype["val"].itemsize
-    keys = a["key"].tolist()
-    seqs = a["seq"].tolist()
-    tss = a["ts"].tolist()
-    if has_exp is None or not has_exp.any():
-        exps: list = [None] * m
-    elif has_exp.all():
-        exps = a["exp"].tolist()
-    else:
-        o = np.full(m, None, object)
-        o[has_exp] = a["exp"][has_exp]  # Python ints
-        exps = o.tolist()
-    sizes = np.full(m, klen + vlen + 33, np.int64)
+def _chunk(a: Any, tomb: Any) -> Any:
+    """The kept rows `a` as the output's records (`formats.sst_records`): a row the TTL filter turned into
+    a tombstone gets its tombstone flag (it keeps its expire_ts, as in the row path); the rest is as
+    read. A copy only when a flag changes: otherwise the round's array, or a view of its input blocks."""
     if tomb is not None:
-        values: Any = a["val"].tolist() if vlen else [b""] * m
-        for i in np.flatnonzero(tomb).tolist():
-            values[i] = None
-        sizes[tomb] -= vlen
-    elif vlen:
-        values = a["val"].copy()  # its own buffer: the round's array is not kept alive by the output
-    else:
-        values = [b""] * m
-    return keys, seqs, tss, exps, values, sizes
+        flags = a["flags"]
+        add = tomb & ((flags & _TOMBSTONE) == 0)
+        if add.any():
+            if not a.flags.writeable:
+                a = records(records(a, np.dtype((np.void, a.dtype.itemsize))).copy(), a.dtype)
+            a["flags"] = np.where(add, flags | _TOMBSTONE, flags)
+    return a
 
 
 def _bottom_suffix(keep: Any, first: Any, removable: Any) -> Any:

@@ -22,6 +22,7 @@ from compaction.filter import Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from compaction.output import SstOutput
 from formats.sst import SstReader, SstWriter
+from tests.formats._records import records_of
 
 TICK = 10_000
 ALPHABET = [0x00, 0x01, 0x7F, 0xFE, 0xFF]
@@ -203,9 +204,7 @@ def test_alike_inputs_take_the_columnar_path(tmp_path, monkeypatch):
     data=st.data(),
 )
 def test_write_stream_writes_the_files_write_writes(tmp_path_factory, n, target, chunk, data):
-    """Row lists and column chunks, cut anywhere between keys, make the files `write` makes."""
-    import numpy as np
-
+    """Row lists and record arrays, cut anywhere between keys, make the files `write` makes."""
     rows = []
     for i in range(n):
         for v in range(data.draw(st.integers(1, 2), label="versions")):
@@ -219,12 +218,8 @@ def test_write_stream_writes_the_files_write_writes(tmp_path_factory, n, target,
         while j < len(rows) and rows[j][0] == rows[j - 1][0]:
             j += 1
         part = rows[i:j]
-        if data.draw(st.booleans(), label="as columns"):
-            keys, seqs, tss, exps, values = map(list, zip(*part, strict=True))
-            sizes = np.array([len(k) + (0 if v is None else len(v)) + 33 for k, v in zip(keys, values, strict=True)], np.int64)
-            if None not in values:
-                values = np.frombuffer(b"".join(values), "V12")
-            chunks.append((keys, seqs, tss, exps, values, sizes))
+        if data.draw(st.booleans(), label="as records"):
+            chunks.append(records_of(part, vlen=12, junk=data.draw(st.sampled_from([0, 0xAB]), label="junk")))
         else:
             chunks.append(part)
         i = j

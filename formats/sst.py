@@ -85,7 +85,16 @@ from formats.sst_layout import (
     _seal,
 )
 from formats.sst_reader import ROW_INDEX_BYTES, SstReader
-from formats.sst_records import check_records, is_records, record_figures, record_size, record_stream
+from formats.sst_records import (
+    check_records,
+    is_records,
+    key_steps,
+    key_words,
+    record_figures,
+    record_size,
+    record_stream,
+)
+from formats.xxh3_numpy import key_hashes
 
 # the row layouts this engine writes (flags, ts, [expire_ts,] seq): `BlockEncoder.encode_fast` packs them
 _FAST_LAYOUTS = (features_for(False), features_for(True))
@@ -348,9 +357,10 @@ class SstWriter:
             return sum(map(len, self._recs))
         return len(self._cols[0]) if self._cols is not None else len(self.rows)
 
-    def _encode_rows(self) -> tuple[Sequence[bytes], dict[str, Any], tuple, tuple]:
-        """`finish`'s encoding of rows added by `add`, `extend` or `extend_columns`: (the keys, the figures
-        of `SsTableInfo`, the row features, (sealed data blocks, index entries, data size))."""
+    def _encode_rows(self) -> tuple[dict[str, Any], tuple, tuple, bytes]:
+        """`finish`'s encoding of rows added by `add`, `extend` or `extend_columns`: (the figures of
+        `SsTableInfo`, the row features, (sealed data blocks, index entries, data size), the bloom
+        filter's payload)."""
         rows: list[tuple] | None = self.rows
         if self._cols is not None:  # added as columns: encoded as columns, no row tuples
             keys, seqs, tss, exps, values = self._cols
@@ -419,38 +429,55 @@ class SstWriter:
             "max_expire_ts": max_exp,
             "key_bytes": key_bytes,
             "value_bytes": value_bytes,
+            "first_key": keys[0],
+            "last_key": keys[-1],
         }
-        return keys, figures, features, encoded
+        filt = bloom.build(keys if self._distinct else _distinct_keys(keys), self.bloom_bits_per_key)
+        return figures, features, encoded, filt
 
-    def _encode_records(self) -> tuple[Sequence[bytes], dict[str, Any], tuple, tuple]:
-        """`finish`'s encoding of rows added by `extend_records`, as `_encode_rows` returns it: the
-        figures and the row stream taken from the records in numpy (`formats.sst_records`), the blocks
-        cut from the stream as `BlockEncoder.encode_numpy` cuts them."""
+    def _encode_records(self) -> tuple[dict[str, Any], tuple, tuple, bytes]:
+        """`finish`'s encoding of rows added by `extend_records`, as `_encode_rows` returns it, taken from
+        the records in numpy (`formats.sst_records`): the figures, the row stream, the block cuts and the
+        index; the bloom filter from the keys' hashes (`formats.xxh3_numpy`) when the keys have one width
+        (of at most 128 bytes), without a bytes object per key."""
         recs = self._recs
         figures = record_figures(recs)
         features = features_for(figures["num_expiring"] > 0)
         stream, starts = record_stream(recs, RowFeature.TimeToLive in features)
-        keys = recs[0]["key"].tolist() if len(recs) == 1 else list(itertools.chain.from_iterable(r["key"].tolist() for r in recs))
         enc = BlockEncoder(self.block_bytes, self.compression)
+        bits = self.bloom_bits_per_key
         width = recs[0].dtype["key"].itemsize
-        width = width if all(r.dtype["key"].itemsize == width for r in recs) else 0
-        blocks = enc.blocks_of_stream(memoryview(stream), starts, keys, distinct=self._distinct, key_width=width)
-        return keys, figures, features, blocks
+        if any(r.dtype["key"].itemsize != width for r in recs):
+            keys: Any = list(itertools.chain.from_iterable(r["key"].tolist() for r in recs))
+            filt = bloom.build(keys if self._distinct else _distinct_keys(keys), bits)
+        else:
+            import numpy as np
+
+            keys = recs[0]["key"] if len(recs) == 1 else np.concatenate([r["key"] for r in recs])
+            hashes = key_hashes(keys)
+            if hashes is None:
+                listed = keys.tolist()
+                filt = bloom.build(listed if self._distinct else _distinct_keys(listed), bits)
+            else:
+                if not self._distinct:  # one hash per key: a key's versions are adjacent
+                    hashes = hashes[np.concatenate(([True], ~key_steps(key_words(keys))[1]))]
+                filt = bloom.build_hashed(hashes, bits)
+        figures["first_key"] = bytes(keys[0])
+        figures["last_key"] = bytes(keys[-1])
+        return figures, features, enc.blocks_of_stream(memoryview(stream), starts, keys, distinct=self._distinct), filt
 
     def finish(self) -> SsTableInfo:
         """Encode, write and fsync the file; return its metadata. Raises ValueError when empty."""
-        keys, figures, features, (chunks, index_parts, offset) = (
+        figures, features, (chunks, index_parts, offset), filt = (
             self._encode_records() if self._recs else self._encode_rows()
         )
         data_size = offset
         index = _seal(U32.pack(len(chunks)) + b"".join(index_parts))
-        filt = _seal(bloom.build(keys if self._distinct else _distinct_keys(keys), self.bloom_bits_per_key))
+        filt = _seal(filt)
         info = SsTableInfo(
             format_version=self.format_version,
             row_features=tuple(int(f) for f in features),
             creation_timestamp=self.creation_timestamp,
-            first_key=keys[0],
-            last_key=keys[-1],
             **figures,
             num_blocks=len(chunks),
             data_size=data_size,

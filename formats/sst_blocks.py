@@ -19,6 +19,7 @@ from typing import Any
 
 from formats.row import MAX_VALUE_LEN, RowCodec, RowFeature
 from formats.sst_layout import COMPRESSION_NONE, INDEX_ENTRY, KLEN, TRAILER, _compress, _seal, _xxh3
+from formats.sst_records import key_steps, key_words
 
 I64_MIN, I64_MAX, U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
@@ -176,17 +177,21 @@ class BlockEncoder:
         return self.blocks_of_stream(memoryview(stream), starts_np, keys, key_width=width)
 
     def blocks_of_stream(
-        self, stream: memoryview, starts_np: Any, keys: Sequence[bytes], *, distinct: bool = False, key_width: int = 0
+        self, stream: memoryview, starts_np: Any, keys: Sequence[bytes] | Any, *, distinct: bool = False, key_width: int = 0
     ) -> tuple[list, list, int]:
         """The data blocks of a row stream (`stream`: every row encoded, in order; row i at `starts_np[i]`,
         its end at `starts_np[n]`), cut as `encode` cuts them: (sealed blocks, index entries, data size).
-        `distinct` says no key repeats and `key_width` that every key has that many bytes (0: unknown).
-        The row offset arrays of all blocks are computed at once, so a block costs a few calls, not a
-        call per row; uncompressed blocks are sealed in one buffer (each block a view of it), and the
-        index entries of keys of one width are packed as one record array."""
+        `keys` are the rows' keys, a list of bytes or a numpy ``V<w>`` array (keys of one width);
+        `distinct` says no key repeats and `key_width` that every key of a list has that many bytes (0:
+        unknown). The row offset arrays of all blocks are computed at once, so a block costs a few
+        calls, not a call per row; uncompressed blocks are sealed in one buffer (each block a view of
+        it), and the index entries of keys of one width are packed as one record array."""
         import numpy as np
 
         n = len(keys)
+        key_array = hasattr(keys, "dtype")
+        if key_array:
+            key_width = keys.dtype.itemsize
         at = np.array(self._cuts(starts_np, keys, distinct), np.int64)
         counts = np.diff(at)
         rel = starts_np[:n] - np.repeat(starts_np[at[:-1]], counts)  # each row's offset in its block
@@ -207,16 +212,19 @@ class BlockEncoder:
             sizes = np.fromiter(map(len, chunks), np.int64, len(chunks))
         offsets = np.zeros(len(sizes) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        firsts = [keys[i] for i in at[:-1].tolist()]
-        lasts = [keys[j - 1] for j in at[1:].tolist()]
+        if key_array:
+            firsts, lasts = keys[at[:-1]], keys[at[1:] - 1]
+        else:
+            firsts = [keys[i] for i in at[:-1].tolist()]
+            lasts = [keys[j - 1] for j in at[1:].tolist()]
         if key_width:
             entries = np.empty(len(sizes), np.dtype(_index_fields(key_width)))
             entries["offset"] = offsets[:-1]
             entries["size"] = sizes
             entries["rows"] = counts
             entries["first_len"] = entries["last_len"] = key_width
-            entries["first"] = np.frombuffer(b"".join(firsts), f"V{key_width}")
-            entries["last"] = np.frombuffer(b"".join(lasts), f"V{key_width}")
+            entries["first"] = firsts if key_array else np.frombuffer(b"".join(firsts), f"V{key_width}")
+            entries["last"] = lasts if key_array else np.frombuffer(b"".join(lasts), f"V{key_width}")
             index_parts = [entries.tobytes()]
         else:
             entry, klen = INDEX_ENTRY.pack, KLEN.pack
@@ -236,12 +244,15 @@ class BlockEncoder:
         size = int(starts_np[1] - starts_np[0])
         if distinct and int(starts_np[n]) == n * size and (np.diff(starts_np) == size).all():
             return [*range(0, n, -(-block_bytes // size)), n]
+        repeats = None
+        if hasattr(keys, "dtype"):  # a key array: its repeats found at once, compared as words
+            repeats = [False, *key_steps(key_words(keys))[1].tolist()]
         starts = starts_np.tolist()
         cuts = [0]
         i = 0
         while i < n:
             j = bisect.bisect_left(starts, starts[i] + block_bytes, i + 1, n)
-            while j < n and keys[j] == keys[j - 1]:
+            while j < n and (repeats[j] if repeats is not None else keys[j] == keys[j - 1]):
                 j += 1
             cuts.append(j)
             i = j

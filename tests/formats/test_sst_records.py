@@ -169,3 +169,34 @@ def test_extend_records_with_a_limit_adds_nothing_when_the_rows_would_reach_it(t
     w.finish()
     with SstReader(tmp_path / "x.sst") as r:
         assert list(r) == rows
+
+
+@pytest.mark.parametrize("distinct", [True, False])
+def test_records_of_several_key_widths_and_of_long_keys(tmp_path, distinct):
+    """Arrays of other key widths in one file (the index and the filter then go key by key), and keys
+    longer than the hashes in numpy take (the filter hashes them one by one): the file of `add`."""
+    groups = [
+        [(b"a", 9, 1, None, b"xy"), (b"a", 8, 1, 70, None)] if not distinct else [(b"a", 9, 1, None, b"xy")],
+        [(b"ab\x00", 5, 2, None, b"z" * 30), (b"ab\xff", 5, 3, 12, b"q" * 30)],
+        [(b"b" + bytes([i]) * 130, 4, 4, None, b"v") for i in range(1, 200)],
+    ]
+    rows = [r for g in groups for r in g]
+    for block_bytes in (64, 4096):
+        a = SstWriter(tmp_path / "a.sst", sync=False, block_bytes=block_bytes)
+        for r in rows:
+            a.add(r)
+        ia = a.finish()
+        b = SstWriter(tmp_path / "b.sst", sync=False, block_bytes=block_bytes)
+        for g in groups:
+            assert b.extend_records(records_of(g, junk=0x33))
+        ib = b.finish()
+        assert (tmp_path / "b.sst").read_bytes() == (tmp_path / "a.sst").read_bytes()
+        assert ia == ib
+        c = SstWriter(tmp_path / "c.sst", sync=False, block_bytes=block_bytes)
+        assert c.extend_records(records_of(groups[2]))
+        c.finish()
+        a = SstWriter(tmp_path / "a.sst", sync=False, block_bytes=block_bytes)
+        for r in groups[2]:
+            a.add(r)
+        a.finish()
+        assert (tmp_path / "c.sst").read_bytes() == (tmp_path / "a.sst").read_bytes()

@@ -44,17 +44,18 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
     stats = resolver.stats
     a = round_array(pieces)
     dtype = a.dtype
-    void = np.dtype((np.void, dtype.itemsize))
     n = len(a)
     seq = a["seq"]
     words = key_words(a["key"])  # the keys as 64-bit words: compared and sorted far faster than bytes
+    # the rows are resolved in `order` (None: as they are), and only the kept ones are gathered, once,
+    # at the end; until then the steps below read the few fields they need in that order
+    order = None
     # the order of `versions_of` over `round_rows`: key ascending, seq descending, a repeated seq in
     # source order (lexsort is stable); a single sorted source is already in it unless a seq repeats
     same = _repeats(words)
     if len(pieces) > 1 or (same & (seq[1:] >= seq[:-1])).any():
         order = np.lexsort((~seq.astype(np.uint64), *reversed(words)))
-        a = records(records(a, void)[order], dtype)
-        seq = a["seq"]
+        seq = seq[order]
         words = [w[order] for w in words]
         same = _repeats(words)
     first = np.empty(n, np.bool_)
@@ -64,17 +65,22 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
         dup = np.zeros(n, np.bool_)
         dup[1:] = same & (seq[1:] == seq[:-1])  # a repeated seq: the first row (newest source) stands
         if dup.any():
-            a = a[~dup]
-            n = len(a)
-            seq = a["seq"]
+            rest = np.flatnonzero(~dup)
+            order = rest if order is None else order[rest]
+            n = len(order)
+            seq = seq[rest]
             first = np.empty(n, np.bool_)
             first[0] = True
-            np.logical_not(_repeats([w[~dup] for w in words]), out=first[1:])
+            np.logical_not(_repeats([w[rest] for w in words]), out=first[1:])
     stats.rows_in += n
-    ts = a["ts"]
-    flags = a["flags"]
+
+    def field(name: str) -> Any:  # a field of the rows in resolution order
+        return a[name] if order is None else a[name][order]
+
+    ts = field("ts")
+    flags = field("flags")
     has_exp = (flags & _HAS_EXP) != 0 if "exp" in dtype.names else None
-    exp = a["exp"] if has_exp is not None else None
+    exp = field("exp") if has_exp is not None else None
     deletes = (flags & _TOMBSTONE) != 0 if any(p.ragged for p in pieces) else None  # only ragged arrays hold any
     if deletes is not None and not deletes.any():
         deletes = None
@@ -105,7 +111,8 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
         if resolver.snapshots:
             cand &= seq > resolver.top_snapshot
         if resolver.protected is not None and cand.any():
-            cand &= ~_starts_with(a, resolver.protected)
+            at = np.flatnonzero(cand)  # only the candidates' keys are looked at
+            cand[at[_starts_with(a["key"][at if order is None else order[at]], resolver.protected)]] = False
         removed = int(np.count_nonzero(cand))
         if removed:
             stats.filters[ttl.name].removed += removed
@@ -138,24 +145,31 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
     if not keep.all():
         if not keep.any():
             return None
-        a = records(records(a, void)[keep], dtype)
+        kept = np.flatnonzero(keep)
+        order = kept if order is None else order[kept]
         if tomb is not None:
-            tomb = tomb[keep]
-    return _chunk(a, tomb)
+            tomb = tomb[kept]
+            flags = flags[kept]
+    return _chunk(a, order, flags, tomb)
 
 
-def _chunk(a: Any, tomb: Any) -> Any:
-    """The kept rows `a` as the output's records (`formats.sst_records`): a row the TTL filter turned into
-    a tombstone gets its tombstone flag (it keeps its expire_ts, as in the row path); the rest is as
-    read. A copy only when a flag changes: otherwise the round's array, or a view of its input blocks."""
+def _chunk(a: Any, order: Any, flags: Any, tomb: Any) -> Any:
+    """The kept rows (`a` in `order`, None: all of `a` as it is; `flags` theirs) as the output's records
+    (`formats.sst_records`), gathered once: a row the TTL filter turned into a tombstone gets its
+    tombstone flag (it keeps its expire_ts, as in the row path). Without a gather or a flag to set, the
+    round's array itself (a view of its input blocks when the round had one piece)."""
+    add = None
     if tomb is not None:
-        flags = a["flags"]
         add = tomb & ((flags & _TOMBSTONE) == 0)
-        if add.any():
-            if not a.flags.writeable:
-                a = records(records(a, np.dtype((np.void, a.dtype.itemsize))).copy(), a.dtype)
-            a["flags"] = np.where(add, flags | _TOMBSTONE, flags)
-    return a
+        if not add.any():
+            add = None
+    if order is None and add is None:
+        return a
+    void = np.dtype((np.void, a.dtype.itemsize))
+    out = records(records(a, void)[order] if order is not None else records(a, void).copy(), a.dtype)
+    if add is not None:
+        out["flags"] = np.where(add, flags | _TOMBSTONE, flags)
+    return out
 
 
 def _repeats(words: list[Any]) -> Any:
@@ -178,14 +192,14 @@ def _bottom_suffix(keep: Any, first: Any, removable: Any) -> Any:
     return keep & (pos > last[group])
 
 
-def _starts_with(a: Any, prefix: bytes) -> Any:
-    """Which rows' keys start with `prefix` (compared as bytes: trailing NULs count)."""
-    width = a.dtype["key"].itemsize
+def _starts_with(keys: Any, prefix: bytes) -> Any:
+    """Which of `keys` (a ``V<w>`` array) start with `prefix` (compared as bytes: trailing NULs count)."""
+    width = keys.dtype.itemsize
     if len(prefix) > width:
-        return np.zeros(len(a), np.bool_)
+        return np.zeros(len(keys), np.bool_)
     if not prefix:
-        return np.ones(len(a), np.bool_)
-    raw = np.ascontiguousarray(a["key"]).view(np.uint8).reshape(len(a), width)
+        return np.ones(len(keys), np.bool_)
+    raw = np.ascontiguousarray(keys).view(np.uint8).reshape(len(keys), width)
     return (raw[:, : len(prefix)] == np.frombuffer(prefix, np.uint8)).all(axis=1)
 
 

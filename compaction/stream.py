@@ -266,7 +266,7 @@ class SourceBlocks:
         clock = time.perf_counter
         for path in self.paths:
             t0 = clock()
-            r = self.reader = SstReader(path)
+            r = self.reader = SstReader(path, sequential=True)  # an object: a few large GETs
             try:
                 if self.arrays:
                     blocks = r.iter_batches(self.start, self.end, tombstones=True)

@@ -54,7 +54,7 @@ def _compression(c: str | None) -> str | None:
 def sst_has_distinct_keys(path: str) -> bool:
     """Does the SST at `path` hold at most one version of each key? Reads every data block (keys only:
     each row starts with ``u16 key_len | key`` in every format version). O(rows)."""
-    with SstReader(path) as r:
+    with SstReader(path, sequential=True) as r:
         blocks = r.blocks
         for a, b in zip(blocks, blocks[1:], strict=False):  # a key's versions may straddle two blocks
             if a.last_key == b.first_key:

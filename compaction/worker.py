@@ -55,13 +55,14 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
     """The worker process's loop: read a job from `inp`, run it, write ("ok", result) or
     ("error", exception) to `out`, until `inp` is closed."""
     from compaction.merge import run_job
-    from formats import fileio
+    from formats import fileio, storage
 
     while True:
         try:
-            job, plan = _recv(inp)
+            job, plan, stores = _recv(inp)
         except (EOFError, OSError):
             return
+        storage.install(stores)  # the parent's object stores, with their options (credentials stay in pipes)
         fileio.install(plan)
         try:
             # a job with its own run() (compaction.flush.FlushJob) runs that; a CompactionJob, the merge
@@ -108,11 +109,11 @@ class Worker:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
             p = self._proc
-            from formats import fileio
+            from formats import fileio, storage
 
             try:
                 with fileio.lend() as lent:  # this process's counted calls wait for the plan
-                    _send(p.stdin, (job, lent))
+                    _send(p.stdin, (job, lent, storage.registered()))
                     (kind, value), plan = _recv(p.stdout)
                     fileio.absorb(plan)
             except (EOFError, BrokenPipeError, OSError):

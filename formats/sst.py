@@ -49,7 +49,7 @@ from typing import Any
 import msgpack
 import xxhash
 
-from formats import bloom, fileio
+from formats import bloom
 from formats.errors import FormatVersionError
 from formats.row import (
     FORMAT_V0,
@@ -94,6 +94,7 @@ from formats.sst_records import (
     record_size,
     record_stream,
 )
+from formats.storage import storage_for
 from formats.xxh3_numpy import key_hashes
 
 # the row layouts this engine writes (flags, ts, [expire_ts,] seq): `BlockEncoder.encode_fast` packs them
@@ -495,21 +496,9 @@ class SstWriter:
         footer = body + U32.pack(xxhash.xxh32_intdigest(body))
         chunks += (index, filt, meta, footer)
         file_size = meta_offset + len(meta) + len(footer)
-        # through formats.fileio: every byte or an error naming the file, and tests can inject faults
-        fd = fileio.create(self.path, os.O_WRONLY | os.O_TRUNC)
-        try:
-            try:
-                fileio.write(fd, b"".join(chunks), self.path)
-                if self.sync:
-                    fileio.fsync(fd, self.path)
-            finally:
-                os.close(fd)
-        except BaseException:
-            try:  # a partial SST is never left behind under a name someone might read
-                fileio.unlink(self.path)
-            except OSError:
-                pass
-            raise
+        # through the storage seam (a local file via formats.fileio, or one object): every byte or an
+        # error naming the file, tests can inject faults, and a partial SST is never left behind
+        storage_for(self.path).write_file(self.path, (b"".join(chunks),), sync=self.sync)
         self.rows = []
         self._cols = None
         self._recs = []

@@ -7,10 +7,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
-import mmap
 import operator
 import os
-import stat
 import struct
 import weakref
 import zlib
@@ -45,6 +43,7 @@ from formats.sst_layout import (
     SsTableInfo,
     _xxh3,
 )
+from formats.storage import storage_for
 
 # index entries unpacked by `SstReader._parse_index_fixed`: (offset, size, rows, first_len, first, last_len, last)
 _KEY_LENS = operator.itemgetter(3, 5)
@@ -69,22 +68,21 @@ class SstReader:
         cache: BlockCache | None = None,
         cache_id: Any = None,
         verify_checksums: bool = True,
+        sequential: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         self.cache = cache
         self.cache_id = cache_id if cache_id is not None else self.path
         self.verify_checksums = verify_checksums
-        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang the open
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ValueError(f"{self.path}: not a regular file, so not an SST")
-            size = st.st_size
-            if size < FOOTER.size:
-                raise CorruptionError(self.path, 0, f"file of {size} bytes is too short to be an SST")
-            self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
+        try:  # an mmap of a local file, or ranged GETs of an object (formats.storage)
+            self._map = storage_for(self.path).open_map(self.path, sequential)
+        except ValueError:
+            raise ValueError(f"{self.path}: not a regular file, so not an SST") from None
+        size = len(self._map)
+        if size < FOOTER.size:
+            if not isinstance(self._map, bytes):
+                self._map.close()
+            raise CorruptionError(self.path, 0, f"file of {size} bytes is too short to be an SST")
         try:
             self._open(size)
         except BaseException:
@@ -95,7 +93,7 @@ class SstReader:
         path = self.path
         buf = self._map
         foot_at = size - FOOTER.size
-        meta_offset, meta_size, version, magic, check = FOOTER.unpack_from(buf, foot_at)
+        meta_offset, meta_size, version, magic, check = FOOTER.unpack(buf[foot_at : foot_at + FOOTER.size])
         if magic != MAGIC:
             raise CorruptionError(path, foot_at, "bad magic number: not an lsm-sim SST")
         if xxhash.xxh32_intdigest(buf[foot_at : foot_at + FOOTER_BODY.size]) != check:
@@ -125,6 +123,9 @@ class SstReader:
         self.default_seq = info.max_seq
         if info.index_offset + info.index_size > meta_offset:
             raise CorruptionError(path, meta_offset, "index block lies outside the file")
+        prefetch = getattr(buf, "prefetch", None)  # an object: index and filter in one GET, kept
+        if prefetch is not None:
+            prefetch(min(info.index_offset, info.filter_offset))
         idx = self._block_payload(info.index_offset, info.index_size)
         self.blocks = self._parse_index(idx, info.index_offset)
         if len(self.blocks) != info.num_blocks:

@@ -35,6 +35,7 @@ from compaction.purge_lag import accumulate
 from compaction.scheduler import apply_plan
 from compaction.trivial_move import DistinctKeys, movable
 from formats.manifest import Manifest, SstEntry
+from formats.storage import storage_for
 from lsm.events import CompactionInfo, notify
 from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.syskeys import SYSTEM_PREFIX
@@ -109,7 +110,8 @@ class DbCompactor:
             offload = o.spark_offload_min_bytes
             requested = "spark" if offload is not None and job.input_bytes >= offload else "local"
         if requested == "local":
-            return run_in_worker if background and o.compaction_process else run_local
+            shared = storage_for(self.db.path).shared  # a memory:// store is not seen by another process
+            return run_in_worker if background and o.compaction_process and shared else run_local
         if requested == "spark":
             from compaction.spark import SparkExecutor
 
@@ -410,19 +412,15 @@ def with_purge_lag(m: Manifest, stats: CompactionStats) -> Manifest:
 
 
 def collect_garbage(sst_dir: str, m: Manifest, grace_ms: int, keep: set[str] = frozenset()) -> list[str]:
-    """Remove unreferenced ``*.sst`` files whose mtime is older than `grace_ms`; return their names."""
+    """Remove unreferenced ``*.sst`` files (or objects: listed by prefix) whose mtime is older than
+    `grace_ms`; return their names."""
     live = {e.name for e in m.all_ssts()} | set(keep)
     cutoff = time.time() - grace_ms / 1000
     removed = []
-    for name in sorted(os.listdir(sst_dir)):
-        if not name.endswith(".sst") or name in live:
+    for name, mtime in sorted(storage_for(sst_dir).list_mtimes(sst_dir).items()):
+        if not name.endswith(".sst") or name in live or mtime > cutoff:
             continue
         p = os.path.join(sst_dir, name)
-        try:
-            if os.stat(p).st_mtime > cutoff:
-                continue
-        except FileNotFoundError:
-            continue
         if unlink_quiet(p):  # a file that could not be deleted is left for the next gc
             removed.append(name)
     if removed:

@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterator
 from compaction.filter import Entry
 from formats.manifest import Manifest
 from formats.row import MAX_KEY_LEN, check_key
+from formats.storage import is_url, register, storage_for
 from lsm import history
 from lsm import wal as wal_files
 from lsm.clock import MonotonicClock
@@ -75,6 +76,7 @@ from lsm.syskeys import SYSTEM_PREFIX, is_system
 from lsm.timeline import Timeline, parse_time
 from lsm.versions import Run, State, VersionSet
 from lsm.wal_lock import IdleReleaser
+from lsm.wal_object import ObjectWal, wal_grace_ms
 
 SST_SUFFIX = ".sst"
 
@@ -100,6 +102,9 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         self.options = options
         self.read_only = read_only
         self._wal_dir = os.path.join(path, "wal")
+        # an object-store database (s3://, memory://): its backend, with this database's request counters
+        self._storage = register(path, options.object_store_options) if is_url(path) else storage_for(path)
+        self._objects = not self._storage.local
         _prepare_dir(path, create=not read_only)
         self._bg_error: BaseException | None = None
         # the version set owns the manifest, the SST readers and the read path's State (lsm.versions);
@@ -154,7 +159,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             self._delete_wal_below(next_seg)
             while True:
                 try:
-                    self._wal = wal_files.WalWriter(self._wal_dir, next_seg)
+                    self._wal = self._new_wal(next_seg)
                     break
                 except FileExistsError:  # a handle we just fenced rotated into it: skip past
                     next_seg += 1
@@ -185,7 +190,9 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
 
     def _replay_wal(self, man: Manifest) -> tuple[Memtable, int, int]:
         """Replay unflushed WAL records into a memtable; return it, the newest ts seen, and the last segment."""
-        segments = [(i, p) for i, p in wal_files.list_segments(self._wal_dir) if i >= man.wal_replay_from]
+        segments = wal_files.live_segments(self._wal_dir, man.wal_replay_from)
+        if self._objects and not self.read_only:
+            segments = self._claim_wal(man, segments)  # fences the writer before us (lsm.wal_object)
         last_seg = segments[-1][0] if segments else man.wal_replay_from - 1
         mem = Memtable(last_seg)
         max_ts = 0
@@ -205,6 +212,34 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             if stop:
                 break
         return mem, max_ts, last_seg
+
+    def _claim_wal(self, man: Manifest, segments: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        """Claim the WAL object id after the last one there with an empty object: the writer we fence
+        fails to write it. If it wrote that id first, list again and claim the next. Returns the
+        objects to replay, the claimed one last (it is empty)."""
+        while True:
+            nxt = max(segments[-1][0] + 1 if segments else 0, man.wal_replay_from)
+            try:
+                ObjectWal(self._wal_dir, nxt, self.options.wal_flush_interval_ms, self.options.wal_flush_bytes,
+                          claim=True)
+            except FileExistsError:
+                segments = wal_files.live_segments(self._wal_dir, man.wal_replay_from)
+                continue
+            return [*segments, (nxt, wal_files.segment_path(self._wal_dir, nxt))]
+
+    def _new_wal(self, segment_id: int) -> wal_files.WalWriter | ObjectWal:
+        """The writer of the WAL from `segment_id` on: a segment file, or WAL objects (lsm.wal_object)."""
+        if not self._objects:
+            return wal_files.WalWriter(self._wal_dir, segment_id)
+        o = self.options
+        return ObjectWal(self._wal_dir, segment_id, o.wal_flush_interval_ms, o.wal_flush_bytes,
+                         on_fenced=self._vs.mark_fenced, check_fence=self._vs.fenced_on_store,
+                         recheck_after=wal_grace_ms(o) / 2000)
+
+    def object_store_stats(self) -> dict[str, int]:
+        """Object-store requests this database made, by kind (put, get, list, delete, head), and the
+        bytes put and got; all zeros for a local directory (docs/object-store.md)."""
+        return self._storage.stats()
 
     # -- SST bookkeeping ---------------------------------------------------------------------------
     def sst_path(self, name: str) -> str:
@@ -360,11 +395,10 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         if now is None:
             now = self._clock.read()
         vs = self._vs
-        with vs.lock:
-            st = vs.state
-            if max_seq is None:
-                max_seq = self._seq  # read with the state, see _get_entry
-            vs.iter_gens[st.gen] += 1
+        if max_seq is None:
+            st, max_seq = vs.pin_with(lambda: self._seq)  # the seq read with the state, see _get_entry
+        else:
+            st = vs.pin()
         it = scan_state(st, vs.unpin, start, end, reverse, max_seq, include_expired, now, entries, ranges)
         next(it)  # run it to its first yield, inside the try: dropped unread, it still unpins st.gen
         return it
@@ -561,6 +595,10 @@ class Engine:
 
 
 def _prepare_dir(path: str, create: bool) -> None:
+    if is_url(path):  # an object store has no directories: a database is its manifest objects
+        if not create and not storage_for(path).list_names(os.path.join(path, "manifest")):
+            raise NotADatabaseError(f"{path}: no such database")
+        return
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADatabaseError(f"{path}: is a file, not a database directory")
     if os.path.isdir(path):

@@ -138,10 +138,7 @@ class TimeMixin:
                 return iter(())
         if now is None:
             now = self._clock.read()
-        with self._state_lock:
-            st = self._vs.state
-            top = self.stable_seq if max_seq is None else min(max_seq, self.stable_seq)
-            self._vs.iter_gens[st.gen] += 1
+        st, top = self._vs.pin_with(lambda: self.stable_seq if max_seq is None else min(max_seq, self.stable_seq))
         try:
             out = changed_rows(st, seq, top, now, include_expired)
         finally:

@@ -32,6 +32,7 @@ from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, WriteOptions, check_ttl
 from lsm.syskeys import SYSTEM_PREFIX, check_user_key
+from lsm.wal_object import wal_grace_ms
 
 # a smaller memtable is flushed in the flush thread even with DbOptions.flush_process: its GIL time is
 # short, and the worker's round trip (and its start, the first time) would only delay the flush. The
@@ -259,15 +260,20 @@ class WriteMixin:
         old = self._vs.state.mem
         if old.is_empty():
             return
-        new = Memtable(old.segment_id + 1)
         try:
-            new_wal = wal_files.WalWriter(self._wal_dir, new.segment_id)
+            if self._objects:  # its buffered records go into one last object; the next WAL goes on after it
+                self._wal.close()
+                new_wal = self._new_wal(self._wal.next_id)
+            else:
+                new_wal = self._new_wal(old.segment_id + 1)
         except FileExistsError:
             raise FencedError(
-                f"{self.path}: WAL segment {new.segment_id} belongs to another handle; this one is fenced"
+                f"{self.path}: WAL segment {old.segment_id + 1} belongs to another handle; this one is fenced"
             ) from None
         except OSError as e:
             raise self._fail(e) from e
+        new = Memtable(new_wal.segment_id)
+        old.next_segment_id = new.segment_id
         old_wal, self._wal = self._wal, new_wal
         old_wal.close()
         self._vs.swap_memtable(new)
@@ -374,6 +380,7 @@ class WriteMixin:
         done = None
         if (
             self.options.flush_process
+            and not self._objects  # the worker rebuilds the memtable from one local segment file
             and mem.bytes >= FLUSH_PROCESS_MIN_BYTES
             and threading.current_thread() is self._flush_thread
         ):
@@ -403,7 +410,7 @@ class WriteMixin:
             return m.replace(
                 l0=entries + m.l0,
                 last_seq=max(m.last_seq, mem.max_seq),
-                wal_replay_from=max(m.wal_replay_from, mem.segment_id + 1),
+                wal_replay_from=max(m.wal_replay_from, mem.next_segment_id),
                 clock_watermark=max(m.clock_watermark, watermark),
                 history_floor=max(m.history_floor, dropped.history_floor),
                 **self._manifest_extras(m),
@@ -415,7 +422,7 @@ class WriteMixin:
             self._vs.discard_outputs(entries, e)  # kept if a manifest on disk may name them
             raise
         self.flush_bytes_written += sum(e.info.file_size for e in entries)
-        self._delete_wal_below(mem.segment_id + 1)
+        self._delete_wal_below(mem.next_segment_id)
         return tuple(e.name for e in entries)
 
     def _flush_in_worker(self, mem: Memtable, spec: OutputSpec, tick: int, snapshots: tuple[int, ...],
@@ -462,6 +469,13 @@ class WriteMixin:
         return cutoff
 
     def _delete_wal_below(self, segment_id: int) -> None:
+        if self._objects:  # only objects older than the grace (lsm.wal_object: an idle writer's fence)
+            cutoff = time.time() - wal_grace_ms(self.options) / 1000
+            mtimes = self._storage.list_mtimes(self._wal_dir)
+            for sid, p in wal_files.list_segments(self._wal_dir):
+                if sid < segment_id and mtimes.get(os.path.basename(p), cutoff) < cutoff:
+                    unlink_quiet(p)
+            return
         for sid, p in wal_files.list_segments(self._wal_dir):
             if sid < segment_id:
                 unlink_quiet(p)

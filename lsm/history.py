@@ -178,9 +178,7 @@ def _latest(store: ManifestStore, path: str) -> tuple[int, Manifest]:
 
 def _wal_records(path: str, man: Manifest) -> list[WalRecord]:
     out: list[WalRecord] = []
-    for sid, seg in wal_files.list_segments(os.path.join(path, "wal")):
-        if sid < man.wal_replay_from:
-            continue
+    for _sid, seg in wal_files.live_segments(os.path.join(path, "wal"), man.wal_replay_from):
         try:
             records, _torn = wal_files.read_segment(seg)
         except FileNotFoundError:
@@ -245,9 +243,7 @@ class WalTail:
             mid, man = _latest(self._store, self.path)
             top = man.last_seq
             seen: dict[str, tuple[tuple[int, int], int, int]] = {}
-            for sid, seg in wal_files.list_segments(os.path.join(self.path, "wal")):
-                if sid < man.wal_replay_from:
-                    continue
+            for _sid, seg in wal_files.live_segments(os.path.join(self.path, "wal"), man.wal_replay_from):
                 state = self._scan(seg)
                 if state is not None:
                     seen[seg] = state

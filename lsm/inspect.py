@@ -310,9 +310,7 @@ def _check_wal(path: str, m: Manifest, rep: CheckReport) -> None:
     """The WAL segments from the replay point decode (a torn tail is a note)."""
     from lsm import wal as wal_files
 
-    for sid, p in wal_files.list_segments(os.path.join(path, "wal")):
-        if sid < m.wal_replay_from:
-            continue
+    for _sid, p in wal_files.live_segments(os.path.join(path, "wal"), m.wal_replay_from):
         try:
             records, torn = wal_files.read_segment(p)
         except FileNotFoundError:
@@ -373,9 +371,7 @@ def _wal_rows(path: str, m: Manifest) -> tuple[list[tuple], LevelUsage, int]:
     usage = LevelUsage("wal")
     max_ts = m.clock_watermark
     fixed = 2 + WAL_ROW_CODEC.attrs.size
-    for sid, p in wal_files.list_segments(os.path.join(path, "wal")):
-        if sid < m.wal_replay_from:
-            continue
+    for _sid, p in wal_files.live_segments(os.path.join(path, "wal"), m.wal_replay_from):
         try:
             records, _torn = wal_files.read_segment(p)
             usage.size += os.path.getsize(p)

@@ -1,8 +1,10 @@
 """The manifest store: ``manifest/%020d.manifest``, one immutable file per version.
 
-A new version is published by creating id + 1 if it does not exist (compare-and-swap): the content is
-written to a temporary file, fsynced, then hard-linked to its final name, which fails if another process
-got there first. So a version file is never seen half-written, and two writers never both win.
+A new version is published by creating id + 1 if it does not exist (compare-and-swap), through the
+storage seam (`formats.storage.Storage.put_if_absent`). In a local directory the content is written to a
+temporary file, fsynced, then hard-linked to its final name, which fails if another process got there
+first; on an object store it is one PUT with If-None-Match, which the store refuses if the object exists.
+Either way a version is never seen half-written, and two writers never both win.
 
 Failures: an error before the link (creating, writing or fsyncing the temporary file) means the version
 was not published; the temporary file is removed and the OSError raised. An error at or after the link
@@ -22,31 +24,19 @@ race between that check and the append is described in `lsm.wal` and `lsm.db`).
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import struct
-import uuid
 
 from formats import fileio
 from formats import manifest as codec
 from formats.manifest import Manifest
-from lsm.fsutil import fsync_dir, numbered_files, unlink_quiet
+from formats.storage import TMP_PREFIX, PublishUnknownError, storage_for  # noqa: F401 (re-exported)
+from lsm.fsutil import numbered_files, unlink_quiet
 
 SUFFIX = ".manifest"
 EPOCH_FILE = "WRITER_EPOCH"
 EPOCH = struct.Struct(">Q")
-
-
-TMP_PREFIX = ".tmp-"
-
-
-class PublishUnknownError(Exception):
-    """A manifest version may or may not be published (the link or the directory fsync failed)."""
-
-    def __init__(self, error: OSError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 class ManifestStore:
@@ -54,6 +44,7 @@ class ManifestStore:
 
     def __init__(self, db_path: str) -> None:
         self.dir = os.path.join(db_path, "manifest")
+        self.storage = storage_for(self.dir)
 
     def path(self, manifest_id: int) -> str:
         """The file of version `manifest_id`."""
@@ -66,8 +57,7 @@ class ManifestStore:
     def read(self, manifest_id: int) -> Manifest:
         """Decode version `manifest_id` (CorruptionError naming the file if it does not decode)."""
         p = self.path(manifest_id)
-        with open(p, "rb") as f:
-            return codec.decode(f.read(), p)
+        return codec.decode(self.storage.read(p), p)
 
     def latest(self) -> tuple[int, Manifest | None]:
         """(id, manifest) of the newest version, or (0, None) when there is none."""
@@ -80,42 +70,14 @@ class ManifestStore:
         """Publish version `manifest_id`; False if it already exists (someone else committed).
 
         OSError: not published. PublishUnknownError: maybe published (see the module docstring)."""
-        final = self.path(manifest_id)
-        tmp = os.path.join(self.dir, f"{TMP_PREFIX}{uuid.uuid4().hex}")
-        data = codec.encode(m)
-        fd = fileio.create(tmp, os.O_WRONLY | os.O_EXCL)
-        try:
-            try:
-                fileio.write(fd, data, tmp)  # every byte, or an error: never a short manifest
-                fileio.fsync(fd, tmp)
-            finally:
-                os.close(fd)
-        except BaseException:
-            unlink_quiet(tmp)
-            raise
-        try:
-            fileio.link(tmp, final)
-        except FileExistsError:
-            unlink_quiet(tmp)
-            return False
-        except OSError as e:
-            unlink_quiet(tmp)
-            if e.errno == errno.ENOENT:
-                # our temporary file is gone, so nothing was linked: a newer opener removed it (the
-                # caller finds itself fenced), or something else did (not published either way)
-                raise
-            raise PublishUnknownError(e) from e
-        unlink_quiet(tmp)
-        try:
-            fsync_dir(self.dir)
-        except OSError as e:
-            raise PublishUnknownError(e) from e
-        return True
+        return self.storage.put_if_absent(self.path(manifest_id), codec.encode(m))
 
     def remove_stale_tmp(self) -> list[str]:
         """Delete temporary files of commits that never finished (a crash between write and link)."""
         removed = []
-        for name in os.listdir(self.dir):
+        if not self.storage.local:  # an object is published whole by one PUT: it leaves no temporaries
+            return removed
+        for name in self.storage.list_names(self.dir):
             if name.startswith(TMP_PREFIX) and unlink_quiet(os.path.join(self.dir, name)):
                 removed.append(name)
         return removed
@@ -128,7 +90,10 @@ class ManifestStore:
 
 
 class FenceToken:
-    """The shared, memory-mapped copy of the current writer epoch (see module docstring)."""
+    """The shared, memory-mapped copy of the current writer epoch (see module docstring).
+
+    An object-store database has no file to map: its token is this process's own copy (`LocalToken`),
+    and fencing is decided by the store itself (a newer writer's WAL object id or manifest version)."""
 
     def __init__(self, manifest_dir: str) -> None:
         self.path = os.path.join(manifest_dir, EPOCH_FILE)
@@ -162,3 +127,34 @@ class FenceToken:
     def close(self) -> None:
         """Unmap the token."""
         self._map.close()
+
+
+class LocalToken:
+    """The fence token of an object-store database: our own epoch, or 0 once we learn we are fenced
+    (a WAL object id or a manifest version another writer took). Same interface as `FenceToken`."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray(EPOCH.size)
+
+    @property
+    def view(self) -> bytearray:
+        """The token bytes, as `FenceToken.view`."""
+        return self._buf
+
+    encode = staticmethod(FenceToken.encode)
+
+    def read(self) -> int:
+        """The epoch currently held (0: fenced)."""
+        return EPOCH.unpack_from(self._buf, 0)[0]
+
+    def publish(self, epoch: int) -> None:
+        """Hold `epoch` (0 marks this handle fenced)."""
+        self._buf[0 : EPOCH.size] = EPOCH.pack(epoch)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def fence_token(store: ManifestStore) -> FenceToken | LocalToken:
+    """The fence token of the database whose manifests `store` holds."""
+    return FenceToken(store.dir) if store.storage.local else LocalToken()

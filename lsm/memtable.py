@@ -23,6 +23,9 @@ class Memtable:
 
     def __init__(self, segment_id: int) -> None:
         self.segment_id = segment_id  # the WAL segment holding exactly this memtable's commits
+        # the first WAL segment after this memtable's: replay starts there once it is flushed (an
+        # object-store WAL is a run of objects per memtable, so the next one starts further on)
+        self.next_segment_id = segment_id + 1
         self.data: dict[bytes, tuple | list[tuple]] = {}
         self._sorted = SortedList()
         # every key in insertion order; _pending[:_merged] are in _sorted. Writers only append (no lock:

@@ -120,6 +120,17 @@ class DbOptions:
     # every later write (docs/time.md, "Clock mishaps"). Not applied to SystemClock (it is the host's
     # clock) nor to ManualClock (moved on purpose); None turns the check off
     max_clock_skew_ms: int | None = 86_400_000
+    # an object-store database (DB.open("s3://bucket/prefix")): obstore's S3 config keys (endpoint,
+    # region, access_key_id, secret_access_key, allow_http, ...); None: the standard AWS environment
+    object_store_options: dict[str, Any] | None = None
+    # its WAL: writes are buffered and group-committed into one immutable WAL object every this many ms,
+    # or sooner once the buffer holds wal_flush_bytes (WriteOptions(sync=True) waits for its object)
+    wal_flush_interval_ms: int = 100
+    wal_flush_bytes: int = 4 << 20
+    # an optional bounded local disk cache of SST blocks read from the object store (None: no cache;
+    # nothing of an object-store database is written locally unless this names a directory)
+    object_cache_dir: str | None = None
+    object_cache_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:
         if not callable(getattr(self.clock, "now", None)):
@@ -170,6 +181,11 @@ class DbOptions:
         self.compaction_filters = tuple(self.compaction_filters)
         self.event_listeners = check_listeners(self.event_listeners)
         _positive("max_clock_skew_ms", self.max_clock_skew_ms, allow_none=True, minimum=0)
+        _positive("wal_flush_interval_ms", self.wal_flush_interval_ms)
+        _positive("wal_flush_bytes", self.wal_flush_bytes)
+        _positive("object_cache_bytes", self.object_cache_bytes)
+        if self.object_store_options is not None and not isinstance(self.object_store_options, dict):
+            raise TypeError("DbOptions.object_store_options must be a dict of obstore config keys")
         if self.wal_recovery_mode not in RECOVERY_MODES:
             raise ValueError(
                 f"DbOptions.wal_recovery_mode must be one of {', '.join(RECOVERY_MODES)}, "

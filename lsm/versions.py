@@ -35,20 +35,23 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from compaction.merge import OutputSpec
 from formats.manifest import Manifest, SortedRun, SstEntry
 from formats.sst import SstReader
+from formats.storage import storage_for
 from lsm.cache import LruCache
 from lsm.errors import DbFailedError, FencedError, NotADatabaseError
 from lsm.fsutil import unlink_quiet
 from lsm.l0_index import L0Index
-from lsm.manifest import FenceToken, ManifestStore, PublishUnknownError
+from lsm.manifest import FenceToken, LocalToken, ManifestStore, PublishUnknownError, fence_token
 from lsm.options import DbOptions
 
 if TYPE_CHECKING:
     from lsm.memtable import Memtable
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +103,7 @@ class VersionSet:
         self.lock = threading.Lock()  # lock order 2: state, next_id, iterator pins, retired files
         self.iter_gens: Counter[int] = Counter()  # state generation -> open iterators reading it
         self.obsolete: list[tuple[int, list[str]]] = []  # (generation retired at, file names)
-        self.token: FenceToken | None = None
+        self.token: FenceToken | LocalToken | None = None
         self.token_bytes: object = None  # the mapped WRITER_EPOCH file (checked by each write)
         self.epoch_bytes = b""  # our epoch as WRITER_EPOCH holds it
         self.manifest_id, self.manifest = self._recover()
@@ -142,7 +145,7 @@ class VersionSet:
                 return mid, man
             bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1)
             if try_create(mid + 1, bumped):
-                self.token = FenceToken(store.dir)
+                self.token = fence_token(store)
                 self.token.publish(bumped.writer_epoch)
                 self.token_bytes = self.token.view
                 self.epoch_bytes = self.token.encode(bumped.writer_epoch)
@@ -154,6 +157,17 @@ class VersionSet:
         m = self.manifest
         self.state = State(mem, (), tuple((e, self.reader(e.name)) for e in m.l0), self.runs_of(m), 0)
         return self.state
+
+    def mark_fenced(self) -> None:
+        """Another handle took over (an object-store WAL id or manifest version said so): later writes
+        raise FencedError at their fence check."""
+        self.token.publish(0)
+
+    def fenced_on_store(self) -> bool:
+        """Whether the newest manifest on the store carries a newer writer epoch than ours (a read of
+        the store: for an object-store writer that was idle, lsm.wal_object)."""
+        _mid, m = self.store.latest()
+        return m is not None and m.writer_epoch != self.writer_epoch
 
     def is_fenced(self) -> bool:
         """Has a newer handle published its epoch (WRITER_EPOCH) since we opened?"""
@@ -285,13 +299,20 @@ class VersionSet:
 
     def pin(self) -> State:
         """The current state, pinned: its files are not deleted until `unpin(state.gen)`."""
+        return self.pin_with(lambda: None)[0]
+
+    def pin_with(self, read: Callable[[], T]) -> tuple[State, T]:
+        """`pin`, and `read()` called under the state lock with it: a value the DB changes under that
+        lock (its last seq, its stable seq) is then the one that goes with the pinned state. A `read`
+        that raises leaves nothing pinned."""
         with self.lock:
             st = self.state
+            value = read()
             self.iter_gens[st.gen] += 1
-        return st
+        return st, value
 
     def unpin(self, gen: int) -> None:
-        """Release a pin taken by `pin` (or under `lock`), then delete what no pin needs any more."""
+        """Release a pin taken by `pin` or `pin_with`, then delete what no pin needs any more."""
         with self.lock:
             self.iter_gens[gen] -= 1
             if self.iter_gens[gen] <= 0:
@@ -352,11 +373,7 @@ def may_be_published(error: BaseException) -> bool:
 def max_sst_number(sst_dir: str) -> int:
     """The largest leading number of a file name in `sst_dir` (0 if none): new ids start above it."""
     best = 0
-    try:
-        names = os.listdir(sst_dir)
-    except FileNotFoundError:
-        return 0
-    for n in names:
+    for n in storage_for(sst_dir).list_names(sst_dir):
         head = n.split("-", 1)[0].split(".", 1)[0]
         if head.isdigit():
             best = max(best, int(head))

@@ -1,4 +1,5 @@
-"""WAL segments on disk: ``wal/%020d.wal``, one per memtable, records as in `formats.wal`.
+"""WAL segments on disk: ``wal/%020d.wal``, one per memtable, records as in `formats.wal`. (An
+object-store database writes the same records as immutable WAL objects instead: `lsm.wal_object`.)
 
 Failure rule: an append that fails (a short write, ENOSPC, EIO, a failed fdatasync) breaks the writer
 for good. Nothing is ever appended after a record that may be partial: the half record stays the
@@ -18,6 +19,7 @@ import os
 
 from formats import fileio
 from formats.errors import CorruptionError
+from formats.storage import is_url, storage_for
 from formats.wal import WalRecord, decode_segment
 from lsm.fsutil import fsync_dir, numbered_files
 
@@ -40,6 +42,13 @@ def list_segments(wal_dir: str) -> list[tuple[int, str]]:
     return numbered_files(wal_dir, SUFFIX)
 
 
+def live_segments(wal_dir: str, replay_from: int) -> list[tuple[int, str]]:
+    """(segment id, path) of the WAL segments in `wal_dir` that are not yet flushed: those with id >=
+    `replay_from` (a manifest's ``wal_replay_from``), ascending. Older segments may still lie there
+    until the flush that covered them deletes them; nothing reads them."""
+    return [(i, p) for i, p in list_segments(wal_dir) if i >= replay_from]
+
+
 def read_segment(
     path: str, drop_corrupted_tail: bool = False, exclusive: bool = False
 ) -> tuple[list[WalRecord], int | None]:
@@ -47,20 +56,24 @@ def read_segment(
 
     exclusive=True first waits for an exclusive flock (no append of a writer that passed its fence
     check before we published our epoch is still in flight)."""
+    return decode_segment(_read(path, exclusive), path, drop_corrupted_tail)
+
+
+def _read(path: str, exclusive: bool) -> bytes:
+    """A segment's bytes: a WAL object is immutable (no flock needed); a local segment file is read
+    under an exclusive flock when asked."""
+    if is_url(path):
+        return storage_for(path).read(path)
     with open(path, "rb") as f:
         if exclusive:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        buf = f.read()
-    return decode_segment(buf, path, drop_corrupted_tail)
+        return f.read()
 
 
 def replay_segment(path: str, mode: str, exclusive: bool = False) -> tuple[list[WalRecord], bool]:
     """Records of one segment under a recovery mode, and whether replay must stop after them
     (point_in_time found damage: later records and segments are not replayed)."""
-    with open(path, "rb") as f:
-        if exclusive:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        buf = f.read()
+    buf = _read(path, exclusive)
     try:
         records, torn = decode_segment(buf, path, mode == TOLERATE_CORRUPTED_TAIL)
     except CorruptionError as e:

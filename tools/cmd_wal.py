@@ -38,8 +38,10 @@ def segments_to_dump(path: str, include_all: bool) -> list[tuple[int | None, str
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"{path}: not a regular file or a database directory")
     _mid, m = latest_manifest(db_dir(path))
-    segs = wal_files.list_segments(os.path.join(path, "wal"))
-    return [(i, p) for i, p in segs if include_all or i >= m.wal_replay_from]
+    wal_dir = os.path.join(path, "wal")
+    if include_all:
+        return wal_files.list_segments(wal_dir)
+    return wal_files.live_segments(wal_dir, m.wal_replay_from)
 
 
 def op_json(row: tuple, mode: str) -> dict[str, Any]:

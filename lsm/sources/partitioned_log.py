@@ -34,6 +34,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
+from formats import fileio
 from formats.log import (
     FILE_HEADER,
     MARKER_VERSION,
@@ -50,7 +51,7 @@ from formats.log import (
 )
 from lsm.clock import I64_MIN, check_i64_ms
 from lsm.errors import LsmError, SourceError
-from lsm.fsutil import fsync_dir, unlink_quiet, write_all
+from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.sources.protocol import MAX_PARTITION, SourceRecord, check_range, make_record
 
 _FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
@@ -59,7 +60,6 @@ CHUNK = 1 << 20  # bytes read at a time while indexing or reading
 # without its ctime changing too (timestamps are at worst a clock tick plus the file system's granularity,
 # 2 s on FAT, behind the clock): then what the index verified can be trusted while the stamp holds.
 SETTLED_NS = 3_000_000_000
-_write = os.write  # (tests replace it to fail an append half-way)
 _NOT_A_PARTITION = "not a partition file (partition files are regular files)"
 
 
@@ -372,7 +372,7 @@ class LogWriter:
         if is_database_dir(self.directory):  # its files would sit among the store's, unseen by both
             raise SourceError(f"{self.directory}: an lsm-sim database directory, not a partitioned log")
         os.makedirs(self.directory, exist_ok=True)
-        self._files: dict[int, list[int]] = {}  # partition -> [fd, next offset, file size]
+        self._files: dict[int, list[Any]] = {}  # partition -> [fd, next offset, file size, path]
         self._marked: set[int] = set()  # partitions whose header says MARKER_VERSION
 
     def __repr__(self) -> str:
@@ -433,9 +433,8 @@ class LogWriter:
         fd = open_partition_file(path, os.O_RDWR)  # not O_APPEND: that would append the header
         try:
             if file_version(os.pread(fd, FILE_HEADER.size, 0), path) != MARKER_VERSION:
-                if os.pwrite(fd, encode_file_header(MARKER_VERSION), 0) != FILE_HEADER.size:
-                    raise OSError(f"{path}: short write of the file header")
-                os.fsync(fd)
+                fileio.pwrite(fd, encode_file_header(MARKER_VERSION), 0, path)
+                fileio.fsync(fd, path)
         finally:
             os.close(fd)
         self._marked.add(partition)
@@ -447,11 +446,9 @@ class LogWriter:
         f = self._files.get(partition)
         if f is None:
             f = self._files[partition] = self._open(partition)
-        fd, offset, size = f
+        fd, offset, size, path = f
         try:
-            n = _write(fd, record)
-            if n != len(record):
-                write_all(fd, record[n:])
+            fileio.write(fd, record, path)
         except BaseException:
             # a failed append (disk full, an interrupt) may leave part of the record behind: cut it off,
             # or the next append would land after a torn record, which readers rightly call corruption
@@ -464,7 +461,7 @@ class LogWriter:
         f[1] = offset + 1
         f[2] = size + len(record)
         if self.sync:
-            os.fdatasync(fd)
+            fileio.fdatasync(fd, path)
         return offset
 
     def end(self, partition: int) -> int:
@@ -478,7 +475,7 @@ class LogWriter:
     def flush(self) -> None:
         """fsync every open partition file."""
         for f in (self._files or {}).values():
-            os.fdatasync(f[0])
+            fileio.fdatasync(f[0], f[3])
 
     def close(self) -> None:
         """fsync and close every partition file (releasing their locks). Idempotent."""
@@ -497,7 +494,7 @@ class LogWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open(self, partition: int) -> list[int]:
+    def _open(self, partition: int) -> list[Any]:
         path = partition_path(self.directory, partition)
         if not os.path.exists(path):
             self._create(path)
@@ -511,8 +508,8 @@ class LogWriter:
             positions, end = _scan(fd, FILE_HEADER.size, path)
             if os.fstat(fd).st_size > end:  # a torn tail: a producer died mid-append
                 os.ftruncate(fd, end)
-                os.fsync(fd)
-            return [fd, len(positions), end]
+                fileio.fsync(fd, path)
+            return [fd, len(positions), end, path]
         except BaseException:
             os.close(fd)
             raise
@@ -520,18 +517,18 @@ class LogWriter:
     def _create(self, path: str) -> None:
         """Create `path` holding just the file header, atomically (link of a complete temporary file)."""
         tmp = os.path.join(self.directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = fileio.create(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
-            write_all(fd, encode_file_header())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
+            try:
+                fileio.write(fd, encode_file_header(), tmp)
+                fileio.fsync(fd, tmp)
+            finally:
+                os.close(fd)
+            fileio.link(tmp, path)
         except FileExistsError:
             pass  # another writer created it first: use theirs
         finally:
-            unlink_quiet(tmp)
+            unlink_quiet(tmp)  # also after a failed write or sync: no temporary file is left behind
         fsync_dir(self.directory)
 
 

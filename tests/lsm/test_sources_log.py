@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from formats import fileio
 from lsm import CorruptionError, FormatVersionError, SourceError
 from lsm.sources import LogWriter, PartitionedLog, Source, SourceRecord
 from lsm.sources import partitioned_log as plog
@@ -302,21 +303,14 @@ def test_make_record_builds_the_same_frozen_record() -> None:
         r.offset = 10  # type: ignore[misc]
 
 
-def test_a_failed_append_leaves_no_torn_record_behind(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failed_append_leaves_no_torn_record_behind(tmp_path: Path) -> None:
     w = LogWriter(tmp_path)
     w.append(0, b"a", b"1")
-    real = plog._write
-
-    def half_then_fail(fd: int, data: bytes) -> int:
-        real(fd, data[: len(data) // 2])
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(plog, "_write", half_then_fail)
-    with pytest.raises(OSError, match="No space"):
-        w.append(0, b"b", b"2" * 100)
-    monkeypatch.setattr(plog, "_write", real)
+    # half the record reaches the file, then the disk is full (fileio's "short" fault)
+    with fileio.faults("short", 1, ops={"write"}, path="0.log") as plan:
+        with pytest.raises(fileio.FileOpError, match="No space"):
+            w.append(0, b"b", b"2" * 100)
+    assert plan.fired == 1
     log = PartitionedLog(tmp_path)
     assert log.torn_bytes(0) == 0 and log.end(0) == 1
     assert w.append(0, b"c", b"3") == 1  # continues right after the last complete record

@@ -229,6 +229,14 @@ def parser() -> argparse.ArgumentParser:
         help="skip RocksDB's compact_range of the same rows (run with the isolated compactions, if rocksdict "
         "is installed)",
     )
+    p.add_argument(
+        "--store",
+        choices=("local", "s3"),
+        default="local",
+        help="s3: also run --repeat isolated full compactions of the same database on an S3 store (the "
+        "environment's endpoint, else a local moto server), each right after one of a local copy: wall "
+        "time, peak anonymous memory and requests, and the ratio s3/local (default local)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     return p
 
@@ -451,6 +459,78 @@ def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report
         )
 
 
+def upload(base: str, url: str) -> int:
+    """Copy the local database `base` to the object-store URL `url` (its manifest, WAL and SST files; not
+    the local-only WRITER_EPOCH token); return the bytes copied."""
+    from formats.storage import storage_for
+
+    st = storage_for(url)
+    n = 0
+    for d in ("manifest", "wal", "sst"):
+        for name in sorted(os.listdir(os.path.join(base, d))):
+            if name.startswith(".") or name == "WRITER_EPOCH":
+                continue
+            with open(os.path.join(base, d, name), "rb") as f:
+                data = f.read()
+            st.write_file(f"{url}/{d}/{name}", (data,))
+            n += len(data)
+    return n
+
+
+def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict[str, Any]) -> None:
+    """--repeat pairs of full compactions, each in a fresh process (`compact_rss compact`): a fresh local
+    copy of `base`, then the same database uploaded to a fresh S3 prefix; the ratio of their wall times
+    per pair, the peak anonymous memory of each, and the S3 compaction's requests."""
+    from tools.bench import s3
+
+    why = s3.unavailable()
+    if why:
+        raise SystemExit(f"lsm: error: --store s3: {why}")
+    runs = []
+    work = os.path.join(root, "work-s3-local")
+    with s3.endpoint() as bucket:
+        for _ in range(a.repeat):
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(base, work)
+            lo = _child("compact", work, tick)
+            url = s3.fresh_prefix(bucket, "compact")
+            upload(base, url)
+            so = _child("compact", url, tick)
+            r = {
+                "local_seconds": lo["compact_seconds"],
+                "s3_seconds": so["compact_seconds"],
+                "ratio": so["compact_seconds"] / lo["compact_seconds"] if lo["compact_seconds"] else 0.0,
+                "local_peak_anon_mib": lo.get("peak_anon_mib"),
+                "s3_peak_anon_mib": so.get("peak_anon_mib"),
+                "requests": so.get("requests", {}),
+            }
+            runs.append(r)
+            q = r["requests"]
+            _say(
+                a,
+                f"s3:         full compaction local {r['local_seconds']:.2f} s, s3 {r['s3_seconds']:.2f} s = "
+                f"{r['ratio']:.2f}x; peak RssAnon local {_mib(r['local_peak_anon_mib'])} MiB, s3 "
+                f"{_mib(r['s3_peak_anon_mib'])} MiB; s3 requests {q.get('put', 0)} PUT, {q.get('get', 0)} GET, "
+                f"{q.get('list', 0)} LIST, {q.get('delete', 0)} DELETE",
+            )
+    shutil.rmtree(work, ignore_errors=True)
+    keys = ["local_seconds", "s3_seconds", "ratio"]
+    if all(r["s3_peak_anon_mib"] is not None and r["local_peak_anon_mib"] is not None for r in runs):
+        keys += ["local_peak_anon_mib", "s3_peak_anon_mib"]
+    med = medians(runs, tuple(keys))
+    report["s3"] = {"runs": runs, "median": med}
+    mem = (
+        f"; peak RssAnon local {med['local_peak_anon_mib']:.0f} MiB, s3 {med['s3_peak_anon_mib']:.0f} MiB"
+        if "s3_peak_anon_mib" in med
+        else ""
+    )
+    _say(
+        a,
+        f"s3 median:  full compaction on S3 {med['s3_seconds']:.2f} s vs local {med['local_seconds']:.2f} s = "
+        f"{med['ratio']:.2f}x{mem} (medians of {len(runs)})",
+    )
+
+
 def summarize(
     a: argparse.Namespace, results: dict[str, list[dict[str, Any]]], report: dict[str, Any]
 ) -> None:
@@ -517,6 +597,8 @@ def main(argv: list[str] | None = None, session: Any = None) -> int:
             summarize(a, compare_executors(a, root, base, built["tick"], session, report), report)
             if a.isolated and "local" in a.executors:
                 isolated_runs(a, root, base, built["tick"], report)
+            if a.store == "s3":
+                s3_runs(a, root, base, built["tick"], report)
     finally:
         if a.dir is None:
             shutil.rmtree(root, ignore_errors=True)

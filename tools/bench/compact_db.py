@@ -13,10 +13,14 @@ import dataclasses
 import os
 import random
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.bench.harness import KEY_SIZE, make_values
 from tools.render import plural
+
+if TYPE_CHECKING:
+    from formats.manifest import SstEntry
+    from lsm.versions import VersionSet
 
 T0 = 1_700_000_000_000  # first row timestamp (ms)
 TTL = 3_600_000
@@ -46,23 +50,54 @@ def run_sizes(num: int, runs: int) -> list[int]:
 
 
 def build_database(path: str, spec: Spec, progress: bool = False) -> dict[str, Any]:
-    """Write `spec.num` rows as `spec.runs` sorted runs of SSTs and commit them as the database at `path`."""
-    from formats.manifest import SortedRun, SstEntry
-    from formats.sst import SstWriter
+    """Write `spec.num` rows as `spec.runs` sorted runs of SSTs and commit them as the database at `path`.
+
+    The SSTs are written under an open handle: their file ids come from its version set, and one commit
+    of that version set publishes them (compare-and-swap, fenced by the handle's epochs, a failed I/O
+    call raised as `DbFailedError`), the path every version of a store takes. SSTs a failed commit cannot
+    have published are deleted again."""
+    from formats.manifest import SortedRun
     from lsm import DB, DbOptions, ManualClock
-    from lsm.manifest import ManifestStore
+
+    tick = T0 + spec.num + 2 * TTL  # the compaction clock: after every write
+    # the handle's clock stays below the tick, so the watermark it records at close is below it too
+    with DB.open(path, DbOptions(clock=ManualClock(tick - 1), background_compaction=False)) as db:
+        vs = db.engine.versions
+        written: list[SstEntry] = []
+        try:
+            runs = _write_runs(spec, tick, vs, written, progress)
+            # runs[0] is the newest (smallest, highest seqs): the manifest lists runs newest first, as a
+            # DB does
+            records = tuple(SortedRun(i + 1, ssts) for i, ssts in enumerate(runs))
+            vs.commit(
+                lambda m: m.replace(
+                    runs=records,
+                    next_run_id=len(records) + 1,
+                    last_seq=max(m.last_seq, spec.num),
+                    clock_watermark=max(m.clock_watermark, tick - 1),
+                ),
+                vs.install,
+            )
+        except BaseException as e:
+            vs.discard_outputs(tuple(written), e)
+            raise
+    nbytes = sum(e.info.file_size for e in written)
+    return {"rows": spec.num, "runs": [len(s) for s in runs], "ssts": len(written), "bytes": nbytes, "tick": tick}
+
+
+def _write_runs(
+    spec: Spec, tick: int, vs: VersionSet, written: list[SstEntry], progress: bool
+) -> list[tuple[SstEntry, ...]]:
+    """The SSTs of `build_database`'s runs, newest run first, named by ids from `vs`; each SST is added
+    to `written` as soon as it is complete."""
+    from formats.manifest import SstEntry
+    from formats.sst import SstWriter
 
     values = make_values(spec.value_size, 0.5, spec.seed)
     nvals = len(values)
-    sst_dir = os.path.join(path, "sst")
-    tick = T0 + spec.num + 2 * TTL  # the compaction clock: after every write
-    DB.open(
-        path, DbOptions(clock=ManualClock(tick), background_compaction=False)
-    ).close()  # an empty database
     sizes = run_sizes(spec.num, spec.runs)
     rng = random.Random(spec.seed)
     seq = spec.num  # the newest run holds the highest seqs; each row its own seq
-    file_no = 0
     runs: list[tuple[SstEntry, ...]] = []
     per_sst = max(1, spec.target_sst_bytes // (KEY_SIZE + spec.value_size + 33))
     for r, n in enumerate(sizes):
@@ -73,11 +108,8 @@ def build_database(path: str, spec: Spec, progress: bool = False) -> dict[str, A
         entries = []
         for lo in range(0, n, per_sst):
             chunk = keys[lo : lo + per_sst]
-            file_no += 1
-            name = f"{file_no:020d}-bench-{r}.sst"
-            w = SstWriter(
-                os.path.join(sst_dir, name), creation_timestamp=T0, block_bytes=spec.block_bytes, sync=False
-            )
+            name = f"{vs.alloc_ids():020d}-bench-{r}.sst"
+            w = SstWriter(vs.sst_path(name), creation_timestamp=T0, block_bytes=spec.block_bytes, sync=False)
             for k in chunk:
                 s = seq
                 seq -= 1
@@ -92,6 +124,7 @@ def build_database(path: str, spec: Spec, progress: bool = False) -> dict[str, A
                 else:
                     w.add((b"%016d" % k, s, ts, None, values[s % nvals]))
             entries.append(SstEntry(name, w.finish()))
+            written.append(entries[-1])
         runs.append(tuple(entries))
         if progress:
             print(
@@ -100,22 +133,7 @@ def build_database(path: str, spec: Spec, progress: bool = False) -> dict[str, A
                 flush=True,
             )
         del keys
-    # runs[0] is the newest (smallest, highest seqs): the manifest lists runs newest first, as a DB does
-    # the manifest: one new version after the empty database's, published by compare-and-swap (no DB
-    # is open, so no writer can race it; the next DB.open recovers from it)
-    store = ManifestStore(path)
-    mid, m = store.latest()
-    records = tuple(SortedRun(i + 1, ssts) for i, ssts in enumerate(runs))
-    edited = m.replace(
-        runs=records,
-        next_run_id=len(records) + 1,
-        last_seq=max(m.last_seq, spec.num),
-        clock_watermark=tick - 1,
-    )
-    if not store.try_create(mid + 1, edited):
-        raise RuntimeError(f"{path}: another process committed a manifest while the benchmark built it")
-    nbytes = sum(e.info.file_size for ssts in runs for e in ssts)
-    return {"rows": spec.num, "runs": [len(s) for s in runs], "ssts": file_no, "bytes": nbytes, "tick": tick}
+    return runs
 
 
 def build_tiny(path: str, tick: int) -> None:

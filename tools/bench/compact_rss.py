@@ -149,12 +149,15 @@ def compact(path: str, tick: int) -> dict[str, Any]:
     with DB.open(path, opts) as db:
         base = _status_kib("VmRSS") or 0
         reset = reset_peak_rss()
+        req0 = db.object_store_stats()
         with AnonPeak() as anon:
             t0, c0 = time.perf_counter(), time.process_time()
             stats = db.compact(full=True, executor="local")
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = peak_rss_kib()
+        requests = {k: v - req0[k] for k, v in db.object_store_stats().items()}
     return {
+        "requests": requests,
         **_anon(anon),
         "compact_seconds": seconds,
         "compact_cpu_seconds": cpu,

@@ -40,6 +40,7 @@ with ``@workload("mybench")`` (``fresh_db=True`` if it starts from an empty DB).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -138,10 +139,12 @@ def write_keys(ctx: RunContext, eng: Engine, name: str, keys: list[bytes]) -> Re
             return 0
 
     before, flushed_before = eng.sst_bytes_written(), eng.flush_bytes_written()
+    req_before = requests_of(eng)
     t, done, _ = timed_chunks(ctx.progress, f"{eng.name} {name}", len(keys), body)
+    req_note = requests_note(eng, req_before, t.seconds)
     settled = eng.settle() if ctx.settle else ""  # not timed
     after, flushed_after = eng.sst_bytes_written(), eng.flush_bytes_written()
-    notes = [f"batch {ctx.batch_size}" if ctx.batch_size > 1 else "", "sync" if ctx.sync else "", settled]
+    notes = [f"batch {ctx.batch_size}" if ctx.batch_size > 1 else "", "sync" if ctx.sync else "", settled, req_note]
     note = "; ".join(n for n in notes if n)
     nbytes = done * (KEY_SIZE + ctx.value_size)
     wa = None if before is None or after is None or not nbytes else (after - before) / nbytes
@@ -161,6 +164,22 @@ def write_keys(ctx: RunContext, eng: Engine, name: str, keys: list[bytes]) -> Re
         write_amp=wa,
         flush_amp=fa,
     )
+
+
+def requests_of(eng: Engine) -> dict[str, int] | None:
+    """The engine's object-store request counters now (None for an engine on local files)."""
+    get = getattr(eng, "requests", None)
+    return get() if get is not None else None
+
+
+def requests_note(eng: Engine, before: dict[str, int] | None, seconds: float) -> str:
+    """The requests a benchmark made: PUTs (WAL objects per second among them) and GETs."""
+    if before is None:
+        return ""
+    now = requests_of(eng) or {}
+    d = {k: now.get(k, 0) - before.get(k, 0) for k in now}
+    rate = d["put_wal"] / seconds if seconds > 0 else 0.0
+    return f"requests: {d['put']} PUT ({d['put_wal']} WAL, {rate:.1f}/s), {d['get']} GET, {d['list']} LIST"
 
 
 @workload("fillseq", fresh_db=True)
@@ -187,6 +206,7 @@ def readrandom(ctx: RunContext, eng: Engine, step: int) -> Result:
     note = eng.prepare_reads()
     keys = ctx.random_keys(step, "readrandom", ctx.reads)
     get = eng.get_fn()
+    req_before = requests_of(eng)
 
     def body(a: int, b: int) -> int:
         found = 0
@@ -196,6 +216,7 @@ def readrandom(ctx: RunContext, eng: Engine, step: int) -> Result:
         return found
 
     t, done, found = timed_chunks(ctx.progress, f"{eng.name} readrandom", len(keys), body)
+    note = "; ".join(n for n in (note, requests_note(eng, req_before, t.seconds)) if n)
     nbytes = found * (KEY_SIZE + ctx.value_size)
     return Result(eng.name, "readrandom", done, t.seconds, nbytes, found, note, t.cpu_seconds)
 
@@ -229,6 +250,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--num", type=int_arg(1), default=1_000_000, help="number of key-value pairs (default 1000000)"
+    )
+    p.add_argument(
+        "--store",
+        choices=("local", "s3"),
+        default="local",
+        help="s3: also run lsm on an S3 store (engine lsm-s3; AWS_ENDPOINT_URL's, else a local moto "
+        "server started for the run) beside lsm in a local directory, and report lsm-s3/lsm and its "
+        "object-store requests (default local)",
     )
     p.add_argument(
         "--reads", type=int_arg(0), default=None, help="reads for readrandom/readseq (default --num)"
@@ -361,7 +390,11 @@ def print_grouped(names: list[str], versions: list[str], results: list[Result]) 
         group = [r for r in results if r.benchmark == bench]
         for r in group:
             print(r.line())
-        ratio = ratio_line(bench, group)
+        ratio = ratio_line(bench, [r for r in group if r.engine != "lsm-s3"])
+        if ratio:
+            print(ratio)
+        s3 = [r for r in group if r.engine in ("lsm-s3", "lsm")]
+        ratio = ratio_line(bench, s3, base="lsm-s3") if len(s3) == 2 else None
         if ratio:
             print(ratio)
 
@@ -375,6 +408,13 @@ def main(argv: list[str]) -> int:
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
     engines = _engine_names(p, a.compare)
+    if a.store == "s3":
+        from tools.bench import s3
+
+        why = s3.unavailable()
+        if why:
+            p.error(f"--store s3: {why}")
+        engines.insert(1, "lsm-s3")
     ctx = RunContext(
         num=a.num,
         reads=a.num if a.reads is None else a.reads,
@@ -396,6 +436,7 @@ def main(argv: list[str]) -> int:
             print(f"# done: {r.line()}", file=sys.stderr, flush=True)
 
     root = a.db or tempfile.mkdtemp(prefix="lsm-bench-")
+    stack = contextlib.ExitStack()
     results: list[Result] = []
     versions: list[str] = []
     profiles: list[str] = []
@@ -403,13 +444,16 @@ def main(argv: list[str]) -> int:
         os.makedirs(root, exist_ok=True)
         if not a.json:
             _print_header(ctx, a, names, engines, root)
+        s3_bucket = stack.enter_context(_s3_endpoint()) if a.store == "s3" else ""
         for name in engines:
             top = a.profile if name == "lsm" else None
-            version, got, tables = run_engine(ctx, name, os.path.join(root, name), names, emit, top)
+            where = s3_bucket if name == "lsm-s3" else os.path.join(root, name)
+            version, got, tables = run_engine(ctx, name, where, names, emit, top)
             versions.append(version)
             results += got
             profiles += tables
     finally:
+        stack.close()
         if a.db is None:
             shutil.rmtree(root, ignore_errors=True)
     if a.json:
@@ -424,6 +468,12 @@ def main(argv: list[str]) -> int:
     for t in profiles:  # with --json on stderr, so stdout stays one JSON document
         print(t, file=sys.stderr if a.json else sys.stdout)
     return 0
+
+
+def _s3_endpoint() -> contextlib.AbstractContextManager[str]:
+    from tools.bench import s3
+
+    return s3.endpoint()
 
 
 def write_amp_line(benchmark: str, results: Sequence[Result], settled: bool = False) -> str | None:

@@ -175,6 +175,38 @@ class LsmEngine(Engine):
         return note
 
 
+class LsmS3Engine(LsmEngine):
+    """lsm-sim on an object store (``lsm bench --store s3``): the same options, the database at an S3
+    URL (`tools.bench.s3`). `path` is the bucket URL; each fresh open takes a new prefix under it."""
+
+    name = "lsm-s3"
+
+    def __init__(self, path: str, sync: bool, policy: str = DEFAULT_POLICY) -> None:
+        super().__init__(path, sync, policy)
+        self.bucket = path
+        self.url = ""
+        self.puts_at_start = 0
+
+    def open(self, fresh: bool) -> None:
+        from tools.bench.s3 import fresh_prefix
+
+        self.close()
+        if fresh or not self.url:
+            self.url = fresh_prefix(self.bucket, "db")
+        import lsm
+
+        self.db = lsm.DB.open(self.url, lsm_options(self.policy))
+        self._wo = lsm.WriteOptions(sync=True) if self.sync else None
+        self._batch = lsm.WriteBatch
+
+    def describe(self) -> str:
+        return f"DbOptions(compaction_policy={self.policy!r}) at {self.bucket}/..."
+
+    def requests(self) -> dict[str, int]:
+        """The object-store requests of this database so far."""
+        return self.db.object_store_stats()
+
+
 def lsm_options(policy: str) -> Any:
     """The `lsm.DbOptions` the bench runs lsm with: the defaults and `policy`."""
     import lsm
@@ -369,5 +401,5 @@ class PlyvelEngine(Engine):
 
 
 ENGINES: dict[str, type[Engine]] = {
-    e.name: e for e in (LsmEngine, RocksdictEngine, RocksdictDefaultsEngine, PlyvelEngine)
+    e.name: e for e in (LsmEngine, LsmS3Engine, RocksdictEngine, RocksdictDefaultsEngine, PlyvelEngine)
 }

@@ -336,12 +336,11 @@ class DiskAccount(EventListener):
             del totals[name]
         self.total_bytes, self.total_rows = nbytes, nrows
         wal_bytes = 0
-        for sid, p in wal_files.list_segments(self.wal_dir):
-            if sid >= m.wal_replay_from:
-                try:
-                    wal_bytes += os.path.getsize(p)
-                except FileNotFoundError:
-                    pass
+        for _sid, p in wal_files.live_segments(self.wal_dir, m.wal_replay_from):
+            try:
+                wal_bytes += os.path.getsize(p)
+            except FileNotFoundError:
+                pass
         self.disk_bytes = wal_bytes + size
 
     # -- helpers -------------------------------------------------------------------------------------

@@ -1,0 +1,320 @@
+"""Where the engine's durable files live: one seam, two backends.
+
+Every durable file of a database (WAL segments, SSTs, manifest versions) is named by a path string. A
+local path (``/data/db/sst/…``) is a file in a directory, as it always was; a URL (``s3://bucket/db/sst/…``,
+``memory://name/sst/…``) is an object in an object store. `storage_for(path)` returns the backend that
+owns a path, and the engine reads, lists, writes and deletes through it, so one code path serves both:
+
+* `LocalStorage` does what the engine always did, through `formats.fileio` (fsync, hard-link publication,
+  the fault shim) and mmap for SST reads. Its hot paths (the WAL append) never pass through here.
+* `ObjectStorage` (formats.objstore) keeps the same files as objects on an object store, through obstore.
+
+Paths are joined with ``os.path.join`` on both (a URL's separator is "/" too). Only what an object store
+can do is asked of the seam: whole-file writes (an object is written once), create-if-absent (the
+conditional PUT that publishes a manifest version or claims a WAL object id), ranged reads, listing by
+prefix and deletes. Appends exist only locally (`lsm.wal` keeps its segment files open for them).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import threading
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from formats import fileio
+
+URL_MARK = "://"
+
+
+def is_url(path: str) -> bool:
+    """Whether `path` names an object (``scheme://…``) rather than a local file."""
+    return URL_MARK in path
+
+
+class Storage:
+    """The operations the engine needs from the place its files live (see the module docstring)."""
+
+    local: bool = True
+    shared: bool = True  # whether another process (a worker, a Spark executor) sees the same files
+
+    def read(self, path: str) -> bytes:
+        """The whole file (FileNotFoundError if there is none)."""
+        raise NotImplementedError
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the file."""
+        raise NotImplementedError
+
+    def size(self, path: str) -> int:
+        """The file's length in bytes (FileNotFoundError if there is none)."""
+        raise NotImplementedError
+
+    def open_map(self, path: str, sequential: bool = False) -> Any:
+        """A read-only, sliceable view of the whole file: ``len(m)``, ``m[a:b]`` and ``m.close()``
+        (an mmap locally; ranged GETs with a cached tail on an object store, in large windows when the
+        reader says it reads front to back: `sequential`)."""
+        raise NotImplementedError
+
+    def list_names(self, directory: str) -> list[str]:
+        """Names of the files directly in `directory` (empty if it does not exist)."""
+        raise NotImplementedError
+
+    def list_mtimes(self, directory: str) -> dict[str, float]:
+        """name -> modification time (seconds since the epoch) of the files directly in `directory`."""
+        raise NotImplementedError
+
+    def list_numbered(self, directory: str, suffix: str) -> list[tuple[int, str]]:
+        """(id, path) of the files named ``<digits><suffix>`` in `directory`, ascending by id."""
+        out = []
+        for name in self.list_names(directory):
+            if name.endswith(suffix):
+                stem = name[: -len(suffix)]
+                if stem.isdigit():
+                    out.append((int(stem), os.path.join(directory, name)))
+        out.sort()
+        return out
+
+    def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
+        """Write a whole new file (replacing any old one unless `exclusive`) from `chunks`; durable when
+        this returns if `sync`. A failure leaves no file behind that a reader could take for whole."""
+        raise NotImplementedError
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Create `path` holding `data` only if it does not exist: True if we created it, False if it
+        already existed. Atomic: a reader sees all of `data` or no file. Errors raise OSError; one after
+        which the file may exist is `PublishUnknownError` (formats.storage)."""
+        raise NotImplementedError
+
+    def delete(self, path: str) -> None:
+        """Remove the file; one already gone is fine."""
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        """Whether the file exists."""
+        raise NotImplementedError
+
+    def makedirs(self, directory: str) -> None:
+        """Make `directory` (and its parents) exist; nothing to do on an object store."""
+
+    def fsync_dir(self, directory: str) -> None:
+        """Make the directory's entries durable; nothing to do on an object store."""
+
+    def stats(self) -> dict[str, int]:
+        """Object-store requests and bytes by kind; all zeros locally (`ObjectStorage.stats`)."""
+        return dict.fromkeys(STAT_KEYS, 0)
+
+    def reset_stats(self) -> None:
+        """Zero the request counters."""
+
+
+# requests by kind, bytes moved, and the PUTs by the directory they wrote to (WAL objects, SSTs, manifests)
+STAT_KEYS = ("put", "get", "list", "delete", "head", "put_bytes", "get_bytes", "put_wal", "put_sst", "put_manifest")
+PUT_DIRS = ("wal", "sst", "manifest")
+
+
+class PublishUnknownError(Exception):
+    """A create-if-absent may or may not have taken effect (a link, a directory fsync or a PUT's
+    response failed after the request may have landed). The caller must not guess: the next open
+    reads what is there."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+TMP_PREFIX = ".tmp-"
+
+
+class LocalStorage(Storage):
+    """Files in a local directory, through `formats.fileio` (module docstring)."""
+
+    local = True
+
+    def read(self, path: str) -> bytes:
+        """The whole file."""
+        with open(path, "rb") as f:
+            return f.read()
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the file (one pread)."""
+        with open(path, "rb") as f:
+            return os.pread(f.fileno(), end - start, start)
+
+    def size(self, path: str) -> int:
+        """The file's size (stat)."""
+        return os.stat(path).st_size
+
+    def open_map(self, path: str, sequential: bool = False) -> Any:
+        """A read-only mmap of the file (b"" for an empty one); ValueError if it is not a regular file."""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang the open
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{path}: not a regular file")
+            if st.st_size == 0:
+                return b""
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+
+    def list_names(self, directory: str) -> list[str]:
+        """os.listdir, or [] when the directory does not exist."""
+        try:
+            return os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def list_mtimes(self, directory: str) -> dict[str, float]:
+        """name -> st_mtime of the files in `directory`."""
+        out = {}
+        for name in self.list_names(directory):
+            try:
+                out[name] = os.stat(os.path.join(directory, name)).st_mtime
+            except FileNotFoundError:
+                continue
+        return out
+
+    def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
+        """Create (O_EXCL if `exclusive`, else O_TRUNC), write every chunk, fsync if `sync`; a failure removes the file."""
+        flags = os.O_WRONLY | (os.O_EXCL if exclusive else os.O_TRUNC)
+        fd = fileio.create(path, flags)
+        try:
+            try:
+                fileio.write_chunks(fd, chunks, path)
+                if sync:
+                    fileio.fsync(fd, path)
+            finally:
+                os.close(fd)
+        except BaseException:
+            try:
+                fileio.unlink(path)
+            except OSError:
+                pass
+            raise
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Temporary file, fsync, hard link to `path` (fails if it exists), directory fsync."""
+        # written to a temporary file, fsynced, then hard-linked to its name: the link fails if the
+        # name exists, so a file is never seen half-written and two writers never both create it
+        directory = os.path.dirname(path)
+        tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+        fd = fileio.create(tmp, os.O_WRONLY | os.O_EXCL)
+        try:
+            try:
+                fileio.write(fd, data, tmp)  # every byte, or an error: never a short file
+                fileio.fsync(fd, tmp)
+            finally:
+                os.close(fd)
+        except BaseException:
+            _unlink_quiet(tmp)
+            raise
+        try:
+            fileio.link(tmp, path)
+        except FileExistsError:
+            _unlink_quiet(tmp)
+            return False
+        except OSError as e:
+            _unlink_quiet(tmp)
+            if e.errno == 2:  # ENOENT: our temporary file is gone, so nothing was linked
+                raise
+            raise PublishUnknownError(e) from e
+        _unlink_quiet(tmp)
+        try:
+            fileio.fsync_dir(directory)
+        except OSError as e:
+            raise PublishUnknownError(e) from e
+        return True
+
+    def delete(self, path: str) -> None:
+        """Unlink through formats.fileio; a missing file is fine."""
+        fileio.unlink(path)
+
+    def exists(self, path: str) -> bool:
+        """os.path.exists."""
+        return os.path.exists(path)
+
+    def makedirs(self, directory: str) -> None:
+        """os.makedirs(exist_ok=True)."""
+        os.makedirs(directory, exist_ok=True)
+
+    def fsync_dir(self, directory: str) -> None:
+        """fsync the directory through formats.fileio."""
+        fileio.fsync_dir(directory)
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        fileio.unlink(path)
+    except OSError:
+        pass
+
+
+LOCAL = LocalStorage()
+
+# -- the registry of object stores -------------------------------------------------------------------------
+_registry: dict[str, Storage] = {}  # root URL (no trailing "/") -> its backend
+_registry_lock = threading.Lock()
+
+
+def _root_of(url: str) -> str:
+    """``scheme://bucket`` of a URL: the store a path is resolved in when no database root is registered."""
+    scheme, rest = url.split(URL_MARK, 1)
+    return f"{scheme}{URL_MARK}{rest.split('/', 1)[0]}"
+
+
+def register(root: str, options: dict[str, Any] | None = None) -> Storage:
+    """The backend for the database (or bucket) at URL `root`, created with obstore config `options`
+    (else the standard environment) the first time, and kept: later paths under `root` resolve to it, so
+    its request counters are that database's. A second call with options replaces the client."""
+    root = root.rstrip("/")
+    with _registry_lock:
+        have = _registry.get(root)
+        if have is not None and (not options or getattr(have, "options", None) == options):
+            return have
+        from formats.objstore import ObjectStorage  # obstore is imported only by object-store users
+
+        st = ObjectStorage(root, options)
+        _registry[root] = st
+        return st
+
+
+def registered() -> list[tuple[str, dict[str, Any]]]:
+    """(root, options) of every registered object store, for a worker process to `install`."""
+    with _registry_lock:
+        return [(root, dict(st.options)) for root, st in _registry.items() if st.shared]
+
+
+def install(entries: list[tuple[str, dict[str, Any]]]) -> None:
+    """Register the object stores of another process's `registered()` (a compaction worker's job)."""
+    for root, options in entries:
+        with _registry_lock:
+            have = _registry.get(root)
+        if have is None or have.options != options:
+            register(root, options)
+
+
+def storage_for(path: str | os.PathLike[str]) -> Storage:
+    """The backend that owns `path`: the local file system for a path, else the registered object
+    store with the longest root that is a prefix of the URL (registering its bucket if none is)."""
+    p = os.fspath(path)
+    if URL_MARK not in p:
+        return LOCAL
+    best: Storage | None = None
+    best_len = -1
+    for root, st in list(_registry.items()):
+        if (p == root or p.startswith(root + "/")) and len(root) > best_len:
+            best, best_len = st, len(root)
+    if best is not None:
+        return best
+    return register(_root_of(p))
+
+
+def key_of(url: str) -> str:
+    """The object key of a URL within its bucket (``s3://b/db/sst/x`` -> ``db/sst/x``)."""
+    _scheme, rest = url.split(URL_MARK, 1)
+    return rest.split("/", 1)[1] if "/" in rest else ""
+

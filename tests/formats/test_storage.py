@@ -1,0 +1,106 @@
+"""The storage seam: both backends answer the engine's questions the same way."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from formats.objstore import TAIL_BYTES
+from formats.storage import LOCAL, register, storage_for
+
+
+@pytest.fixture(params=["local", "s3", "memory"])
+def root(request: pytest.FixtureRequest, tmp_path) -> str:
+    if request.param == "local":
+        d = tmp_path / "store"
+        d.mkdir()
+        return str(d)
+    if request.param == "memory":
+        return f"memory://seam-{os.urandom(4).hex()}/db"
+    return request.getfixturevalue("s3_server").new_url()
+
+
+def test_local_paths_are_the_file_system_and_urls_are_objects(root: str) -> None:
+    st = storage_for(root)
+    assert (st is LOCAL) == ("://" not in root)
+    assert storage_for(os.path.join(root, "sst", "x.sst")) is st
+
+
+def test_write_read_list_delete(root: str) -> None:
+    st = storage_for(root)
+    d = os.path.join(root, "wal")
+    st.makedirs(d)
+    for i in (3, 1, 20):
+        st.write_file(os.path.join(d, f"{i:020d}.wal"), (b"seg", str(i).encode()))
+    st.write_file(os.path.join(d, "notes.txt"), (b"x",))
+    assert [i for i, _ in st.list_numbered(d, ".wal")] == [1, 3, 20]
+    assert st.read(os.path.join(d, f"{20:020d}.wal")) == b"seg20"
+    assert st.read_range(os.path.join(d, f"{20:020d}.wal"), 1, 4) == b"eg2"
+    assert st.size(os.path.join(d, f"{3:020d}.wal")) == 4
+    assert set(st.list_mtimes(d)) == {f"{i:020d}.wal" for i in (1, 3, 20)} | {"notes.txt"}
+    st.delete(os.path.join(d, f"{3:020d}.wal"))
+    st.delete(os.path.join(d, f"{3:020d}.wal"))  # already gone: fine
+    assert [i for i, _ in st.list_numbered(d, ".wal")] == [1, 20]
+    assert not st.exists(os.path.join(d, f"{3:020d}.wal"))
+    with pytest.raises(FileNotFoundError):
+        st.read(os.path.join(d, "missing"))
+
+
+def test_put_if_absent_lets_exactly_one_writer_create(root: str) -> None:
+    st = storage_for(root)
+    d = os.path.join(root, "manifest")
+    st.makedirs(d)
+    p = os.path.join(d, "00000000000000000001.manifest")
+    assert st.put_if_absent(p, b"first")
+    assert not st.put_if_absent(p, b"second")
+    assert st.read(p) == b"first"
+    assert [n for n in st.list_names(d) if n.startswith(".tmp-")] == []  # no temporaries left
+
+
+def test_an_object_put_whose_response_was_lost_is_recognised_as_ours(s3_server) -> None:
+    # a retried create finds the object its first attempt wrote: the same bytes mean it is ours
+    st = storage_for(s3_server.new_url())
+    p = st.root + "/manifest/00000000000000000007.manifest"
+    assert st.put_if_absent(p, b"version seven")
+    assert st.put_if_absent(p, b"version seven")
+    assert not st.put_if_absent(p, b"another writer's version")
+
+
+def test_range_file_reads_the_tail_once_and_ranges_on_demand(s3_server) -> None:
+    st = storage_for(s3_server.new_url())
+    p = st.root + "/sst/big.sst"
+    data = bytes(range(256)) * ((TAIL_BYTES * 3) // 256)
+    st.write_file(p, (data,))
+    st.reset_stats()
+    m = st.open_map(p)
+    assert st.stats()["get"] == 1 and len(m) == len(data)
+    assert m[len(data) - 10 :] == data[-10:]
+    assert st.stats()["get"] == 1  # served from the cached tail
+    assert m[5:17] == data[5:17]
+    assert st.stats()["get"] == 2  # one ranged GET
+    m.prefetch(TAIL_BYTES)
+    gets = st.stats()["get"]
+    assert m[TAIL_BYTES : TAIL_BYTES + 100] == data[TAIL_BYTES : TAIL_BYTES + 100]
+    assert st.stats()["get"] == gets
+
+
+def test_requests_are_counted_per_database(s3_server) -> None:
+    a = register(s3_server.new_url("a"))
+    b = register(s3_server.new_url("b"))
+    a.write_file(a.root + "/x", (b"12345",))
+    a.read(a.root + "/x")
+    a.list_names(a.root)
+    a.delete(a.root + "/x")
+    sa = a.stats()
+    assert (sa["put"], sa["get"], sa["list"], sa["delete"]) == (1, 1, 1, 1)
+    assert sa["put_bytes"] == 5 and sa["get_bytes"] == 5
+    assert b.stats()["put"] == 0
+    assert LOCAL.stats()["put"] == 0
+
+
+def test_an_unreachable_store_is_an_os_error_naming_the_object(s3_server) -> None:
+    opts = s3_server.options(endpoint="http://127.0.0.1:9")  # nothing listens on port 9
+    st = register(s3_server.new_url("down"), {**opts, "max_retries": 1, "retry_timeout_ms": 200})
+    with pytest.raises(OSError, match="down/sst/x"):
+        st.read(st.root + "/sst/x")

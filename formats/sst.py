@@ -433,6 +433,7 @@ class SstWriter:
             "first_key": keys[0],
             "last_key": keys[-1],
         }
+        figures["num_blocks"] = enc.num_blocks
         filt = bloom.build(keys if self._distinct else _distinct_keys(keys), self.bloom_bits_per_key)
         return figures, features, encoded, filt
 
@@ -465,7 +466,9 @@ class SstWriter:
                 filt = bloom.build_hashed(hashes, bits)
         figures["first_key"] = bytes(keys[0])
         figures["last_key"] = bytes(keys[-1])
-        return figures, features, enc.blocks_of_stream(memoryview(stream), starts, keys, distinct=self._distinct), filt
+        blocks = enc.blocks_of_stream(memoryview(stream), starts, keys, distinct=self._distinct)
+        figures["num_blocks"] = enc.num_blocks
+        return figures, features, blocks, filt
 
     def finish(self) -> SsTableInfo:
         """Encode, write and fsync the file; return its metadata. Raises ValueError when empty."""
@@ -473,14 +476,13 @@ class SstWriter:
             self._encode_records() if self._recs else self._encode_rows()
         )
         data_size = offset
-        index = _seal(U32.pack(len(chunks)) + b"".join(index_parts))
+        index = _seal(U32.pack(figures["num_blocks"]) + b"".join(index_parts))
         filt = _seal(filt)
         info = SsTableInfo(
             format_version=self.format_version,
             row_features=tuple(int(f) for f in features),
             creation_timestamp=self.creation_timestamp,
             **figures,
-            num_blocks=len(chunks),
             data_size=data_size,
             index_offset=data_size,
             index_size=len(index),

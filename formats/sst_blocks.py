@@ -31,6 +31,7 @@ class BlockEncoder:
     def __init__(self, block_bytes: int, compression: int) -> None:
         self.block_bytes = block_bytes
         self.compression = compression
+        self.num_blocks = 0  # blocks sealed so far (the uncompressed blocks of a stream are one chunk)
 
     def encode(self, rows: list[tuple], codec: RowCodec) -> tuple[list[bytes], list[bytes], int]:
         """The data blocks through the generic `RowCodec.encode_parts`: (sealed blocks, index entries,
@@ -198,7 +199,7 @@ class BlockEncoder:
         # each block's tail: its rows' offsets, then its row count
         tails = memoryview(np.insert(rel, at[1:], counts).astype(">u4").tobytes())
         if self.compression == COMPRESSION_NONE:
-            chunks, sizes = self._stored_blocks(stream, starts_np, at, tails)
+            chunks, sizes = self._stored_blocks(stream, starts_np, at, tails)  # one chunk: all of them
         else:
             chunks = []
             code_byte = bytes((self.compression,))
@@ -210,6 +211,7 @@ class BlockEncoder:
                 stored = b"".join((_compress(b"".join(rows_tail), self.compression), code_byte))
                 chunks.append(stored + pack_q(_xxh3(stored)))  # as `_seal` seals it
             sizes = np.fromiter(map(len, chunks), np.int64, len(chunks))
+        self.num_blocks += len(sizes)
         offsets = np.zeros(len(sizes) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         if key_array:
@@ -260,7 +262,7 @@ class BlockEncoder:
 
     def _stored_blocks(self, stream: memoryview, starts_np: Any, at: Any, tails: memoryview) -> tuple[list, Any]:
         """Uncompressed blocks (rows `at[b]` to `at[b + 1]` of `stream`, then their tail from `tails`),
-        sealed as `_seal` seals them, into one buffer: (each block as a view of it, their sizes)."""
+        sealed as `_seal` seals them, into one buffer: ([the buffer], the blocks' sizes)."""
         import numpy as np
 
         counts = np.diff(at)
@@ -295,7 +297,7 @@ class BlockEncoder:
             t += tb
             out[e] = code
             pack_q(out, e + 1, _xxh3(view[o : e + 1]))  # the checksum of the stored payload and its code
-        return [view[o : o + z] for o, z in zip(offsets[:-1].tolist(), sizes.tolist(), strict=True)], sizes
+        return [out], sizes
 
     def _add_block(
         self,
@@ -328,6 +330,7 @@ class BlockEncoder:
         parts.append(tail)
         block = _seal(b"".join(parts), self.compression)
         chunks.append(block)
+        self.num_blocks += 1
         index_parts.append(INDEX_ENTRY.pack(offset, len(block), num_rows))
         index_parts += (KLEN.pack(len(first)), first, KLEN.pack(len(last)), last)
         return offset + len(block)

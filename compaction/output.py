@@ -20,7 +20,7 @@ from formats import fileio
 from formats.row_array import record_rows
 from formats.sst import SsTableInfo, SstWriter
 from formats.sst_blocks import is_value_array
-from formats.sst_records import record_size
+from formats.sst_records import Scratch, record_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +62,7 @@ class SstOutput:
         self.outputs: list[tuple[str, SsTableInfo]] = []
         self.write_seconds = 0.0
         self._counter = itertools.count()
+        self._scratch = Scratch()  # its writers' encoding buffers, kept from one file to the next
 
     def _finish(self, name: str, w: SstWriter) -> None:
         t0 = time.perf_counter()
@@ -79,6 +80,7 @@ class SstOutput:
             bloom_bits_per_key=s.bloom_bits_per_key,
             compression=s.compression,
             sync=s.sync,
+            scratch=self._scratch,
         )
         return name, w
 

@@ -86,6 +86,7 @@ from formats.sst_layout import (
 )
 from formats.sst_reader import ROW_INDEX_BYTES, SstReader
 from formats.sst_records import (
+    Scratch,
     check_records,
     is_records,
     key_steps,
@@ -121,6 +122,7 @@ class SstWriter:
         bloom_bits_per_key: int = 10,
         compression: str | None = None,
         sync: bool = True,
+        scratch: Scratch | None = None,
     ) -> None:
         if format_version not in SUPPORTED_FORMAT_VERSIONS:
             raise FormatVersionError(str(path), f"cannot write SST format version {format_version}")
@@ -135,6 +137,7 @@ class SstWriter:
         self.bloom_bits_per_key = bloom_bits_per_key
         self.compression = COMPRESSION_CODES[compression]
         self.sync = sync
+        self.scratch = scratch  # buffers lent by the caller for the encoding (`formats.sst_records.Scratch`)
         self.rows: list[tuple] = []
         # rows added by `extend_columns` stay columns (keys, seqs, tss, exps, values) until `finish`; rows
         # added by `add`/`extend` go to `rows`. Only one of the two holds rows at a time (a call of the
@@ -404,7 +407,7 @@ class SstWriter:
         else:
             features = ()
         codec = codec_for(self.format_version, features)
-        enc = BlockEncoder(self.block_bytes, self.compression)
+        enc = BlockEncoder(self.block_bytes, self.compression, self.scratch)
         if codec.features in _FAST_LAYOUTS:
             columns = (keys, seqs, tss, exps, values)
             encoded = None
@@ -445,8 +448,8 @@ class SstWriter:
         recs = self._recs
         figures = record_figures(recs)
         features = features_for(figures["num_expiring"] > 0)
-        stream, starts = record_stream(recs, RowFeature.TimeToLive in features)
-        enc = BlockEncoder(self.block_bytes, self.compression)
+        stream, starts = record_stream(recs, RowFeature.TimeToLive in features, self.scratch)
+        enc = BlockEncoder(self.block_bytes, self.compression, self.scratch)
         bits = self.bloom_bits_per_key
         width = recs[0].dtype["key"].itemsize
         if any(r.dtype["key"].itemsize != width for r in recs):

@@ -19,7 +19,7 @@ from typing import Any
 
 from formats.row import MAX_VALUE_LEN, RowCodec, RowFeature
 from formats.sst_layout import COMPRESSION_NONE, INDEX_ENTRY, KLEN, TRAILER, _compress, _seal, _xxh3
-from formats.sst_records import key_steps, key_words
+from formats.sst_records import Scratch, key_steps, key_words
 
 I64_MIN, I64_MAX, U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
@@ -28,9 +28,10 @@ class BlockEncoder:
     """Cuts and seals the data blocks of one SST (`block_bytes` per block, `compression` a code of
     `formats.sst_layout.COMPRESSION_CODES`)."""
 
-    def __init__(self, block_bytes: int, compression: int) -> None:
+    def __init__(self, block_bytes: int, compression: int, scratch: Scratch | None = None) -> None:
         self.block_bytes = block_bytes
         self.compression = compression
+        self.scratch = scratch  # where uncompressed blocks are sealed, when given (`formats.sst_records`)
         self.num_blocks = 0  # blocks sealed so far (the uncompressed blocks of a stream are one chunk)
 
     def encode(self, rows: list[tuple], codec: RowCodec) -> tuple[list[bytes], list[bytes], int]:
@@ -271,7 +272,9 @@ class BlockEncoder:
         sizes = row_bytes + tail_bytes + TRAILER.size
         offsets = np.zeros(len(sizes) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        out = bytearray(int(offsets[-1]))
+        total = int(offsets[-1])
+        # every byte is written below: rows, tails, codes, checksums
+        out = np.empty(total, np.uint8) if self.scratch is None else self.scratch.get("blocks", total)
         view = memoryview(out)
         code = self.compression
         # the leading blocks of one size and row count (rows of one size cut alike: most files) are the
@@ -279,7 +282,7 @@ class BlockEncoder:
         same = (sizes != sizes[0]) | (counts != counts[0])
         m = int(np.argmax(same)) if same.any() else len(sizes)
         size, r, tb = int(sizes[0]), int(row_bytes[0]), int(tail_bytes[0])
-        grid = np.frombuffer(out, np.uint8, m * size).reshape(m, size)
+        grid = out[: m * size].reshape(m, size)
         base = int(starts_np[0])
         grid[:, :r] = np.frombuffer(stream, np.uint8, m * r, base).reshape(m, r)
         grid[:, r : r + tb] = np.frombuffer(tails, np.uint8, m * tb).reshape(m, tb)
@@ -297,7 +300,7 @@ class BlockEncoder:
             t += tb
             out[e] = code
             pack_q(out, e + 1, _xxh3(view[o : e + 1]))  # the checksum of the stored payload and its code
-        return [out], sizes
+        return [view], sizes
 
     def _add_block(
         self,

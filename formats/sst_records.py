@@ -147,10 +147,11 @@ def record_figures(arrays: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def record_stream(arrays: Sequence[Any], ttl: bool) -> tuple[Any, Any]:
+def record_stream(arrays: Sequence[Any], ttl: bool, scratch: Scratch | None = None) -> tuple[Any, Any]:
     """The row stream of the rows of `arrays` in the file's layout (`ttl`: with the expire_ts slot), as
     the row path encodes them: (the stream as a numpy uint8 array, row i's offset in it as an int64
-    array of n + 1 entries, the last its end)."""
+    array of n + 1 entries, the last its end). Several arrays' streams are joined in `scratch`'s
+    ``"stream"`` buffer when one is given."""
     import numpy as np
 
     streams = []
@@ -161,7 +162,32 @@ def record_stream(arrays: Sequence[Any], ttl: bool) -> tuple[Any, Any]:
         sizes.append(z)
     starts = np.zeros(sum(map(len, sizes)) + 1, np.int64)
     np.cumsum(np.concatenate(sizes) if len(sizes) > 1 else sizes[0], out=starts[1:])
-    return (streams[0] if len(streams) == 1 else np.concatenate(streams)), starts
+    if len(streams) == 1:
+        return streams[0], starts
+    out = None if scratch is None else scratch.get("stream", int(starts[-1]))
+    return np.concatenate(streams, out=out), starts
+
+
+class Scratch:
+    """Byte buffers lent to the SST writers of one output (`compaction.output.SstOutput`), one per use,
+    each grown to the largest size asked for and kept: a compaction writes one output file after
+    another, and a buffer of a few MiB freed after each file is given back to the kernel by the
+    allocator and faulted in again, page by page, for the next (a third of a full compaction's CPU was
+    those page faults). Not for two writers at a time: an output writes its files one by one."""
+
+    __slots__ = ("_buffers",)
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Any] = {}
+
+    def get(self, name: str, size: int) -> Any:
+        """A numpy uint8 array of `size` bytes (contents undefined), valid until the next `get` of `name`."""
+        import numpy as np
+
+        buf = self._buffers.get(name)
+        if buf is None or len(buf) < size:
+            buf = self._buffers[name] = np.empty(size + size // 8, np.uint8)  # room for a larger file
+        return buf[:size]
 
 
 def _one_stream(a: Any, ttl: bool) -> tuple[Any, Any]:
@@ -202,4 +228,13 @@ def _one_stream(a: Any, ttl: bool) -> tuple[Any, Any]:
     return raw.reshape(n, size)[keep], np.where(tomb, size - vlen, size)
 
 
-__all__ = ["check_records", "is_records", "key_steps", "key_words", "record_figures", "record_size", "record_stream"]
+__all__ = [
+    "Scratch",
+    "check_records",
+    "is_records",
+    "key_steps",
+    "key_words",
+    "record_figures",
+    "record_size",
+    "record_stream",
+]

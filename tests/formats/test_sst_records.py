@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from formats.row import FORMAT_V0, FORMAT_V1
 from formats.row_array import array_dtype
 from formats.sst import SstReader, SstWriter
+from formats.sst_records import Scratch
 from tests.formats._records import records_of
 
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -200,3 +201,34 @@ def test_records_of_several_key_widths_and_of_long_keys(tmp_path, distinct):
             a.add(r)
         a.finish()
         assert (tmp_path / "c.sst").read_bytes() == (tmp_path / "a.sst").read_bytes()
+
+
+def test_writers_sharing_scratch_buffers_write_the_files_of_writers_without(tmp_path):
+    """An output lends its writers one `Scratch` (the row stream and the sealed blocks of each file are
+    built in its buffers, kept from file to file): a larger file, then a smaller, then a larger again
+    are the files of writers with buffers of their own."""
+    scratch = Scratch()
+    for i, n in enumerate((900, 40, 1500)):
+        rows = [(b"k%05d" % j, 7, j, None if j % 3 else 99, b"v" * (20 + i)) for j in range(n)]
+        groups = [rows[: n // 2], rows[n // 2 :]]
+        paths = []
+        for name, sc in (("own", None), ("lent", scratch)):
+            w = SstWriter(tmp_path / f"{name}-{i}.sst", sync=False, scratch=sc)
+            for g in groups:
+                assert w.extend_records(records_of(g))
+            w.finish()
+            paths.append(tmp_path / f"{name}-{i}.sst")
+        assert paths[0].read_bytes() == paths[1].read_bytes()
+    assert scratch.get("blocks", 10).base is not None  # a view of the kept buffer
+
+
+def test_scratch_buffers_grow_and_are_kept():
+    s = Scratch()
+    a = s.get("x", 100)
+    assert len(a) == 100 and a.dtype == np.uint8
+    a[:] = 1
+    b = s.get("x", 50)
+    assert len(b) == 50 and b.base is a.base  # the same buffer, not a new one
+    c = s.get("x", 10_000)
+    assert len(c) == 10_000 and c.base is not a.base
+    assert s.get("y", 5).base is not c.base  # one buffer per name

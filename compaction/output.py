@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from compaction.stream import records
 from formats import fileio
 from formats.row_array import record_rows
 from formats.sst import SsTableInfo, SstWriter
@@ -51,6 +52,23 @@ class _RecordKeys:
 
     def __getitem__(self, i: int) -> bytes:
         return self.keys[i].tobytes()
+
+
+def _joined_records(chunks: list, scratch: Scratch) -> Iterator[Any]:
+    """Record arrays with adjacent arrays of one layout joined into `scratch`'s buffers (one copy of
+    their records, into memory kept from file to file), so the writer checks and encodes a file's
+    records in a few numpy passes, not a few per round."""
+    import numpy as np
+
+    for i, (_, run) in enumerate(itertools.groupby(chunks, key=operator.attrgetter("dtype"))):
+        parts = list(run)
+        if len(parts) == 1:
+            yield parts[0]
+            continue
+        dtype = parts[0].dtype
+        void = np.dtype((np.void, dtype.itemsize))
+        into = scratch.get(f"records-{i}", dtype.itemsize * sum(map(len, parts))).view(void)
+        yield records(np.concatenate([records(p, void) for p in parts], out=into), dtype)
 
 
 class SstOutput:
@@ -228,8 +246,8 @@ class SstOutput:
         joined, with one `extend_columns`."""
         if not any(type(c) is tuple for c in chunks):
             name, w = self._new_writer()
-            for c in chunks:
-                w.extend_records(c)
+            for run in _joined_records(chunks, self._scratch):
+                w.extend_records(run)
             self._finish(name, w)
             return
         chunks = [c if type(c) is tuple else tuple(map(list, zip(*record_rows(c), strict=True))) for c in chunks]

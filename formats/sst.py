@@ -435,8 +435,8 @@ class SstWriter:
             "value_bytes": value_bytes,
             "first_key": keys[0],
             "last_key": keys[-1],
+            "num_blocks": enc.num_blocks,
         }
-        figures["num_blocks"] = enc.num_blocks
         filt = bloom.build(keys if self._distinct else _distinct_keys(keys), self.bloom_bits_per_key)
         return figures, features, encoded, filt
 

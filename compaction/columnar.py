@@ -1,6 +1,7 @@
 """The columnar merge: a round of `RowArray`s of one layout resolved in numpy, by the rules of
 `compaction.merge` (snapshot stripes, history retention, the built-in TTL filter, the oldest-run purge),
-and its kept rows handed to the output as columns (`compaction.output.SstOutput.write_stream`).
+and its kept rows handed to the output as records (`compaction.output.SstOutput.write_stream`), which the
+SST writer encodes as they are (`formats.sst_records`).
 
 Why: a full compaction of millions of rows spends most of its time making, comparing and unpacking one
 tuple per row. The inputs this engine writes are mostly groups of blocks whose rows are all alike (one
@@ -21,6 +22,7 @@ import numpy as np
 from compaction.filter import TtlFilter
 from compaction.stream import records, round_array
 from formats.row_array import RowArray
+from formats.sst_records import key_words
 
 # RowFlags bits (formats.row): a tombstone (only in a ragged RowArray), has expire_ts
 _TOMBSTONE = 1
@@ -36,27 +38,26 @@ def columnar_resolver(resolver: Any) -> bool:
 
 def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
     """Resolve one round of `RowArray`s of one layout (newest source first, whole keys) as
-    `Resolver.resolve` does key by key, counting into ``resolver.stats``; return the kept rows as a
-    column chunk for `SstOutput.write_stream` — (keys, seqs, tss, exps, values, sizes): lists of bytes and
-    ints (exps holds None for rows without expire_ts, values None for a tombstone, or the whole value
-    column is a numpy ``V<w>`` array when no row is a tombstone), sizes the rows' `estimated_size` shares
-    as an int64 array — or None when no row is kept."""
+    `Resolver.resolve` does key by key, counting into ``resolver.stats``; return the kept rows as
+    records for `SstOutput.write_stream` (`formats.sst_records`: the layout the round was read in, a
+    tombstone flagged) — or None when no row is kept."""
     stats = resolver.stats
     a = round_array(pieces)
     dtype = a.dtype
-    void = np.dtype((np.void, dtype.itemsize))
     n = len(a)
-    skey = a["skey"]  # keys of one width: numpy's order and equality are the bytes'
     seq = a["seq"]
+    words = key_words(a["key"])  # the keys as 64-bit words: compared and sorted far faster than bytes
+    # the rows are resolved in `order` (None: as they are), and only the kept ones are gathered, once,
+    # at the end; until then the steps below read the few fields they need in that order
+    order = None
     # the order of `versions_of` over `round_rows`: key ascending, seq descending, a repeated seq in
     # source order (lexsort is stable); a single sorted source is already in it unless a seq repeats
-    same = skey[1:] == skey[:-1]
+    same = _repeats(words)
     if len(pieces) > 1 or (same & (seq[1:] >= seq[:-1])).any():
-        order = np.lexsort((~seq.astype(np.uint64), skey))
-        a = records(records(a, void)[order], dtype)
-        skey = a["skey"]
-        seq = a["seq"]
-        same = skey[1:] == skey[:-1]
+        order = np.lexsort((~seq.astype(np.uint64), *reversed(words)))
+        seq = seq[order]
+        words = [w[order] for w in words]
+        same = _repeats(words)
     first = np.empty(n, np.bool_)
     first[0] = True
     np.logical_not(same, out=first[1:])
@@ -64,18 +65,22 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
         dup = np.zeros(n, np.bool_)
         dup[1:] = same & (seq[1:] == seq[:-1])  # a repeated seq: the first row (newest source) stands
         if dup.any():
-            a = a[~dup]
-            n = len(a)
-            skey = a["skey"]
-            seq = a["seq"]
+            rest = np.flatnonzero(~dup)
+            order = rest if order is None else order[rest]
+            n = len(order)
+            seq = seq[rest]
             first = np.empty(n, np.bool_)
             first[0] = True
-            np.not_equal(skey[1:], skey[:-1], out=first[1:])
+            np.logical_not(_repeats([w[rest] for w in words]), out=first[1:])
     stats.rows_in += n
-    ts = a["ts"]
-    flags = a["flags"]
+
+    def field(name: str) -> Any:  # a field of the rows in resolution order
+        return a[name] if order is None else a[name][order]
+
+    ts = field("ts")
+    flags = field("flags")
     has_exp = (flags & _HAS_EXP) != 0 if "exp" in dtype.names else None
-    exp = a["exp"] if has_exp is not None else None
+    exp = field("exp") if has_exp is not None else None
     deletes = (flags & _TOMBSTONE) != 0 if any(p.ragged for p in pieces) else None  # only ragged arrays hold any
     if deletes is not None and not deletes.any():
         deletes = None
@@ -106,7 +111,8 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
         if resolver.snapshots:
             cand &= seq > resolver.top_snapshot
         if resolver.protected is not None and cand.any():
-            cand &= ~_starts_with(a, resolver.protected)
+            at = np.flatnonzero(cand)  # only the candidates' keys are looked at
+            cand[at[_starts_with(a["key"][at if order is None else order[at]], resolver.protected)]] = False
         removed = int(np.count_nonzero(cand))
         if removed:
             stats.filters[ttl.name].removed += removed
@@ -139,43 +145,39 @@ def resolve_round(pieces: list[RowArray], resolver: Any) -> tuple | None:
     if not keep.all():
         if not keep.any():
             return None
-        a = records(records(a, void)[keep], dtype)
+        kept = np.flatnonzero(keep)
+        order = kept if order is None else order[kept]
         if tomb is not None:
-            tomb = tomb[keep]
-            if not tomb.any():
-                tomb = None
-        if has_exp is not None:
-            has_exp = (a["flags"] & _HAS_EXP) != 0
-    return _chunk(a, has_exp, tomb)
+            tomb = tomb[kept]
+            flags = flags[kept]
+    return _chunk(a, order, flags, tomb)
 
 
-def _chunk(a: Any, has_exp: Any, tomb: Any) -> tuple:
-    """The kept rows `a` (with their has-expire_ts and tombstone masks, None for none) as a column chunk."""
-    m = len(a)
-    klen = a.dtype["key"].itemsize
-    vlen = a.dtype["val"].itemsize
-    keys = a["key"].tolist()
-    seqs = a["seq"].tolist()
-    tss = a["ts"].tolist()
-    if has_exp is None or not has_exp.any():
-        exps: list = [None] * m
-    elif has_exp.all():
-        exps = a["exp"].tolist()
-    else:
-        o = np.full(m, None, object)
-        o[has_exp] = a["exp"][has_exp]  # Python ints
-        exps = o.tolist()
-    sizes = np.full(m, klen + vlen + 33, np.int64)
+def _chunk(a: Any, order: Any, flags: Any, tomb: Any) -> Any:
+    """The kept rows (`a` in `order`, None: all of `a` as it is; `flags` theirs) as the output's records
+    (`formats.sst_records`), gathered once: a row the TTL filter turned into a tombstone gets its
+    tombstone flag (it keeps its expire_ts, as in the row path). Without a gather or a flag to set, the
+    round's array itself (a view of its input blocks when the round had one piece)."""
+    add = None
     if tomb is not None:
-        values: Any = a["val"].tolist() if vlen else [b""] * m
-        for i in np.flatnonzero(tomb).tolist():
-            values[i] = None
-        sizes[tomb] -= vlen
-    elif vlen:
-        values = a["val"].copy()  # its own buffer: the round's array is not kept alive by the output
-    else:
-        values = [b""] * m
-    return keys, seqs, tss, exps, values, sizes
+        add = tomb & ((flags & _TOMBSTONE) == 0)
+        if not add.any():
+            add = None
+    if order is None and add is None:
+        return a
+    void = np.dtype((np.void, a.dtype.itemsize))
+    out = records(records(a, void)[order] if order is not None else records(a, void).copy(), a.dtype)
+    if add is not None:
+        out["flags"] = np.where(add, flags | _TOMBSTONE, flags)
+    return out
+
+
+def _repeats(words: list[Any]) -> Any:
+    """From `key_words`: whether each key equals the one before it (for rows 1..n-1)."""
+    same = words[0][1:] == words[0][:-1]
+    for w in words[1:]:
+        same &= w[1:] == w[:-1]
+    return same
 
 
 def _bottom_suffix(keep: Any, first: Any, removable: Any) -> Any:
@@ -190,14 +192,14 @@ def _bottom_suffix(keep: Any, first: Any, removable: Any) -> Any:
     return keep & (pos > last[group])
 
 
-def _starts_with(a: Any, prefix: bytes) -> Any:
-    """Which rows' keys start with `prefix` (compared as bytes: trailing NULs count)."""
-    width = a.dtype["key"].itemsize
+def _starts_with(keys: Any, prefix: bytes) -> Any:
+    """Which of `keys` (a ``V<w>`` array) start with `prefix` (compared as bytes: trailing NULs count)."""
+    width = keys.dtype.itemsize
     if len(prefix) > width:
-        return np.zeros(len(a), np.bool_)
+        return np.zeros(len(keys), np.bool_)
     if not prefix:
-        return np.ones(len(a), np.bool_)
-    raw = np.ascontiguousarray(a["key"]).view(np.uint8).reshape(len(a), width)
+        return np.ones(len(keys), np.bool_)
+    raw = np.ascontiguousarray(keys).view(np.uint8).reshape(len(keys), width)
     return (raw[:, : len(prefix)] == np.frombuffer(prefix, np.uint8)).all(axis=1)
 
 

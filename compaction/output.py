@@ -16,8 +16,11 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from compaction.stream import records
+from formats.row_array import record_rows
 from formats.sst import SsTableInfo, SstWriter
-from formats.sst_blocks import is_value_array, value_list
+from formats.sst_blocks import is_value_array
+from formats.sst_records import Scratch, record_size
 from formats.storage import storage_for
 
 
@@ -36,6 +39,38 @@ class OutputSpec:
 
 
 
+class _RecordKeys:
+    """The keys of a record array as bytes, one at a time (`SstOutput.write_stream` reads a few)."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self, records: Any) -> None:
+        self.keys = records["key"]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.keys[i].tobytes()
+
+
+def _joined_records(chunks: list, scratch: Scratch) -> Iterator[Any]:
+    """Record arrays with adjacent arrays of one layout joined into `scratch`'s buffers (one copy of
+    their records, into memory kept from file to file), so the writer checks and encodes a file's
+    records in a few numpy passes, not a few per round."""
+    import numpy as np
+
+    for i, (_, run) in enumerate(itertools.groupby(chunks, key=operator.attrgetter("dtype"))):
+        parts = list(run)
+        if len(parts) == 1:
+            yield parts[0]
+            continue
+        dtype = parts[0].dtype
+        void = np.dtype((np.void, dtype.itemsize))
+        into = scratch.get(f"records-{i}", dtype.itemsize * sum(map(len, parts))).view(void)
+        yield records(np.concatenate([records(p, void) for p in parts], out=into), dtype)
+
+
 class SstOutput:
     """Writes a row stream into SSTs of about `spec.target_bytes`, splitting only between keys."""
 
@@ -45,6 +80,7 @@ class SstOutput:
         self.outputs: list[tuple[str, SsTableInfo]] = []
         self.write_seconds = 0.0
         self._counter = itertools.count()
+        self._scratch = Scratch()  # its writers' encoding buffers, kept from one file to the next
 
     def _finish(self, name: str, w: SstWriter) -> None:
         t0 = time.perf_counter()
@@ -62,6 +98,7 @@ class SstOutput:
             bloom_bits_per_key=s.bloom_bits_per_key,
             compression=s.compression,
             sync=s.sync,
+            scratch=self._scratch,
         )
         return name, w
 
@@ -151,19 +188,18 @@ class SstOutput:
                 i = j
         return self.outputs
 
-    def write_stream(self, chunks: Iterable[list[tuple] | tuple]) -> list[tuple[str, SsTableInfo]]:
+    def write_stream(self, chunks: Iterable[list[tuple] | Any]) -> list[tuple[str, SsTableInfo]]:
         """`write` for a stream of chunks of sorted rows, each holding whole keys, each either a row
-        list or a column chunk ``(keys, seqs, tss, exps, values, sizes)`` as `compaction.columnar` makes
-        them (`values` a list or a numpy ``V<w>`` array, `sizes` each row's share of `estimated_size`).
+        list or a numpy array of records (`formats.sst_records`) as `compaction.columnar` makes them.
 
         Each file's chunks are held as they come (a row list turned into columns) and go into its
-        `SstWriter` with one `extend_columns` when the file is cut, so a file costs one join of its
-        columns; the cuts are found on the running size of the rows, exactly where `write` makes them,
-        so the files are the ones `write` makes from the same rows."""
+        `SstWriter` when the file is cut (`_write_pending`); the cuts are found on the running size of
+        the rows, exactly where `write` makes them, so the files are the ones `write` makes from the same
+        rows."""
         import numpy as np
 
         target = self.spec.target_bytes
-        pending: list[tuple] = []
+        pending: list = []  # column tuples and record arrays, in order
         est = 0  # `estimated_size` of a writer holding the pending rows
         last_key: bytes | None = None
         with self._removed_on_error():
@@ -174,8 +210,9 @@ class SstOutput:
                     keys, seqs, tss, exps, values = map(list, zip(*c, strict=True))
                     vlens = [0 if v is None else len(v) for v in values] if None in values else map(len, values)
                     sizes = np.fromiter(map(operator.add, map(len, keys), vlens), np.int64, len(keys)) + 33
-                    c = (keys, seqs, tss, exps, values, sizes)
-                keys, sizes = c[0], c[5]
+                    part: Any = (keys, seqs, tss, exps, values)
+                else:  # records: a key becomes bytes only where a cut is looked for
+                    keys, sizes, part = _RecordKeys(c), record_size(c), c
                 n = len(keys)
                 if not n:
                     continue
@@ -191,31 +228,34 @@ class SstOutput:
                         while j < n and keys[j] == (keys[j - 1] if j else last_key):
                             j += 1
                     if j > i:
-                        pending.append(tuple(col[i:j] for col in c))
+                        pending.append(tuple(col[i:j] for col in part) if type(part) is tuple else part[i:j])
                         est += int(sizes[i:j].sum())
                         last_key = keys[j - 1]
                     if j < n:
-                        self._write_columns(pending)
+                        self._write_pending(pending)
                         pending = []
                         est = 0
                     i = j
             if pending:
-                self._write_columns(pending)
+                self._write_pending(pending)
         return self.outputs
 
-    def _write_columns(self, chunks: list[tuple]) -> None:
-        """One output file from column chunks (`write_stream`): their columns joined, one `extend_columns`."""
+    def _write_pending(self, chunks: list) -> None:
+        """One output file from `write_stream`'s pending chunks: record arrays only, each with one
+        `SstWriter.extend_records` (the writer holds them as they are); else every chunk as columns,
+        joined, with one `extend_columns`."""
+        if not any(type(c) is tuple for c in chunks):
+            name, w = self._new_writer()
+            for run in _joined_records(chunks, self._scratch):
+                w.extend_records(run)
+            self._finish(name, w)
+            return
+        chunks = [c if type(c) is tuple else tuple(map(list, zip(*record_rows(c), strict=True))) for c in chunks]
         name, w = self._new_writer()
-        cols = [list(itertools.chain.from_iterable(c[k] for c in chunks)) for k in range(4)]
-        vals = [c[4] for c in chunks]
-        if all(map(is_value_array, vals)) and len({v.dtype for v in vals}) == 1:
-            import numpy as np
-
-            values: Any = vals[0] if len(vals) == 1 else np.concatenate(vals)
-        else:
-            values = list(itertools.chain.from_iterable(map(value_list, vals)))
-        w.extend_columns(cols[0], cols[1], cols[2], cols[3], values)
-        del cols, vals, values
+        cols = [list(itertools.chain.from_iterable(c[k] for c in chunks)) for k in range(5)]
+        del chunks
+        w.extend_columns(*cols)
+        del cols
         self._finish(name, w)
 
     @contextlib.contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterable
+from typing import Any
 
 import xxhash
 
@@ -24,12 +25,16 @@ _hash = xxhash.xxh3_64_intdigest
 _NUMPY_MIN_KEYS = 512  # below this the plain loop is as fast, and no caller pays for importing numpy
 
 
+def _shape(num_keys: int, bits_per_key: int) -> tuple[int, int]:
+    """(probes, bits) of a filter of `num_keys` keys."""
+    return max(1, min(30, round(bits_per_key * math.log(2)))), max(64, num_keys * bits_per_key)
+
+
 def build(keys: Iterable[bytes], bits_per_key: int = 10) -> bytes:
     """Build a filter for `keys` (O(n * probes)); the probes of a large filter are set with numpy, in one
     vectorised pass (the same bits, about ten times faster than a Python loop over the probes)."""
     hashes = list(map(_hash, keys))
-    k = max(1, min(30, round(bits_per_key * math.log(2))))
-    nbits = max(64, len(hashes) * bits_per_key)
+    k, nbits = _shape(len(hashes), bits_per_key)
     if len(hashes) >= _NUMPY_MIN_KEYS:
         return HEADER.pack(k, nbits) + _bits_numpy(hashes, k, nbits)
     bits = bytearray((nbits + 7) // 8)
@@ -42,17 +47,30 @@ def build(keys: Iterable[bytes], bits_per_key: int = 10) -> bytes:
     return HEADER.pack(k, nbits) + bytes(bits)
 
 
-def _bits_numpy(hashes: list[int], k: int, nbits: int) -> bytes:
-    """The bit array of `build` computed with numpy (no overflow: h1 + i * h2 < 2**32 * 31 < 2**64)."""
+def build_hashed(hashes: Any, bits_per_key: int = 10) -> bytes:
+    """`build` from the keys' xxh3_64 hashes as a numpy uint64 array (`formats.xxh3_numpy.key_hashes`,
+    which hashes a column of keys without a bytes object per key): the same filter."""
+    k, nbits = _shape(len(hashes), bits_per_key)
+    return HEADER.pack(k, nbits) + _bits_numpy(hashes, k, nbits)
+
+
+def _bits_numpy(hashes: Any, k: int, nbits: int) -> bytes:
+    """The bit array of `build` computed with numpy: probe i is ``(h1 + i * h2) % nbits``, walked as
+    `BloomFilter.may_contain` walks it (both terms reduced once, then one add and one conditional
+    subtract per probe: two 64-bit divisions per key instead of one per probe; nbits < 2**62, so the
+    int64 sums cannot overflow)."""
     import numpy as np
 
-    h = np.array(hashes, dtype=np.uint64)
-    h1 = h & np.uint64(0xFFFFFFFF)
-    h2 = h >> np.uint64(32)
+    h = np.asarray(hashes, dtype=np.uint64)
     n = np.uint64(nbits)
+    at = ((h & np.uint64(0xFFFFFFFF)) % n).astype(np.int64)
+    step = ((h >> np.uint64(32)) % n).astype(np.int64)
     marks = np.zeros(((nbits + 7) // 8) * 8, dtype=np.bool_)
     for i in range(k):
-        marks[(h1 + np.uint64(i) * h2) % n] = True
+        marks[at] = True
+        if i + 1 < k:
+            at += step
+            at -= nbits * (at >= nbits)
     return np.packbits(marks, bitorder="little").tobytes()
 
 

@@ -417,8 +417,9 @@ class RowCodec:
         size = dtype.itemsize
         from formats.log import byte_windows
 
-        # a record at each start (a tombstone at the end runs past the buffer: padded), one C gather
-        a = np.frombuffer(byte_windows(b"".join((buf, bytes(size))), size)[starts], dtype)
+        # a record at each start (a tombstone at the end may run past the buffer: then padded), one C gather
+        src = buf if int(starts.max()) + size <= len(buf) else b"".join((buf, bytes(size)))
+        a = np.frombuffer(byte_windows(src, size)[starts], dtype)
         flags = a["flags"]
         tomb = (flags & 1) != 0
         bad_flags = 0xFC if feats == _FTTS else 0xFE

@@ -90,23 +90,28 @@ class RowArray:
         """The rows as tuples, exactly as `RowCodec.decode_block` decodes the same bytes."""
         if not self.ragged:
             return self.codec.decode_block(self.arr.tobytes())
-        import numpy as np
+        return record_rows(self.arr)
 
-        a = self.arr
-        flags = a["flags"]
-        values = np.array(a["val"].tolist(), object)
-        values[(flags & 1) != 0] = None
-        if "exp" in a.dtype.names:
-            exps = np.array(a["exp"].tolist(), object)
-            exps[(flags & 2) == 0] = None
-            exp_list = exps.tolist()
-        else:
-            exp_list = [None] * len(a)
-        return list(zip(a["key"].tolist(), a["seq"].tolist(), a["ts"].tolist(), exp_list, values.tolist(), strict=True))
+
+def record_rows(a: Any) -> list[tuple]:
+    """The rows of records `a` (`array_dtype`, any widths) as tuples, telling tombstones and expire_ts by
+    their flags (a tombstone's value bytes, and the expire_ts slot of a row without one, mean nothing)."""
+    import numpy as np
+
+    flags = a["flags"]
+    values = np.array(a["val"].tolist(), object)
+    values[(flags & 1) != 0] = None
+    if "exp" in a.dtype.names:
+        exps = np.array(a["exp"].tolist(), object)
+        exps[(flags & 2) == 0] = None
+        exp_list = exps.tolist()
+    else:
+        exp_list = [None] * len(a)
+    return list(zip(a["key"].tolist(), a["seq"].tolist(), a["ts"].tolist(), exp_list, values.tolist(), strict=True))
 
 
 def _void_bytes(v: Any) -> bytes:
     return v.tobytes()
 
 
-__all__ = ["RowArray", "array_dtype"]
+__all__ = ["RowArray", "array_dtype", "record_rows"]

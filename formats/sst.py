@@ -42,6 +42,7 @@ filter) or at the first read of a data block. The reader never returns a row tha
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -63,6 +64,7 @@ from formats.row import (
     codec_for,
     features_for,
 )
+from formats.row_array import record_rows
 from formats.sst_blocks import BlockEncoder, is_value_array, value_list
 
 # the reader and the layout live in their own modules; formats.sst stays the one import for callers
@@ -87,7 +89,18 @@ from formats.sst_layout import (
     _seal,
 )
 from formats.sst_reader import ROW_INDEX_BYTES, SstReader
+from formats.sst_records import (
+    Scratch,
+    check_records,
+    is_records,
+    key_steps,
+    key_words,
+    record_figures,
+    record_size,
+    record_stream,
+)
 from formats.storage import storage_for
+from formats.xxh3_numpy import key_hashes
 
 # the row layouts this engine writes (flags, ts, [expire_ts,] seq): `BlockEncoder.encode_fast` packs them
 _FAST_LAYOUTS = (features_for(False), features_for(True))
@@ -113,6 +126,7 @@ class SstWriter:
         bloom_bits_per_key: int = 10,
         compression: str | None = None,
         sync: bool = True,
+        scratch: Scratch | None = None,
     ) -> None:
         if format_version not in SUPPORTED_FORMAT_VERSIONS:
             raise FormatVersionError(str(path), f"cannot write SST format version {format_version}")
@@ -127,11 +141,15 @@ class SstWriter:
         self.bloom_bits_per_key = bloom_bits_per_key
         self.compression = COMPRESSION_CODES[compression]
         self.sync = sync
+        self.scratch = scratch  # buffers lent by the caller for the encoding (`formats.sst_records.Scratch`)
         self.rows: list[tuple] = []
         # rows added by `extend_columns` stay columns (keys, seqs, tss, exps, values) until `finish`; rows
         # added by `add`/`extend` go to `rows`. Only one of the two holds rows at a time (a call of the
         # other kind converts them), so the order rows were added in is the order they are written in.
         self._cols: list[list] | None = None
+        # rows added by `extend_records` stay numpy records (formats.sst_records) until `finish`, while
+        # nothing else is held; a call of another kind turns them into row tuples first
+        self._recs: list[Any] = []
         self._distinct = True  # no key was added twice (older versions go through `add`)
         self.estimated_size = 0
         self._last_key: bytes | None = None
@@ -140,6 +158,8 @@ class SstWriter:
     def add(self, row: Sequence) -> None:
         """Add one row ``(key, seq, ts, expire_ts, value)``; raises ValueError when out of order."""
         key, seq, _ts, expire_ts, value = row
+        if self._recs:
+            self._rows_from_records()
         if self._cols is not None:
             self._rows_from_columns()
         last = self._last_key
@@ -183,6 +203,8 @@ class SstWriter:
         not 5-tuples) goes through `add` row by row, with its errors. Returns True when added."""
         if not rows:
             return True
+        if self._recs:
+            self._rows_from_records()
         if self._cols is not None:
             self._rows_from_columns()
         n = len(rows)
@@ -275,6 +297,8 @@ class SstWriter:
         size = sum(map(len, keys)) + vbytes + 33 * n
         if limit is not None and self.estimated_size + size >= limit:
             return False
+        if self._recs:
+            self._rows_from_records()
         if self.rows:  # rows added before stay before: they become columns too
             self._cols = [list(c) for c in zip(*self.rows, strict=True)]
             self.rows = []
@@ -296,6 +320,40 @@ class SstWriter:
         self._last_seq = seqs[-1]
         return True
 
+    def extend_records(self, records: Any, limit: int | None = None) -> bool:
+        """Add rows given as one numpy array of records (`formats.sst_records`: the layout of
+        `formats.row_array.array_dtype`, flag bit 0 a tombstone, bit 1 an expire_ts), as the columnar
+        merge holds them. Held as they are until `finish`, which takes the file's figures and row stream
+        from them in numpy (the file is the one `add` makes from the same rows, byte for byte). With
+        `limit`, adds nothing and returns False when `estimated_size` would reach `limit`.
+
+        Records that cannot go as they are (out of order, a key of no or too many bytes, a format version
+        0 file, rows added otherwise and still held) go on as row tuples through `extend`, with its errors
+        (ValueError for flag bits the layout cannot hold). Returns True when added."""
+        if not is_records(records):
+            raise ValueError("records must be a 1-d numpy array of formats.row_array.array_dtype")
+        n = len(records)
+        if n == 0:
+            return True
+        ordered, distinct = check_records(records, self._last_key, self._last_seq)
+        if not ordered or self.format_version == FORMAT_V0 or self.rows or self._cols is not None:
+            return self.extend(record_rows(records), limit)
+        size = int(record_size(records).sum())
+        if limit is not None and self.estimated_size + size >= limit:
+            return False
+        self._recs.append(records)
+        self._distinct = self._distinct and distinct
+        self.estimated_size += size
+        self._last_key = records["key"][-1].tobytes()
+        self._last_seq = int(records["seq"][-1])
+        return True
+
+    def _rows_from_records(self) -> None:
+        """Turn the rows held as records into row tuples (before rows of another kind are added)."""
+        recs, self._recs = self._recs, []
+        for r in recs:
+            self.rows += record_rows(r)
+
     def _rows_from_columns(self) -> None:
         """Turn the rows held as columns into row tuples (before `add` or `extend` adds more)."""
         cols, self._cols = self._cols, None
@@ -303,10 +361,14 @@ class SstWriter:
             self.rows += zip(*cols[:4], value_list(cols[4]), strict=True)
 
     def __len__(self) -> int:
+        if self._recs:
+            return sum(map(len, self._recs))
         return len(self._cols[0]) if self._cols is not None else len(self.rows)
 
-    def finish(self) -> SsTableInfo:
-        """Encode, write and fsync the file; return its metadata. Raises ValueError when empty."""
+    def _encode_rows(self) -> tuple[dict[str, Any], tuple, tuple, bytes]:
+        """`finish`'s encoding of rows added by `add`, `extend` or `extend_columns`: (the figures of
+        `SsTableInfo`, the row features, (sealed data blocks, index entries, data size), the bloom
+        filter's payload)."""
         rows: list[tuple] | None = self.rows
         if self._cols is not None:  # added as columns: encoded as columns, no row tuples
             keys, seqs, tss, exps, values = self._cols
@@ -349,7 +411,7 @@ class SstWriter:
         else:
             features = ()
         codec = codec_for(self.format_version, features)
-        enc = BlockEncoder(self.block_bytes, self.compression)
+        enc = BlockEncoder(self.block_bytes, self.compression, self.scratch)
         if codec.features in _FAST_LAYOUTS:
             columns = (keys, seqs, tss, exps, values)
             encoded = None
@@ -359,38 +421,81 @@ class SstWriter:
             if encoded is None:
                 columns = (keys, seqs, tss, exps, value_list(values))
                 encoded = enc.encode_fast(columns, codec, tombstones, expiring)
-            chunks, index_parts, offset = encoded
         else:
             if rows is None:
                 rows = list(zip(keys, seqs, tss, exps, value_list(values), strict=True))
-            chunks, index_parts, offset = enc.encode(rows, codec)
+            encoded = enc.encode(rows, codec)
+        figures = {
+            "min_ts": min_ts,
+            "max_ts": max_ts,
+            "min_seq": min_seq or 0,
+            "max_seq": max_seq or 0,
+            "num_rows": n,
+            "num_tombstones": tombstones,
+            "num_expiring": expiring,
+            "min_expire_ts": min_exp,
+            "max_expire_ts": max_exp,
+            "key_bytes": key_bytes,
+            "value_bytes": value_bytes,
+            "first_key": keys[0],
+            "last_key": keys[-1],
+            "num_blocks": enc.num_blocks,
+        }
+        filt = bloom.build(keys if self._distinct else _distinct_keys(keys), self.bloom_bits_per_key)
+        return figures, features, encoded, filt
+
+    def _encode_records(self) -> tuple[dict[str, Any], tuple, tuple, bytes]:
+        """`finish`'s encoding of rows added by `extend_records`, as `_encode_rows` returns it, taken from
+        the records in numpy (`formats.sst_records`): the figures, the row stream, the block cuts and the
+        index; the bloom filter from the keys' hashes (`formats.xxh3_numpy`) when the keys have one width
+        (of at most 128 bytes), without a bytes object per key."""
+        recs = self._recs
+        figures = record_figures(recs)
+        features = features_for(figures["num_expiring"] > 0)
+        stream, starts = record_stream(recs, RowFeature.TimeToLive in features, self.scratch)
+        enc = BlockEncoder(self.block_bytes, self.compression, self.scratch)
+        bits = self.bloom_bits_per_key
+        width = recs[0].dtype["key"].itemsize
+        if any(r.dtype["key"].itemsize != width for r in recs):
+            keys: Any = list(itertools.chain.from_iterable(r["key"].tolist() for r in recs))
+            filt = bloom.build(keys if self._distinct else _distinct_keys(keys), bits)
+        else:
+            import numpy as np
+
+            keys = recs[0]["key"] if len(recs) == 1 else np.concatenate([r["key"] for r in recs])
+            hashes = key_hashes(keys)
+            if hashes is None:
+                listed = keys.tolist()
+                filt = bloom.build(listed if self._distinct else _distinct_keys(listed), bits)
+            else:
+                if not self._distinct:  # one hash per key: a key's versions are adjacent
+                    hashes = hashes[np.concatenate(([True], ~key_steps(key_words(keys))[1]))]
+                filt = bloom.build_hashed(hashes, bits)
+        figures["first_key"] = bytes(keys[0])
+        figures["last_key"] = bytes(keys[-1])
+        blocks = enc.blocks_of_stream(memoryview(stream), starts, keys, distinct=self._distinct)
+        figures["num_blocks"] = enc.num_blocks
+        return figures, features, blocks, filt
+
+    def finish(self) -> SsTableInfo:
+        """Encode, write and fsync the file; return its metadata. Raises ValueError when empty."""
+        figures, features, (chunks, index_parts, offset), filt = (
+            self._encode_records() if self._recs else self._encode_rows()
+        )
         data_size = offset
-        index = _seal(U32.pack(len(chunks)) + b"".join(index_parts))
-        filt = _seal(bloom.build(keys if self._distinct else _distinct_keys(keys), self.bloom_bits_per_key))
+        index = _seal(U32.pack(figures["num_blocks"]) + b"".join(index_parts))
+        filt = _seal(filt)
         info = SsTableInfo(
             format_version=self.format_version,
             row_features=tuple(int(f) for f in features),
             creation_timestamp=self.creation_timestamp,
-            min_ts=min_ts,
-            max_ts=max_ts,
-            min_seq=min_seq or 0,
-            max_seq=max_seq or 0,
-            first_key=keys[0],
-            last_key=keys[-1],
-            num_rows=n,
-            num_tombstones=tombstones,
-            num_expiring=expiring,
-            min_expire_ts=min_exp,
-            max_expire_ts=max_exp,
-            num_blocks=len(chunks),
+            **figures,
             data_size=data_size,
             index_offset=data_size,
             index_size=len(index),
             filter_offset=data_size + len(index),
             filter_size=len(filt),
             compression=COMPRESSION_NAMES[self.compression],
-            key_bytes=key_bytes,
-            value_bytes=value_bytes,
         )
         meta_dict = info.to_dict()
         del meta_dict["file_size"]
@@ -405,6 +510,7 @@ class SstWriter:
         storage_for(self.path).write_file(self.path, (b"".join(chunks),), sync=self.sync)
         self.rows = []
         self._cols = None
+        self._recs = []
         return dataclasses.replace(info, file_size=file_size)
 
 

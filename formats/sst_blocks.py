@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from formats.row import MAX_VALUE_LEN, RowCodec, RowFeature
-from formats.sst_layout import COMPRESSION_NONE, INDEX_ENTRY, KLEN, _compress, _seal, _xxh3
+from formats.sst_layout import COMPRESSION_NONE, INDEX_ENTRY, KLEN, TRAILER, _compress, _seal, _xxh3
+from formats.sst_records import Scratch, key_steps, key_words
 
 I64_MIN, I64_MAX, U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
@@ -27,9 +28,11 @@ class BlockEncoder:
     """Cuts and seals the data blocks of one SST (`block_bytes` per block, `compression` a code of
     `formats.sst_layout.COMPRESSION_CODES`)."""
 
-    def __init__(self, block_bytes: int, compression: int) -> None:
+    def __init__(self, block_bytes: int, compression: int, scratch: Scratch | None = None) -> None:
         self.block_bytes = block_bytes
         self.compression = compression
+        self.scratch = scratch  # where uncompressed blocks are sealed, when given (`formats.sst_records`)
+        self.num_blocks = 0  # blocks sealed so far (the uncompressed blocks of a stream are one chunk)
 
     def encode(self, rows: list[tuple], codec: RowCodec) -> tuple[list[bytes], list[bytes], int]:
         """The data blocks through the generic `RowCodec.encode_parts`: (sealed blocks, index entries,
@@ -173,52 +176,131 @@ class BlockEncoder:
             row_parts[1::2] = vals
             stream = b"".join(row_parts)
             del row_parts
-        return self._blocks_of_stream(memoryview(stream), starts_np, keys)
+        return self.blocks_of_stream(memoryview(stream), starts_np, keys, key_width=width)
 
-    def _blocks_of_stream(self, stream: memoryview, starts_np: Any, keys: Sequence[bytes]) -> tuple[list, list, int]:
+    def blocks_of_stream(
+        self, stream: memoryview, starts_np: Any, keys: Sequence[bytes] | Any, *, distinct: bool = False, key_width: int = 0
+    ) -> tuple[list, list, int]:
         """The data blocks of a row stream (`stream`: every row encoded, in order; row i at `starts_np[i]`,
         its end at `starts_np[n]`), cut as `encode` cuts them: (sealed blocks, index entries, data size).
-        The row offset arrays of all blocks are computed at once, so a block costs a few calls, not a
-        call per row."""
+        `keys` are the rows' keys, a list of bytes or a numpy ``V<w>`` array (keys of one width);
+        `distinct` says no key repeats and `key_width` that every key of a list has that many bytes (0:
+        unknown). The row offset arrays of all blocks are computed at once, so a block costs a few
+        calls, not a call per row; uncompressed blocks are sealed in one buffer (each block a view of
+        it), and the index entries of keys of one width are packed as one record array."""
         import numpy as np
 
         n = len(keys)
-        starts = starts_np.tolist()
-        block_bytes = self.block_bytes
-        cuts = [0]
-        i = 0
-        while i < n:
-            # rows are added while the block is under block_bytes, then until the key changes
-            j = bisect.bisect_left(starts, starts[i] + block_bytes, i + 1, n)
-            while j < n and keys[j] == keys[j - 1]:
-                j += 1
-            cuts.append(j)
-            i = j
-        at = np.array(cuts, np.int64)
+        key_array = hasattr(keys, "dtype")
+        if key_array:
+            key_width = keys.dtype.itemsize
+        at = np.array(self._cuts(starts_np, keys, distinct), np.int64)
         counts = np.diff(at)
         rel = starts_np[:n] - np.repeat(starts_np[at[:-1]], counts)  # each row's offset in its block
         # each block's tail: its rows' offsets, then its row count
         tails = memoryview(np.insert(rel, at[1:], counts).astype(">u4").tobytes())
+        if self.compression == COMPRESSION_NONE:
+            chunks, sizes = self._stored_blocks(stream, starts_np, at, tails)  # one chunk: all of them
+        else:
+            chunks = []
+            code_byte = bytes((self.compression,))
+            pack_q = struct.Struct(">Q").pack
+            starts = starts_np[at].tolist()
+            cuts = at.tolist()
+            for b in range(len(cuts) - 1):
+                rows_tail = (stream[starts[b] : starts[b + 1]], tails[4 * (cuts[b] + b) : 4 * (cuts[b + 1] + b + 1)])
+                stored = b"".join((_compress(b"".join(rows_tail), self.compression), code_byte))
+                chunks.append(stored + pack_q(_xxh3(stored)))  # as `_seal` seals it
+            sizes = np.fromiter(map(len, chunks), np.int64, len(chunks))
+        self.num_blocks += len(sizes)
+        offsets = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        if key_array:
+            firsts, lasts = keys[at[:-1]], keys[at[1:] - 1]
+        else:
+            firsts = [keys[i] for i in at[:-1].tolist()]
+            lasts = [keys[j - 1] for j in at[1:].tolist()]
+        if key_width:
+            entries = np.empty(len(sizes), np.dtype(_index_fields(key_width)))
+            entries["offset"] = offsets[:-1]
+            entries["size"] = sizes
+            entries["rows"] = counts
+            entries["first_len"] = entries["last_len"] = key_width
+            entries["first"] = firsts if key_array else np.frombuffer(b"".join(firsts), f"V{key_width}")
+            entries["last"] = lasts if key_array else np.frombuffer(b"".join(lasts), f"V{key_width}")
+            index_parts = [entries.tobytes()]
+        else:
+            entry, klen = INDEX_ENTRY.pack, KLEN.pack
+            index_parts = []
+            for off, size, rows, first, last in zip(offsets[:-1].tolist(), sizes.tolist(), counts.tolist(), firsts, lasts, strict=True):
+                index_parts += (entry(off, size, rows), klen(len(first)), first, klen(len(last)), last)
+        return chunks, index_parts, int(offsets[-1])
+
+    def _cuts(self, starts_np: Any, keys: Sequence[bytes], distinct: bool) -> list[int]:
+        """Where `blocks_of_stream` cuts the rows into blocks: [0, first row of block 1, ..., n]. Rows are
+        added to a block while it is under block_bytes, then until the key changes; rows of one size with
+        distinct keys fill every block with the same count."""
+        import numpy as np
+
+        n = len(keys)
+        block_bytes = self.block_bytes
+        size = int(starts_np[1] - starts_np[0])
+        if distinct and int(starts_np[n]) == n * size and (np.diff(starts_np) == size).all():
+            return [*range(0, n, -(-block_bytes // size)), n]
+        repeats = None
+        if hasattr(keys, "dtype"):  # a key array: its repeats found at once, compared as words
+            repeats = [False, *key_steps(key_words(keys))[1].tolist()]
+        starts = starts_np.tolist()
+        cuts = [0]
+        i = 0
+        while i < n:
+            j = bisect.bisect_left(starts, starts[i] + block_bytes, i + 1, n)
+            while j < n and (repeats[j] if repeats is not None else keys[j] == keys[j - 1]):
+                j += 1
+            cuts.append(j)
+            i = j
+        return cuts
+
+    def _stored_blocks(self, stream: memoryview, starts_np: Any, at: Any, tails: memoryview) -> tuple[list, Any]:
+        """Uncompressed blocks (rows `at[b]` to `at[b + 1]` of `stream`, then their tail from `tails`),
+        sealed as `_seal` seals them, into one buffer: ([the buffer], the blocks' sizes)."""
+        import numpy as np
+
+        counts = np.diff(at)
+        row_bytes = starts_np[at[1:]] - starts_np[at[:-1]]
+        tail_bytes = 4 * (counts + 1)
+        sizes = row_bytes + tail_bytes + TRAILER.size
+        offsets = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        total = int(offsets[-1])
+        # every byte is written below: rows, tails, codes, checksums
+        out = np.empty(total, np.uint8) if self.scratch is None else self.scratch.get("blocks", total)
+        view = memoryview(out)
         code = self.compression
-        code_byte = bytes((code,))
-        pack_q = struct.Struct(">Q").pack
-        entry, klen = INDEX_ENTRY.pack, KLEN.pack
-        chunks: list[bytes] = []
-        index_parts: list[bytes] = []
-        offset = 0
-        for b in range(len(cuts) - 1):
-            i, j = cuts[b], cuts[b + 1]
-            rows_tail = (stream[starts[i] : starts[j]], tails[4 * (i + b) : 4 * (j + b + 1)])
-            if code == COMPRESSION_NONE:  # stored as it is: one join, not two
-                stored = b"".join((*rows_tail, code_byte))
-            else:
-                stored = b"".join((_compress(b"".join(rows_tail), code), code_byte))
-            chunks.append(stored + pack_q(_xxh3(stored)))  # as `_seal` seals it
-            size = len(stored) + 8
-            first, last = keys[i], keys[j - 1]
-            index_parts += (entry(offset, size, j - i), klen(len(first)), first, klen(len(last)), last)
-            offset += size
-        return chunks, index_parts, offset
+        # the leading blocks of one size and row count (rows of one size cut alike: most files) are the
+        # rows of one 2-d array, filled a column range at a time; only their checksums take a call each
+        same = (sizes != sizes[0]) | (counts != counts[0])
+        m = int(np.argmax(same)) if same.any() else len(sizes)
+        size, r, tb = int(sizes[0]), int(row_bytes[0]), int(tail_bytes[0])
+        grid = out[: m * size].reshape(m, size)
+        base = int(starts_np[0])
+        grid[:, :r] = np.frombuffer(stream, np.uint8, m * r, base).reshape(m, r)
+        grid[:, r : r + tb] = np.frombuffer(tails, np.uint8, m * tb).reshape(m, tb)
+        grid[:, r + tb] = code
+        sums = [_xxh3(view[o : o + r + tb + 1]) for o in range(0, m * size, size)]
+        grid[:, r + tb + 1 :] = np.array(sums, np.uint64).astype(">u8").view(np.uint8).reshape(m, 8)
+        pack_q = struct.Struct(">Q").pack_into
+        t = m * tb
+        rows_at = starts_np[at[m:-1]].tolist()
+        lengths = (offsets[m:-1].tolist(), row_bytes[m:].tolist(), tail_bytes[m:].tolist(), rows_at)
+        for o, r, tb, s in zip(*lengths, strict=True):
+            view[o : o + r] = stream[s : s + r]
+            e = o + r + tb
+            view[o + r : e] = tails[t : t + tb]
+            t += tb
+            out[e] = code
+            pack_q(out, e + 1, _xxh3(view[o : e + 1]))  # the checksum of the stored payload and its code
+        return [view], sizes
 
     def _add_block(
         self,
@@ -251,9 +333,23 @@ class BlockEncoder:
         parts.append(tail)
         block = _seal(b"".join(parts), self.compression)
         chunks.append(block)
+        self.num_blocks += 1
         index_parts.append(INDEX_ENTRY.pack(offset, len(block), num_rows))
         index_parts += (KLEN.pack(len(first)), first, KLEN.pack(len(last)), last)
         return offset + len(block)
+
+
+def _index_fields(width: int) -> list[tuple[str, str]]:
+    """One index entry (`formats.sst`'s index block) as numpy record fields, for keys of `width` bytes."""
+    return [
+        ("offset", ">u8"),
+        ("size", ">u4"),
+        ("rows", ">u4"),
+        ("first_len", ">u2"),
+        ("first", f"V{width}"),
+        ("last_len", ">u2"),
+        ("last", f"V{width}"),
+    ]
 
 
 def is_value_array(values: Any) -> bool:

@@ -481,6 +481,10 @@ class SstReader:
         """The rows of blocks `group` (`n` rows by the index): a `RowArray` when they are all alike
         (with `tombstones`, alike but for tombstones), else their decoded rows (which name the block of
         any fault)."""
+        if tombstones and self.cache is None:  # the compaction's reader: the group read at once
+            arr = self._group_records(group, n)
+            if arr is not None:
+                return arr
         blks = list(map(self._load, group))
         data = blks[0].data if len(blks) == 1 else b"".join([b.data for b in blks])
         arr = self.codec.rows_array(data)
@@ -510,6 +514,55 @@ class SstReader:
         for i in group:
             rows += self.block_rows(i)
         return rows
+
+    def _group_records(self, group: list[int], n: int) -> RowArray | None:
+        """`_group_batch` for a reader without a cache (the compaction's): the group's stored blocks (one
+        after the other in the file) copied in one slice, each block's checksum checked on a view of it
+        and its offset array read by numpy, and every row's record gathered from that slice at its
+        offset (`RowCodec.rows_array_ragged`: the checks of `decode_block`, column-wise), instead of a
+        payload, a trailer parse and two more copies per block. None when a block is compressed, its
+        trailer is not as the index says, or the rows are not alike but for tombstones: the block by
+        block path then decodes them, or names the fault."""
+        import numpy as np
+
+        handles = [self.blocks[i] for i in group]
+        lo = handles[0].offset
+        hi = handles[-1].offset + handles[-1].size
+        if hi > len(self._map):
+            return None
+        buf = self._map[lo:hi]
+        view = memoryview(buf)
+        verify = self.verify_checksums
+        rels, tails, counts, offset_arrays = [], [], [], []
+        for h in handles:
+            rel = h.offset - lo
+            code_at = rel + h.size - TRAILER.size  # the block's compression byte, then its checksum
+            if h.size < TRAILER.size + 4 or buf[code_at] != COMPRESSION_NONE:
+                return None
+            if verify and _xxh3(view[rel : code_at + 1]) != _CHECKSUM.unpack_from(buf, code_at + 1)[0]:
+                return None
+            (k,) = U32.unpack_from(buf, code_at - 4)
+            tail = code_at - 4 - 4 * k  # the row offsets, after the rows
+            if k != h.num_rows or not k or tail < rel:
+                return None
+            rels.append(rel)
+            tails.append(tail)
+            counts.append(k)
+            offset_arrays.append(view[tail : tail + 4 * k])
+        if sum(counts) != n:
+            return None
+        ends = np.cumsum(counts)  # each block's rows end at this row number
+        starts = np.frombuffer(b"".join(offset_arrays), ">u4").astype(np.int64)
+        if starts[ends - counts].any():  # a block's first row starts its block
+            return None
+        starts += np.repeat(np.array(rels, np.int64), counts)
+        nexts = np.empty(n, np.int64)
+        nexts[:-1] = starts[1:]
+        nexts[ends - 1] = tails  # a block's last row ends where its offsets begin
+        arr = self.codec.rows_array_ragged(buf, starts, nexts)
+        if arr is not None and not (arr.arr["flags"] & 1).any():
+            arr.ragged = False  # no tombstone after all: an array as `rows_array` makes them
+        return arr
 
     def __iter__(self) -> Iterator[tuple]:
         return itertools.chain.from_iterable(map(self.block_rows, range(len(self.blocks))))
@@ -555,6 +608,8 @@ class SstReader:
         if problems:
             raise CorruptionError(self.path, self.info.filter_offset + self.info.filter_size, "; ".join(problems))
 
+
+_CHECKSUM = struct.Struct(">Q")  # a block trailer's checksum
 
 # Rows per batch of `SstReader.iter_batches` (at least; whole blocks): numpy's fixed cost per call is a few
 # microseconds, so a forward scan's columns are built over many blocks at once (~2k rows, ~270 KiB).

@@ -22,6 +22,7 @@ from compaction.filter import Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from compaction.output import SstOutput
 from formats.sst import SstReader, SstWriter
+from tests.formats._records import records_of
 
 TICK = 10_000
 ALPHABET = [0x00, 0x01, 0x7F, 0xFE, 0xFF]
@@ -203,9 +204,8 @@ def test_alike_inputs_take_the_columnar_path(tmp_path, monkeypatch):
     data=st.data(),
 )
 def test_write_stream_writes_the_files_write_writes(tmp_path_factory, n, target, chunk, data):
-    """Row lists and column chunks, cut anywhere between keys, make the files `write` makes."""
-    import numpy as np
-
+    """Row lists and record arrays (of both layouts, mixed in one file), cut anywhere between keys, make
+    the files `write` makes."""
     rows = []
     for i in range(n):
         for v in range(data.draw(st.integers(1, 2), label="versions")):
@@ -219,12 +219,11 @@ def test_write_stream_writes_the_files_write_writes(tmp_path_factory, n, target,
         while j < len(rows) and rows[j][0] == rows[j - 1][0]:
             j += 1
         part = rows[i:j]
-        if data.draw(st.booleans(), label="as columns"):
-            keys, seqs, tss, exps, values = map(list, zip(*part, strict=True))
-            sizes = np.array([len(k) + (0 if v is None else len(v)) + 33 for k, v in zip(keys, values, strict=True)], np.int64)
-            if None not in values:
-                values = np.frombuffer(b"".join(values), "V12")
-            chunks.append((keys, seqs, tss, exps, values, sizes))
+        if data.draw(st.booleans(), label="as records"):
+            # the expire_ts slot where a row needs it, else either: a file gets records of two layouts
+            slot = any(r[3] is not None for r in part) or data.draw(st.booleans(), label="slot")
+            junk = data.draw(st.sampled_from([0, 0xAB]), label="junk")
+            chunks.append(records_of(part, vlen=12, junk=junk, ttl=slot))
         else:
             chunks.append(part)
         i = j
@@ -232,3 +231,15 @@ def test_write_stream_writes_the_files_write_writes(tmp_path_factory, n, target,
     assert [i for _, i in a] == [i for _, i in b]
     for (na, _), (nb, _) in zip(a, b, strict=True):
         assert (d / na).read_bytes() == (d / nb).read_bytes()
+
+
+def test_write_stream_joins_each_run_of_one_layout_apart(tmp_path):
+    """A file's records join per run of one layout, each run in its own kept buffer: a second run (a
+    smaller one, of the other layout) must not land on the first."""
+    rows = [(b"k%04d" % i, 9, i, None if i < 60 or i % 2 else 5000 + i, b"x" * 12) for i in range(100)]
+    a = SstOutput(OutputSpec(str(tmp_path), "row", target_bytes=None, sync=False), 7).write(iter(rows))
+    cuts = [(0, 30), (30, 60), (60, 75), (75, 90), (90, 100)]
+    chunks = [records_of(rows[i:j], vlen=12, ttl=i >= 60) for i, j in cuts]
+    b = SstOutput(OutputSpec(str(tmp_path), "stream", target_bytes=None, sync=False), 7).write_stream(chunks)
+    assert len(a) == len(b) == 1
+    assert (tmp_path / b[0][0]).read_bytes() == (tmp_path / a[0][0]).read_bytes()

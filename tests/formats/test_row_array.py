@@ -9,10 +9,12 @@ import os
 import tempfile
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from formats import sst_reader
+from formats.errors import CorruptionError
 from formats.row import FORMAT_V1, RowFeature, codec_for
 from formats.row_array import RowArray
 from formats.sst import SstReader
@@ -204,3 +206,60 @@ def test_keys_of_several_lengths_with_deletes_are_rows():
         write(p, rows)
         with SstReader(p) as r:
             assert list(r.iter_batches(tombstones=True)) == [rows]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=rows_with_tombstones(),
+    block_bytes=st.sampled_from([64, 200, 4096]),
+    group=st.sampled_from([1, 7, 2048]),
+    compression=st.sampled_from([None, "zlib"]),
+)
+def test_the_compactions_group_read_gives_the_batches_of_the_block_path(
+    rows, block_bytes, group, compression, monkeypatch
+):
+    """A reader without a cache (the compaction's) reads a group's blocks in one slice
+    (`SstReader._group_records`); the batches are those a cached reader makes block by block: the
+    same kind (rows or array, ragged or not) and the same rows."""
+    monkeypatch.setattr(sst_reader, "GROUP_ROWS", group)
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.sst")
+        write(p, rows, block_bytes=block_bytes, compression=compression)
+        with SstReader(p) as r:
+            fast = list(r.iter_batches(tombstones=True))
+        with SstReader(p, cache=DictCache()) as r:
+            slow = list(r.iter_batches(tombstones=True))
+
+    def kind(b):
+        return "rows" if type(b) is list else ("ragged" if b.ragged else "array")
+
+    assert [kind(b) for b in fast] == [kind(b) for b in slow]
+    assert [b if type(b) is list else b.rows() for b in fast] == [b if type(b) is list else b.rows() for b in slow]
+
+
+def test_the_group_read_names_a_damaged_block(tmp_path):
+    """A flipped byte in a data block fails the group read's checksum; the block path then names the
+    block, as it does for every reader."""
+    rows = [(b"k%05d" % i, 10_000 - i, i, None, None if i % 9 == 0 else b"v" * 20) for i in range(3000)]
+    p = tmp_path / "t.sst"
+    write(p, rows)
+    with SstReader(p) as r:
+        victim = r.blocks[5]
+    raw = bytearray(p.read_bytes())
+    raw[victim.offset + 10] ^= 0x40
+    p.write_bytes(bytes(raw))
+    with SstReader(p) as r:
+        with pytest.raises(CorruptionError) as e:
+            list(r.iter_batches(tombstones=True))
+    assert e.value.offset == victim.offset
+    assert "checksum" in str(e.value)
+
+
+def test_the_group_read_loads_no_block_one_by_one(tmp_path, monkeypatch):
+    """Uncompressed groups alike (but for tombstones) are read without `_load` (a payload per block)."""
+    rows = [(b"k%05d" % i, 10_000 - i, i, None, None if i % 9 == 0 else b"v" * 20) for i in range(3000)]
+    write(tmp_path / "t.sst", rows)
+    monkeypatch.setattr(SstReader, "_load", lambda *a, **k: pytest.fail("a block was loaded on its own"))
+    with SstReader(tmp_path / "t.sst") as r:
+        batches = list(r.iter_batches(tombstones=True))
+    assert [x for b in batches for x in b.rows()] == rows

@@ -88,15 +88,28 @@ def test_read_only_commands_give_on_a_url_what_they_give_on_the_directory(s3_ser
             # the URL's du also says what the store holds and what du asked of it (test below)
             assert set(got) - set(want) == {"objects", "requests"}
             got = {k: v for k, v in got.items() if k in want}
+            # a WAL object may also hold records of the memtable flushed before it (replay skips them
+            # by seq): the WAL's bytes differ between the backends, its live rows do not
+            for d in (got, want):
+                for lv in [*d["levels"], d["total"]]:
+                    if lv["level"] in ("wal", "total"):
+                        lv.pop("size")
         elif what == ("manifest", "show"):
-            # WAL object ids are claimed one past the last (an empty claim at each writable open)
-            assert got.pop("wal_replay_from") >= want.pop("wal_replay_from")
+            # WAL ids number segment files on one backend, group-committed objects on the other
+            assert got.pop("wal_replay_from") >= 1 and want.pop("wal_replay_from") >= 1
         elif what == ("manifest", "list"):
             for v in want + got:
                 v.pop("mtime"), v.pop("wal_replay_from"), v.pop("file_size")
         elif what == ("wal", "dump"):
             want = [rec for seg in want for rec in seg["records"]]
             got = [rec for seg in got for rec in seg["records"]]
+            # the first live WAL object may also hold the flushed memtable's last records (replay skips
+            # them by seq): the records not in SSTs yet are the same on both backends
+            shown = results[2 * READ_ONLY.index(("manifest", "show", "{db}", "--json")) + 1]
+            flushed = json.loads(shown.out)["last_seq"]
+            got = [rec for rec in got if rec["seq"] > flushed]
+            for rec in got + want:
+                rec.pop("offset")  # where in its file or object: the WAL's files differ, see above
         assert got == want, args
     # the comparisons compared something: the database is there, with its WAL rows, on both
     assert json.loads(results[2].out)[0]["key"] == "k1" and len(json.loads(results[2].out)) == 4

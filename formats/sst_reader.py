@@ -294,6 +294,10 @@ class SstReader:
             grow((self.cache_id, i), ROW_INDEX_BYTES * len(blk.offsets))
         return index
 
+    def all_cached(self) -> bool:
+        """Whether every data block of this SST is in the block cache now (reading one costs no I/O)."""
+        return all(slot() is not None for slot in self._slots)
+
     def key_index(self, i: int) -> dict[bytes, int]:
         """Block `i`'s key index (key -> its newest row's offset), as a point read builds and caches it
         (`lsm.l0_index` takes its keys from here)."""

@@ -17,8 +17,9 @@ holds rows; a state that serves few reads never builds one either way. Memory: o
 row (about 100 bytes each, the key shared with the block's key index), not charged to the block
 cache; L0 is bounded by the compaction trigger times the memtable size.
 
-Not on an object store: there every block the build reads is a GET, and a point read must cost at most
-one GET per SST it probes (docs/object-store.md).
+On an object store every block the build read would be a GET, and a point read must cost at most one
+GET per SST it probes (docs/object-store.md): there it is built only once every L0 block is in the block
+cache already (checked every `OBJECT_CHECK_EVERY` reads past the threshold), so it costs no request.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from formats.sst import SstReader
 
 # with a block cache, the build waits for rows // CACHED_BUILD_DIVISOR reads (see the module docstring)
 CACHED_BUILD_DIVISOR = 16
+# on an object store, how often (in reads past the threshold) to check whether every L0 block is cached
+OBJECT_CHECK_EVERY = 1024
 
 
 class L0Index:
@@ -49,15 +52,18 @@ class L0Index:
         keys = self.keys
         if keys is not None:
             return keys
-        if len(readers) < 2 or not readers[0].local:
-            # on an object store the build would read every L0 block, a GET each: a point read there
-            # probes the L0 files' blooms (in memory) and reads at most one block per file they admit
+        if len(readers) < 2:
             return None
         if self.rows < 0:
             rows = sum(r.info.num_rows for r in readers)
             self.rows = rows // CACHED_BUILD_DIVISOR if readers[0].cache is not None else rows
         self.gets += 1
         if self.gets <= self.rows:
+            return None
+        if not readers[0].local and (self.gets % OBJECT_CHECK_EVERY or not all(r.all_cached() for r in readers)):
+            # an object store: a block the build would read is a GET (see the module docstring); until
+            # every L0 block is cached a point read probes the L0 files' blooms and reads at most one
+            # block per file they admit
             return None
         keys: dict[bytes, int] = {}
         for j in range(len(readers) - 1, -1, -1):  # oldest first: a newer file overwrites the position

@@ -70,3 +70,38 @@ def test_gets_through_the_index_equal_the_model_at_the_head_and_at_snapshots(tmp
             for k in keys:
                 assert snap.get(k) == seen.get(k)
             snap.close()
+
+
+def test_on_an_object_store_the_index_is_built_only_from_cached_blocks_and_costs_no_request(s3_server):
+    from formats.storage import storage_for
+    from lsm.cache import LruCache
+    from lsm.l0_index import OBJECT_CHECK_EVERY
+
+    url = s3_server.new_url()
+    st = storage_for(url)
+    files = [[(b"k%04d" % i, 10 - f, T0, None, b"v" * 40) for i in range(f, 400, 3)] for f in range(3)]
+    for f, rows in enumerate(files):
+        write_sst(f"{url}/{f}.sst", rows, block_bytes=512)
+    cache = LruCache(64 << 20)
+    readers = [SstReader(f"{url}/{f}.sst", cache=cache, cache_id=f) for f in range(3)]
+    index = L0Index()
+    st.reset_stats()
+    reads = 0
+    while reads < 4 * OBJECT_CHECK_EVERY:  # past the threshold, but the blocks are not all cached
+        assert index.lookup(readers) is None
+        reads += 1
+    assert st.stats()["get"] == 0  # looking never read a block
+    for r in readers:  # what point reads do: every block loaded into the cache, a GET each
+        for i in range(len(r.blocks)):
+            r.key_index(i)
+    assert all(r.all_cached() for r in readers)
+    gets = st.stats()["get"]
+    built = None
+    for _ in range(OBJECT_CHECK_EVERY):
+        built = index.lookup(readers)
+        if built is not None:
+            break
+    assert built is not None and built[b"k0000"] == 0 and built[b"k0001"] == 1
+    assert st.stats()["get"] == gets  # built from the cache: no request
+    for r in readers:
+        r.close()

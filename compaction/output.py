@@ -7,6 +7,7 @@ tasks (`lsm.bulk_task`). `OutputSpec` says where and how."""
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
@@ -81,6 +82,11 @@ class SstOutput:
         self.write_seconds = 0.0
         self._counter = itertools.count()
         self._scratch = Scratch()  # its writers' encoding buffers, kept from one file to the next
+        # an object store: each finished file is uploaded by one background thread while the next is
+        # encoded (at most one upload in flight, so one file's bytes more in memory than locally)
+        self._uploads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._upload: concurrent.futures.Future | None = None
+        self._background = not storage_for(spec.directory).local
 
     def _finish(self, name: str, w: SstWriter) -> None:
         t0 = time.perf_counter()
@@ -99,8 +105,39 @@ class SstOutput:
             compression=s.compression,
             sync=s.sync,
             scratch=self._scratch,
+            put=self._put_behind if self._background else None,
         )
         return name, w
+
+    def _put_behind(self, path: str, data: bytes) -> None:
+        """Upload a finished object-store SST in the background, once the previous upload is done."""
+        self._wait_upload()
+        if self._uploads is None:
+            self._uploads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lsm-sst-upload")
+        self._upload = self._uploads.submit(storage_for(path).write_file, path, (data,))
+
+    def _wait_upload(self, quiet: bool = False) -> None:
+        """Wait for the upload in flight; raise its error unless `quiet`."""
+        up, self._upload = self._upload, None
+        if up is None:
+            return
+        t0 = time.perf_counter()
+        try:
+            up.result()
+        except BaseException:
+            if not quiet:
+                raise
+        finally:
+            self.write_seconds += time.perf_counter() - t0
+
+    def _drain(self, quiet: bool = False) -> None:
+        """Every upload done (its error raised unless `quiet`), the upload thread stopped."""
+        try:
+            self._wait_upload(quiet)
+        finally:
+            if self._uploads is not None:
+                self._uploads.shutdown()
+                self._uploads = None
 
     def write(self, rows: Iterable[tuple]) -> list[tuple[str, SsTableInfo]]:
         """Write `rows` into new SSTs of about the target size, never splitting one key's versions;
@@ -260,10 +297,13 @@ class SstOutput:
 
     @contextlib.contextmanager
     def _removed_on_error(self) -> Iterator[None]:
-        """On any error inside, delete what this output wrote (`remove_outputs`) and re-raise."""
+        """On leaving, wait for the background uploads; on any error inside (or of an upload), delete
+        what this output wrote (`remove_outputs`) and re-raise."""
         try:
             yield
+            self._drain()  # the outputs are whole (uploaded) before a caller sees them
         except BaseException:
+            self._drain(quiet=True)
             self.remove_outputs()
             raise
 

@@ -421,6 +421,11 @@ class RangeFile:
             self._tail = self._range(start, self._tail_at) + self._tail
             self._tail_at = start
 
+    def release_after(self, end: int) -> None:
+        """Drop the cached tail's bytes from `end` on (an open SST's metadata, index and filter, parsed
+        by now: only its data blocks are read again), keeping any data blocks the tail holds."""
+        self._tail = self._tail[: max(0, end - self._tail_at)]
+
     def __getitem__(self, item: slice) -> bytes:
         if not isinstance(item, slice) or item.step not in (None, 1):
             raise TypeError("RangeFile supports plain slices only")
@@ -428,7 +433,12 @@ class RangeFile:
         if stop <= start:
             return b""
         if start >= self._tail_at:
-            return self._tail[start - self._tail_at : stop - self._tail_at]
+            tail_end = self._tail_at + len(self._tail)  # the whole object's end, unless `release_after`
+            if stop <= tail_end:
+                return self._tail[start - self._tail_at : stop - self._tail_at]
+            if start >= tail_end:
+                return self._range(start, stop)
+            return self._tail[start - self._tail_at :] + self._range(tail_end, stop)
         if not self.readahead:
             return self._range(start, stop)
         if stop > self._tail_at:  # a block that runs into the cached tail: the rest comes from there

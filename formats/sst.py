@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgpack
@@ -127,6 +127,7 @@ class SstWriter:
         compression: str | None = None,
         sync: bool = True,
         scratch: Scratch | None = None,
+        put: Callable[[str, bytes], None] | None = None,
     ) -> None:
         if format_version not in SUPPORTED_FORMAT_VERSIONS:
             raise FormatVersionError(str(path), f"cannot write SST format version {format_version}")
@@ -142,6 +143,9 @@ class SstWriter:
         self.compression = COMPRESSION_CODES[compression]
         self.sync = sync
         self.scratch = scratch  # buffers lent by the caller for the encoding (`formats.sst_records.Scratch`)
+        # `put(path, data)` writes the finished file instead of `finish` (compaction.output hands an
+        # object-store SST to a background upload); the caller then owns its durability and its errors
+        self.put = put
         self.rows: list[tuple] = []
         # rows added by `extend_columns` stay columns (keys, seqs, tss, exps, values) until `finish`; rows
         # added by `add`/`extend` go to `rows`. Only one of the two holds rows at a time (a call of the
@@ -507,7 +511,10 @@ class SstWriter:
         file_size = meta_offset + len(meta) + len(footer)
         # through the storage seam (a local file via formats.fileio, or one object): every byte or an
         # error naming the file, tests can inject faults, and a partial SST is never left behind
-        storage_for(self.path).write_file(self.path, (b"".join(chunks),), sync=self.sync)
+        if self.put is not None:
+            self.put(self.path, b"".join(chunks))
+        else:
+            storage_for(self.path).write_file(self.path, (b"".join(chunks),), sync=self.sync)
         self.rows = []
         self._cols = None
         self._recs = []

@@ -155,6 +155,9 @@ class SstReader:
             self.bloom = bloom.BloomFilter(self._block_payload(info.filter_offset, info.filter_size))
         except ValueError as e:
             raise CorruptionError(path, info.filter_offset, f"bad filter block: {e}") from None
+        release = getattr(buf, "release_after", None)  # an object: keep its data blocks' bytes only
+        if release is not None:
+            release(info.data_size)
 
     def _parse_index(self, idx: bytes, at: int) -> list[BlockHandle]:
         try:

@@ -136,3 +136,18 @@ def test_an_unreachable_store_is_an_os_error_naming_the_object(s3_server) -> Non
     st = register(s3_server.new_url("down"), {**opts, "max_retries": 1, "retry_timeout_ms": 200})
     with pytest.raises(OSError, match="down/sst/x"):
         st.read(st.root + "/sst/x")
+
+
+def test_an_open_sst_keeps_only_its_data_bytes_of_the_tail_and_still_reads_everything(s3_server) -> None:
+    from formats.sst import SstReader, write_sst
+
+    url = s3_server.new_url()
+    rows = [(b"k%05d" % i, i + 1, 1_700_000_000_000, None, b"v" * 30) for i in range(3000)]
+    write_sst(f"{url}/sst/a.sst", rows, block_bytes=1024)
+    r = SstReader(f"{url}/sst/a.sst")
+    m = r._map
+    assert m._tail_at + len(m._tail) <= r.info.data_size  # metadata, index and filter bytes dropped
+    assert [row[0] for row in r] == [row[0] for row in rows]
+    r.verify()  # reads the index and filter again, by range
+    assert r.get(b"k01234")[4] == b"v" * 30
+    r.close()

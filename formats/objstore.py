@@ -25,7 +25,6 @@ as ours, never guessed; if even that cannot be decided, `PublishUnknownError`.
 
 from __future__ import annotations
 
-import concurrent.futures
 import errno
 import os
 import re
@@ -75,10 +74,6 @@ def transient(e: BaseException) -> bool:
         return False
     m = _STATUS.search(str(e))
     return m is None or m.group(1) in ("408", "429") or m.group(1).startswith("5")
-
-# the fetches ahead of sequential readers (`RangeFile`): obstore releases the GIL while it waits, so a
-# compaction merges one window while the next is on its way
-_FETCHERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsm-read-ahead")
 
 _memory_stores: dict[str, Any] = {}  # memory://name -> its MemoryStore, shared by every root under it
 _memory_lock = threading.Lock()
@@ -400,7 +395,6 @@ class RangeFile:
         self.readahead = 0
         self._window: tuple[int, bytes] = (0, b"")  # (offset, bytes) fetched ahead
         self._next = 0  # where the last slice ended: a slice starting there (or at 0) is sequential
-        self._ahead: tuple[int, concurrent.futures.Future] | None = None  # the next window, being fetched
 
     def __len__(self) -> int:
         return self._size
@@ -455,32 +449,13 @@ class RangeFile:
             return window[start - at : stop - at]
         if not sequential:  # one GET; the window stays (a reader may go back over its last blocks)
             return self._range(start, stop)
-        window = self._take_ahead(start, stop)
-        if window is None:
-            end = max(stop, min(start + self.readahead, self._tail_at))
-            # not through the disk cache: a compaction's inputs are deleted once it commits
-            window = self.storage.read_range(self.path, start, end)
+        end = max(stop, min(start + self.readahead, self._tail_at))
+        # not through the disk cache: a compaction's inputs are deleted once it commits
+        window = self.storage.read_range(self.path, start, end)
         self._window = (start, window)
-        nxt = start + len(window)
-        if nxt < self._tail_at:  # the next window is fetched while this one is read (double buffering)
-            end = min(nxt + self.readahead, self._tail_at)
-            self._ahead = (nxt, _FETCHERS.submit(self.storage.read_range, self.path, nxt, end))
         return window[: stop - start]
 
-    def _take_ahead(self, start: int, stop: int) -> bytes | None:
-        """The window fetched ahead if it starts at `start` and holds up to `stop`, else None (and a
-        fetch ahead of elsewhere is dropped)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return None
-        at, fut = ahead
-        window = fut.result()  # its error, if any, is this read's
-        return window if at == start and stop <= at + len(window) else None
-
     def close(self) -> None:
-        """Drop the cached tail and the read-ahead window (waiting out a fetch ahead)."""
+        """Drop the cached tail and the read-ahead window."""
         self._tail = b""
         self._window = (0, b"")
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            concurrent.futures.wait([ahead[1]])

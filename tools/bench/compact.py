@@ -489,6 +489,8 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
     runs = []
     work = os.path.join(root, "work-s3-local")
     with s3.endpoint() as bucket:
+        rate = server_rate(bucket)
+        _say(a, f"s3 server: {rate:.0f} MiB/s for 8 MiB PUTs and 1 MiB ranged GETs, one at a time (measured now)")
         for _ in range(a.repeat):
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(base, work)
@@ -504,6 +506,10 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
                 "s3_peak_anon_mib": so.get("peak_anon_mib"),
                 "requests": so.get("requests", {}),
             }
+            moved = (r["requests"].get("put_bytes", 0) + r["requests"].get("get_bytes", 0)) / 1048576
+            # the server alone needs this long for the bytes the compaction moved (requests one at a time)
+            r["server_floor_seconds"] = moved / rate if rate else 0.0
+            r["floor_ratio"] = r["server_floor_seconds"] / r["local_seconds"] if r["local_seconds"] else 0.0
             runs.append(r)
             q = r["requests"]
             _say(
@@ -511,10 +517,11 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
                 f"s3:         full compaction local {r['local_seconds']:.2f} s, s3 {r['s3_seconds']:.2f} s = "
                 f"{r['ratio']:.2f}x; peak RssAnon local {_mib(r['local_peak_anon_mib'])} MiB, s3 "
                 f"{_mib(r['s3_peak_anon_mib'])} MiB; s3 requests {q.get('put', 0)} PUT, {q.get('get', 0)} GET, "
-                f"{q.get('list', 0)} LIST, {q.get('delete', 0)} DELETE",
+                f"{q.get('list', 0)} LIST, {q.get('delete', 0)} DELETE; the server's floor for its "
+                f"{moved:.0f} MiB {r['server_floor_seconds']:.2f} s = {r['floor_ratio']:.2f}x local",
             )
     shutil.rmtree(work, ignore_errors=True)
-    keys = ["local_seconds", "s3_seconds", "ratio"]
+    keys = ["local_seconds", "s3_seconds", "ratio", "server_floor_seconds", "floor_ratio"]
     if all(r["s3_peak_anon_mib"] is not None and r["local_peak_anon_mib"] is not None for r in runs):
         keys += ["local_peak_anon_mib", "s3_peak_anon_mib"]
     med = medians(runs, tuple(keys))
@@ -527,8 +534,29 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
     _say(
         a,
         f"s3 median:  full compaction on S3 {med['s3_seconds']:.2f} s vs local {med['local_seconds']:.2f} s = "
-        f"{med['ratio']:.2f}x{mem} (medians of {len(runs)})",
+        f"{med['ratio']:.2f}x{mem}; the server's floor {med['server_floor_seconds']:.2f} s = "
+        f"{med['floor_ratio']:.2f}x local (medians of {len(runs)})",
     )
+
+
+def server_rate(bucket: str) -> float:
+    """MiB/s the S3 server moves for requests like a compaction's, one at a time: four 8 MiB PUTs and
+    32 ranged GETs of 1 MiB (the figure that bounds a compaction on it from below)."""
+    from formats.storage import storage_for
+    from tools.bench import s3
+
+    url = s3.fresh_prefix(bucket, "rate")
+    st = storage_for(url)
+    data = os.urandom(8 << 20)
+    t0 = time.perf_counter()
+    for i in range(4):
+        st.write_file(f"{url}/{i}", (data,))
+    for i in range(32):
+        st.read_range(f"{url}/{i % 4}", (i % 8) << 20, ((i % 8) + 1) << 20)
+    seconds = time.perf_counter() - t0
+    for i in range(4):
+        st.delete(f"{url}/{i}")
+    return 64 / seconds if seconds > 0 else 0.0
 
 
 def summarize(

@@ -25,6 +25,7 @@ as ours, never guessed; if even that cannot be decided, `PublishUnknownError`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import os
 import re
@@ -74,6 +75,10 @@ def transient(e: BaseException) -> bool:
         return False
     m = _STATUS.search(str(e))
     return m is None or m.group(1) in ("408", "429") or m.group(1).startswith("5")
+
+# the fetches ahead of sequential readers (`RangeFile`): obstore releases the GIL while it waits, so a
+# compaction merges one window while the next is on its way
+_FETCHERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsm-read-ahead")
 
 _memory_stores: dict[str, Any] = {}  # memory://name -> its MemoryStore, shared by every root under it
 _memory_lock = threading.Lock()
@@ -395,6 +400,7 @@ class RangeFile:
         self.readahead = 0
         self._window: tuple[int, bytes] = (0, b"")  # (offset, bytes) fetched ahead
         self._next = 0  # where the last slice ended: a slice starting there (or at 0) is sequential
+        self._ahead: tuple[int, concurrent.futures.Future] | None = None  # the next window, being fetched
 
     def __len__(self) -> int:
         return self._size
@@ -449,13 +455,31 @@ class RangeFile:
             return window[start - at : stop - at]
         if not sequential:  # one GET; the window stays (a reader may go back over its last blocks)
             return self._range(start, stop)
-        end = max(stop, min(start + self.readahead, self._tail_at))
-        # not through the disk cache: a compaction's inputs are deleted once it commits
-        window = self.storage.read_range(self.path, start, end)
-        self._window = (start, window)
-        return window[: stop - start]
+        new = None
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            a_at, fut = ahead
+            fetched = fut.result()  # its error, if any, is this read's
+            if a_at == at + len(window) and at <= start <= a_at:
+                # the window fetched ahead follows the current one: a block straddling the two is whole
+                new = window[start - at :] + fetched
+                if stop > start + len(new):
+                    new = None
+        if new is None:
+            end = max(stop, min(start + self.readahead, self._tail_at))
+            # not through the disk cache: a compaction's inputs are deleted once it commits
+            new = self.storage.read_range(self.path, start, end)
+        self._window = (start, new)
+        nxt = start + len(new)
+        if nxt < self._tail_at:  # the next window is fetched while this one is read (double buffering)
+            end = min(nxt + self.readahead, self._tail_at)
+            self._ahead = (nxt, _FETCHERS.submit(self.storage.read_range, self.path, nxt, end))
+        return new[: stop - start]
 
     def close(self) -> None:
-        """Drop the cached tail and the read-ahead window."""
+        """Drop the cached tail and the read-ahead window (waiting out a fetch ahead)."""
         self._tail = b""
         self._window = (0, b"")
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            concurrent.futures.wait([ahead[1]])

@@ -24,6 +24,21 @@ LOCAL_ENV = {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRE
              "AWS_ALLOW_HTTP": "true"}
 
 
+_server_pid: int | None = None  # the local server's process while `endpoint` runs it
+
+
+def server_cpu_seconds() -> float | None:
+    """CPU seconds the local S3 server has used so far (None when the endpoint is not ours)."""
+    if _server_pid is None:
+        return None
+    try:
+        with open(f"/proc/{_server_pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def unavailable() -> str | None:
     """Why the bench cannot reach S3 (None when it can)."""
     if os.environ.get("AWS_ENDPOINT_URL") or importlib.util.find_spec("moto") is not None:
@@ -60,8 +75,11 @@ def endpoint() -> Iterator[str]:
                     raise RuntimeError("the local S3 server (moto) did not start") from None
                 time.sleep(0.1)
         os.environ.update(LOCAL_ENV, AWS_ENDPOINT_URL=url)
+        global _server_pid
+        _server_pid = proc.pid
         yield f"s3://{BUCKET}"
     finally:
+        _server_pid = None
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)

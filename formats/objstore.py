@@ -455,26 +455,30 @@ class RangeFile:
             return window[start - at : stop - at]
         if not sequential:  # one GET; the window stays (a reader may go back over its last blocks)
             return self._range(start, stop)
-        new = None
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             a_at, fut = ahead
             fetched = fut.result()  # its error, if any, is this read's
-            if a_at == at + len(window) and at <= start <= a_at:
-                # the window fetched ahead follows the current one: a block straddling the two is whole
-                new = window[start - at :] + fetched
-                if stop > start + len(new):
-                    new = None
-        if new is None:
-            end = max(stop, min(start + self.readahead, self._tail_at))
-            # not through the disk cache: a compaction's inputs are deleted once it commits
-            new = self.storage.read_range(self.path, start, end)
+            if a_at == at + len(window) and at <= start and stop <= a_at + len(fetched):
+                # the window fetched ahead follows the current one and holds the rest of this slice:
+                # it becomes the window (no joined copy of the two), the one after it is fetched
+                self._window = (a_at, fetched)
+                self._fetch_ahead(a_at + len(fetched))
+                if start >= a_at:
+                    return fetched[start - a_at : stop - a_at]
+                return window[start - at :] + fetched[: stop - a_at]  # a block straddling the two
+        end = max(stop, min(start + self.readahead, self._tail_at))
+        # not through the disk cache: a compaction's inputs are deleted once it commits
+        new = self.storage.read_range(self.path, start, end)
         self._window = (start, new)
-        nxt = start + len(new)
-        if nxt < self._tail_at:  # the next window is fetched while this one is read (double buffering)
-            end = min(nxt + self.readahead, self._tail_at)
-            self._ahead = (nxt, _FETCHERS.submit(self.storage.read_range, self.path, nxt, end))
+        self._fetch_ahead(start + len(new))
         return new[: stop - start]
+
+    def _fetch_ahead(self, at: int) -> None:
+        """Start fetching the window at `at` (double buffering: it comes while the current one is read)."""
+        if at < self._tail_at:
+            end = min(at + self.readahead, self._tail_at)
+            self._ahead = (at, _FETCHERS.submit(self.storage.read_range, self.path, at, end))
 
     def close(self) -> None:
         """Drop the cached tail and the read-ahead window (waiting out a fetch ahead)."""

@@ -151,3 +151,26 @@ def test_an_open_sst_keeps_only_its_data_bytes_of_the_tail_and_still_reads_every
     r.verify()  # reads the index and filter again, by range
     assert r.get(b"k01234")[4] == b"v" * 30
     r.close()
+
+
+def test_a_sequential_reader_gets_every_byte_right_across_windows_fetched_ahead(s3_server) -> None:
+    import random
+
+    from formats.objstore import READAHEAD_BYTES
+
+    st = storage_for(s3_server.new_url())
+    p = st.root + "/sst/seq.sst"
+    data = os.urandom(5 * READAHEAD_BYTES + 12345)
+    st.write_file(p, (data,))
+    m = st.open_map(p)
+    m.read_ahead()
+    rng = random.Random(3)
+    st.reset_stats()
+    pos, end = 0, m._tail_at
+    while pos < end:  # slices of block-like sizes, many straddling a window's end
+        n = min(end - pos, rng.choice((4096, 4096, 70_000, 300_000)))
+        assert m[pos : pos + n] == data[pos : pos + n]
+        pos += n
+    # one GET per window (each fetched while the one before it was read), none wasted
+    assert st.stats()["get"] <= end // READAHEAD_BYTES + 2
+    m.close()

@@ -12,10 +12,16 @@ def test_db_suite_runs_lsm_on_s3_beside_the_local_directory(s3_server) -> None:
                 "--no-progress", env={**s3_server.env, "LSM_BENCH_BUCKET": "lsm-test"})
     assert r.code == 0, r.err
     out = r.out
-    fill = re.search(r"fillrandom .*\[lsm-s3\].*requests: (\d+) PUT \((\d+) WAL, ([\d.]+)/s\), (\d+) GET", out)
+    fill = re.search(
+        r"fillrandom\s+:\s+([\d.]+) micros/op.*\[lsm-s3\].*requests: (\d+) PUT \((\d+) WAL, ([\d.]+)/s\), (\d+) GET",
+        out,
+    )
     assert fill, out
-    assert int(fill.group(1)) >= int(fill.group(2)) >= 1  # the WAL was written as objects
-    assert float(fill.group(3)) <= 11  # group commit: at most one WAL object per 100 ms (and the last one)
+    assert int(fill.group(2)) >= int(fill.group(3)) >= 1  # the WAL was written as objects
+    # group commit: one WAL object per 100 ms interval the benchmark spanned (one more where it began
+    # mid-interval, one more where its buffer reached wal_flush_bytes), not one per write
+    seconds = 30000 * float(fill.group(1)) / 1e6
+    assert int(fill.group(3)) <= seconds / 0.1 + 3, (fill.group(3), seconds)
     assert re.search(r"fillrandom .*\[lsm\] ", out)
     assert re.search(r"fillrandom\s+: ratio lsm-s3/lsm [\d.]+x", out)
     read = re.search(r"readrandom .*\[lsm-s3\] \((\d+) of 30000 found.*requests: 0 PUT .* (\d+) GET", out)

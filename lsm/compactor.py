@@ -319,18 +319,8 @@ class DbCompactor:
         t1 = time.perf_counter()
         stats = CompactionStats(jobs=1, moved_files=len(entries), moved_bytes=sum(e.size for e in entries))
         stats.plan_seconds = planned + (t1 - t0)
-        before = copy.deepcopy(self.stats)
-        self.stats.add(stats)
-        try:
-            vs.commit(lambda cur: self.policy.apply(cur, plan, entries, tick), vs.install)
-        except BaseException:
-            self.stats = before  # nothing was written, so there is nothing to remove
-            raise
-        t2 = time.perf_counter()
-        stats.commit_seconds = t2 - t1
-        stats.seconds = t2 - t0
-        self.stats.commit_seconds += stats.commit_seconds
-        self.stats.seconds += stats.seconds
+        self._commit_edit(stats, lambda cur: self.policy.apply(cur, plan, entries, tick))
+        self._timed(stats, t0, t1)
         return stats, names
 
     def _drop(
@@ -352,24 +342,33 @@ class DbCompactor:
         t1 = time.perf_counter()
         stats = drop_stats(entries, tick, self._expired_before(tick))
         stats.plan_seconds = planned + (t1 - t0)
+        self._commit_edit(
+            stats, lambda cur: with_purge_lag(self.policy.apply(cur, plan, (), tick, stats.history_floor), stats)
+        )
+        vs.retire_files(list(plan.drop))
+        self.distinct_keys.forget(plan.drop)
+        self._timed(stats, t0, t1)
+        return stats, ()
+
+    def _commit_edit(self, stats: CompactionStats, edit: Callable[[Manifest], Manifest]) -> None:
+        """Publish a job that writes no SST (a move, a drop) as the one manifest edit `edit`, its `stats`
+        counted; a commit that fails takes them back (nothing was written, so nothing to remove)."""
+        vs = self.versions
         before = copy.deepcopy(self.stats)
         self.stats.add(stats)
         try:
-            vs.commit(
-                lambda cur: with_purge_lag(self.policy.apply(cur, plan, (), tick, stats.history_floor), stats),
-                vs.install,
-            )
+            vs.commit(edit, vs.install)
         except BaseException:
-            self.stats = before  # nothing was written, so there is nothing to remove
+            self.stats = before
             raise
-        vs.retire_files(list(plan.drop))
-        self.distinct_keys.forget(plan.drop)
+
+    def _timed(self, stats: CompactionStats, t0: float, t1: float) -> None:
+        """The job's commit time (since `t1`) and its whole time (since `t0`), also in the totals."""
         t2 = time.perf_counter()
         stats.commit_seconds = t2 - t1
         stats.seconds = t2 - t0
         self.stats.commit_seconds += stats.commit_seconds
         self.stats.seconds += stats.seconds
-        return stats, ()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

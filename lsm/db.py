@@ -78,6 +78,7 @@ from lsm.timeline import Timeline, parse_time
 from lsm.versions import Run, State, VersionSet
 from lsm.wal_lock import IdleReleaser
 from lsm.wal_object import ObjectWal, wal_grace_ms
+from lsm.wal_object import claim as claim_wal_id
 
 SST_SUFFIX = ".sst"
 
@@ -228,8 +229,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         while True:
             nxt = max(segments[-1][0] + 1 if segments else 0, man.wal_replay_from)
             try:
-                ObjectWal(self._wal_dir, nxt, self.options.wal_flush_interval_ms, self.options.wal_flush_bytes,
-                          claim=True)
+                claim_wal_id(self._wal_dir, nxt)
             except FileExistsError:
                 # taken by the writer we fence (list again and replay it), or by a newer opener, which
                 # published its epoch before it listed: then we are the one fenced, and must not claim

@@ -57,8 +57,7 @@ if TYPE_CHECKING:
 class ObjectWal:
     """A writer of WAL objects from id `segment_id` on (same interface as `lsm.wal.WalWriter`).
 
-    `claim=True` (an open) writes the empty object at `segment_id` now, to fence earlier writers;
-    FileExistsError if that id is already taken. `on_fenced()` runs once when a write finds its id
+    `on_fenced()` runs once when a write finds its id
     taken: another handle owns the database. `on_broken(error)` runs when the background flusher's
     object write fails (an OSError): nobody waits for that write, so the handle learns of it here and
     enters its failed state at once, as a failed disk write would put it, instead of at its next write."""
@@ -66,7 +65,7 @@ class ObjectWal:
     held = True  # no segment flock on an object store: fencing is the create-if-absent of each id
 
     def __init__(self, wal_dir: str, segment_id: int, interval_ms: int, flush_bytes: int, *,
-                 claim: bool = False, on_fenced: Callable[[], None] | None = None,
+                 on_fenced: Callable[[], None] | None = None,
                  check_fence: Callable[[], bool] | None = None, recheck_after: float = 5.0,
                  on_broken: Callable[[OSError], object] | None = None) -> None:
         self.wal_dir = wal_dir
@@ -90,10 +89,7 @@ class ObjectWal:
         self._put_lock = threading.Lock()  # one object PUT at a time, in id order
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
-        if claim:
-            self._put(b"")
-        else:
-            _open_writers.add(self)
+        _open_writers.add(self)
 
     # -- WalWriter's interface ---------------------------------------------------------------------------
     def hold(self) -> None:
@@ -145,12 +141,6 @@ class ObjectWal:
         if self.broken is None:
             self.sync()
 
-    def abandon(self) -> None:
-        """Stop without writing what is buffered (a fenced or failed handle closing)."""
-        self._closed.set()
-        if self._thread is not None:
-            self._thread.join()
-
     # -- the flusher -------------------------------------------------------------------------------------
     def _start(self) -> None:
         with self._lock:
@@ -199,8 +189,6 @@ class ObjectWal:
             # the object may exist: nothing may follow it until an open has read what is there
             raise e.error from None
         if not created:
-            if self._durable == 0 and self._appended == 0 and not data:
-                raise FileExistsError(errno.EEXIST, "WAL object id taken", path)
             self._fenced(path)
         self.next_id += 1
         self._last_put = time.monotonic()
@@ -209,6 +197,19 @@ class ObjectWal:
         if self.on_fenced is not None:
             self.on_fenced()
         raise FencedError(f"{path}: another handle took over this database's WAL; this handle is fenced")
+
+
+def claim(wal_dir: str, segment_id: int) -> None:
+    """Claim WAL object id `segment_id` with an empty object (an open, fencing the writer before it:
+    module docstring); FileExistsError if the id is taken. A PUT whose outcome is unknown raises its
+    OSError: the next open reads what is there."""
+    path = wal_files.segment_path(wal_dir, segment_id)
+    try:
+        created = storage_for(wal_dir).put_if_absent(path, b"")
+    except PublishUnknownError as e:
+        raise e.error from None
+    if not created:
+        raise FileExistsError(errno.EEXIST, "WAL object id taken", path)
 
 
 # writers not closed yet: a normal interpreter exit writes their buffers (the flusher threads are

@@ -14,7 +14,7 @@ import lsm
 from formats import objstore
 from formats.storage import register
 from lsm import wal as wal_files
-from lsm.wal_object import ObjectWal
+from lsm.wal_object import claim
 from tests.s3proxy import FaultProxy
 
 TRANSIENT = ["500", "503", "reset"]
@@ -390,6 +390,6 @@ def test_two_claims_of_one_wal_id_do_not_both_win(s3_server) -> None:
     # refused (and claims the next id), although the bytes there are the same as its own
     url = s3_server.new_url()
     register(url, s3_server.options())
-    ObjectWal(url + "/wal", 5, 100, 1 << 20, claim=True)
+    claim(url + "/wal", 5)
     with pytest.raises(FileExistsError):
-        ObjectWal(url + "/wal", 5, 100, 1 << 20, claim=True)
+        claim(url + "/wal", 5)

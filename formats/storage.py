@@ -72,14 +72,7 @@ class Storage:
 
     def list_numbered(self, directory: str, suffix: str) -> list[tuple[int, str]]:
         """(id, path) of the files named ``<digits><suffix>`` in `directory`, ascending by id."""
-        out = []
-        for name in self.list_names(directory):
-            if name.endswith(suffix):
-                stem = name[: -len(suffix)]
-                if stem.isdigit():
-                    out.append((int(stem), os.path.join(directory, name)))
-        out.sort()
-        return out
+        return numbered(directory, self.list_names(directory), suffix)
 
     def list_entries(self, directory: str) -> list[str]:
         """Names of the files and of the subdirectories directly in `directory` (empty if there is none):
@@ -124,6 +117,18 @@ class Storage:
 STAT_KEYS = ("put", "get", "list", "delete", "head", "put_bytes", "get_bytes", "retries", "put_wal", "put_sst",
              "put_manifest")
 PUT_DIRS = ("wal", "sst", "manifest")
+
+
+def numbered(directory: str, names: Iterable[str], suffix: str) -> list[tuple[int, str]]:
+    """(id, path) of the names ``<digits><suffix>`` among `names` (files of `directory`), ascending."""
+    out = []
+    for name in names:
+        if name.endswith(suffix):
+            stem = name[: -len(suffix)]
+            if stem.isdigit():
+                out.append((int(stem), os.path.join(directory, name)))
+    out.sort()
+    return out
 
 
 class PublishUnknownError(Exception):

@@ -22,6 +22,7 @@ from compaction.merge import CompactionStats, OutputSpec, flush_rows
 from compaction.worker import WorkerDied
 from formats.manifest import Manifest, SstEntry
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_value
+from formats.storage import numbered
 from formats.wal import encode_put, encode_record
 from lsm import wal as wal_files
 from lsm.batch import WriteBatch
@@ -500,11 +501,13 @@ class WriteMixin:
         # cleanup after a committed flush: a listing that fails leaves the files for the next flush or
         # `lsm gc` (as unlink_quiet does a failed delete), it must not fail the flush that committed
         try:
-            segments = wal_files.list_segments(self._wal_dir)
             if self._objects:  # only objects older than the grace (lsm.wal_object: an idle writer's fence)
                 cutoff = time.time() - wal_grace_ms(self.options) / 1000
-                mtimes = self._storage.list_mtimes(self._wal_dir)
-                segments = [(sid, p) for sid, p in segments if mtimes.get(os.path.basename(p), cutoff) < cutoff]
+                mtimes = self._storage.list_mtimes(self._wal_dir)  # one listing gives names and ages
+                old = [name for name, mtime in mtimes.items() if mtime < cutoff]
+                segments = numbered(self._wal_dir, old, wal_files.SUFFIX)
+            else:
+                segments = wal_files.list_segments(self._wal_dir)
         except OSError:
             return
         for sid, p in segments:

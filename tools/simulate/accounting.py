@@ -60,7 +60,7 @@ import numpy as np
 from formats.manifest import Manifest, SstEntry
 from formats.row import codec_for
 from formats.sst import SsTableInfo, SstReader
-from formats.storage import storage_for
+from formats.storage import numbered, storage_for
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm import wal as wal_files
 from lsm.events import CompactionInfo, EventListener, FlushInfo
@@ -350,11 +350,9 @@ class DiskAccount(EventListener):
         if not self._storage.local:
             with self._io():
                 sizes = self._storage.list_sizes(self.wal_dir)
-            suffix = wal_files.SUFFIX
-            for name, n in sizes.items():
-                stem = name[: -len(suffix)]
-                if name.endswith(suffix) and stem.isdigit() and int(stem) >= first:
-                    wal_bytes += n
+            for sid, p in numbered(self.wal_dir, sizes, wal_files.SUFFIX):
+                if sid >= first:
+                    wal_bytes += sizes[os.path.basename(p)]
             return wal_bytes
         for _sid, p in wal_files.live_segments(self.wal_dir, first):
             try:

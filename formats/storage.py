@@ -224,7 +224,8 @@ class LocalStorage(Storage):
         # written to a temporary file, fsynced, then hard-linked to its name: the link fails if the
         # name exists, so a file is never seen half-written and two writers never both create it
         directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+        # the temporary name holds the final one, so a fault plan or a reader of the directory sees whose
+        tmp = os.path.join(directory, f"{TMP_PREFIX}{os.path.basename(path)}.{uuid.uuid4().hex}")
         fd = fileio.create(tmp, os.O_WRONLY | os.O_EXCL)
         try:
             try:

@@ -49,9 +49,9 @@ from formats.log import (
     scan_heads,
     scan_records,
 )
+from formats.storage import LOCAL, PublishUnknownError
 from lsm.clock import I64_MIN, check_i64_ms
 from lsm.errors import LsmError, SourceError
-from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.sources.protocol import MAX_PARTITION, SourceRecord, check_range, make_record
 
 _FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
@@ -515,21 +515,12 @@ class LogWriter:
             raise
 
     def _create(self, path: str) -> None:
-        """Create `path` holding just the file header, atomically (link of a complete temporary file)."""
-        tmp = os.path.join(self.directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        fd = fileio.create(tmp, os.O_WRONLY | os.O_TRUNC)
+        """Create `path` holding just the file header, atomically: the storage seam's create-if-absent
+        (a complete temporary file linked to its name). Another writer's file, created first, is used."""
         try:
-            try:
-                fileio.write(fd, encode_file_header(), tmp)
-                fileio.fsync(fd, tmp)
-            finally:
-                os.close(fd)
-            fileio.link(tmp, path)
-        except FileExistsError:
-            pass  # another writer created it first: use theirs
-        finally:
-            unlink_quiet(tmp)  # also after a failed write or sync: no temporary file is left behind
-        fsync_dir(self.directory)
+            LOCAL.put_if_absent(path, encode_file_header())
+        except PublishUnknownError as e:  # the link or the directory fsync failed: raised as it failed
+            raise e.error from None
 
 
 __all__ = ["CHUNK", "LogWriter", "PartitionedLog", "open_partition_file", "partition_path"]

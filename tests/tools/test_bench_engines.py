@@ -183,6 +183,8 @@ def test_bench_settle_counts_every_flushed_row_for_both_engines(tmp_path):
         assert loose[e]["write_amp"] == 0.0
         assert 0.9 < settled[e]["write_amp"] < 1.5, settled[e]
         assert settled[e]["flush_amp"] == settled[e]["write_amp"]  # one flush, nothing to compact
+        assert settled[e]["write_amp_flushed"] == 1.0  # RocksDB's W-Amp: bytes written / bytes flushed
+        assert loose[e]["write_amp_flushed"] is None  # nothing flushed: no figure, not a division by 0
         assert settled[e]["note"].startswith("settled: ")
 
 
@@ -200,3 +202,24 @@ def test_rocksdict_for_leveled_runs_level_compaction_with_lsms_level_targets(tmp
     assert float(got["max_bytes_for_level_multiplier"]) == o.max_bytes_for_level_multiplier
     assert got["target_file_size_base"] == str(o.target_sst_bytes)
     assert got["write_buffer_size"] == str(o.memtable_bytes)
+
+
+def test_write_amp_lines_give_both_measures_per_engine():
+    """The write-amp lines: per user byte, then per flushed byte (RocksDB's W-Amp), which is the first
+    divided by the flushes' share, so a format whose flushed rows are larger does not count twice."""
+    from tools.bench.db import write_amp_line
+    from tools.bench.harness import Result
+
+    rows = [
+        Result("lsm", "fillrandom", 10, 1.0, 1160, write_amp=3.6, flush_amp=1.2),
+        Result("rocksdict", "fillrandom", 10, 1.0, 1160, write_amp=3.0, flush_amp=0.96),
+        Result("lsm", "readrandom", 10, 1.0, 1160),
+    ]
+    per_user, per_flushed = write_amp_line("fillrandom", rows, settled=True).splitlines()
+    assert "write-amp lsm 3.60 rocksdict 3.00 (SST bytes written" in per_user
+    assert "write-amp lsm 3.00 rocksdict 3.12 (the same bytes / bytes the flushes wrote" in per_flushed
+    assert rows[0].to_dict()["write_amp_flushed"] == pytest.approx(3.0)
+    assert write_amp_line("readrandom", rows) is None
+    # nothing flushed yet: only the first line
+    alone = [Result("lsm", "fillseq", 10, 1.0, 1160, write_amp=0.0, flush_amp=0.0)]
+    assert write_amp_line("fillseq", alone).count("\n") == 0

@@ -470,21 +470,26 @@ def _s3_endpoint() -> contextlib.AbstractContextManager[str]:
 
 
 def write_amp_line(benchmark: str, results: Sequence[Result], settled: bool = False) -> str | None:
-    """``fillrandom   : write-amp lsm 2.05 rocksdict 1.11 (...)`` for a write benchmark, else None;
+    """``fillrandom   : write-amp lsm 2.05 rocksdict 1.11 (...)`` for a write benchmark, then (when the
+    engines tell their flushes' bytes) a second line per flushed byte, RocksDB's W-Amp; else None.
     `settled`: the figures include the flush and compactions after the loop (``--settle``)."""
-    parts = [
-        f"{r.engine} {r.write_amp:.2f}"
-        for r in results
-        if r.benchmark == benchmark and r.write_amp is not None
-    ]
-    if not parts:
+    mine = [r for r in results if r.benchmark == benchmark and r.write_amp is not None]
+    if not mine:
         return None
     when = (
         "the benchmark and the flush and compactions after it (--settle)"
         if settled
         else "the benchmark; memtables not flushed yet not counted"
     )
-    return f"{benchmark:<12} : write-amp {' '.join(parts)} (SST bytes written by flushes and compactions / user bytes, during {when})"
+    parts = " ".join(f"{r.engine} {r.write_amp:.2f}" for r in mine)
+    line = f"{benchmark:<12} : write-amp {parts} (SST bytes written by flushes and compactions / user bytes, during {when})"
+    flushed = " ".join(f"{r.engine} {r.write_amp_flushed:.2f}" for r in mine if r.write_amp_flushed is not None)
+    if flushed:
+        line += (
+            f"\n{benchmark:<12} : write-amp {flushed} (the same bytes / bytes the flushes wrote: RocksDB's W-Amp,"
+            " the policy's rewrites without the row format's size)"
+        )
+    return line
 
 
 def _print_header(

@@ -58,6 +58,15 @@ class Result:
     flush_amp: float | None = None  # the flushes' share of write_amp: SST bytes they wrote / `bytes`
 
     @property
+    def write_amp_flushed(self) -> float | None:
+        """RocksDB's own W-Amp (its compaction stats' Sum line): SST bytes written by flushes and
+        compactions / bytes the flushes wrote. Per flushed byte, so it measures the compaction policy
+        alone; `write_amp` (per user byte) also carries the size of a flushed row in each format."""
+        if self.write_amp is None or not self.flush_amp:
+            return None
+        return self.write_amp / self.flush_amp
+
+    @property
     def cpu_micros_per_op(self) -> float | None:
         """CPU microseconds per operation (None when CPU time was not measured)."""
         if self.cpu_seconds is None:
@@ -112,6 +121,7 @@ class Result:
             "note": self.note,
             "write_amp": self.write_amp,
             "flush_amp": self.flush_amp,
+            "write_amp_flushed": self.write_amp_flushed,
         }
 
 

@@ -90,7 +90,7 @@ class DbOptions:
     periodic_compaction_jitter: float = 0.0  # fraction of the interval, deterministic per SST
     periodic_compaction_max_bytes: int | None = None  # cap on input bytes of one periodic job
     # compaction_policy="leveled" (compaction/leveled.py): the top level's target is at most the base;
-    # each level targets 1/multiplier of the one below it
+    # each level targets 1/multiplier of the one below it, and none less than the base
     max_bytes_for_level_base: int = 16 << 20
     max_bytes_for_level_multiplier: float = 10.0
     # compaction_policy="fifo": the oldest SSTs are dropped while all SSTs add up to more (None: no cap)

@@ -25,6 +25,8 @@ def test_levels_and_targets_are_computed_from_the_bottom() -> None:
     assert [levels_wanted(b, 100, 10) for b in (50, 100, 101, 1000, 1001, 10_000)] == [1, 1, 2, 2, 3, 3]
     runs = (SortedRun(3, (_sst(b"a", b"b", 10),)), SortedRun(2, (_sst(b"a", b"b", 50),)), SortedRun(1, (_sst(b"a", b"z", 1000),)))
     assert targets(runs, 10) == [10.0, 100.0, 1000.0]
+    # no level above the last targets less than the base (RocksDB's floor); the last is its size
+    assert targets(runs, 10, floor=200) == [200, 200, 1000.0]
     run = SortedRun(1, (_sst(b"a", b"c"), _sst(b"d", b"f"), _sst(b"g", b"i")))
     assert overlapping(run, b"c", b"d") == run.ssts[:2]
     assert overlapping(run, b"ca", b"cz") == () and overlapping(run, b"j", b"k") == ()
@@ -32,7 +34,8 @@ def test_levels_and_targets_are_computed_from_the_bottom() -> None:
 
 
 def _policy(**kw) -> LeveledPolicy:
-    return LeveledPolicy(lsm.DbOptions(l0_compaction_threshold=2, max_bytes_for_level_base=1000, **kw))
+    kw.setdefault("max_bytes_for_level_base", 1000)
+    return LeveledPolicy(lsm.DbOptions(l0_compaction_threshold=2, **kw))
 
 
 def test_l0_goes_into_the_top_level_with_the_ssts_it_overlaps() -> None:
@@ -50,7 +53,7 @@ def test_l0_goes_into_the_top_level_with_the_ssts_it_overlaps() -> None:
 
 
 def test_the_most_oversized_level_pushes_its_cheapest_sst_down() -> None:
-    p = _policy()
+    p = _policy(max_bytes_for_level_base=100)
     # bottom 10_000 -> targets 100, 1_000, 10_000; the top (300) is 3x over, the middle (1_500) 1.5x
     lower_ssts = (_sst(b"a", b"c", 400), _sst(b"d", b"f", 1100))
     top = SortedRun(3, (_sst(b"a", b"b", 100), _sst(b"c", b"c", 100), _sst(b"g", b"h", 100)))
@@ -65,6 +68,18 @@ def test_the_most_oversized_level_pushes_its_cheapest_sst_down() -> None:
     plan = p.pick(after, 0)  # a..b and c..c both overlap a..c (400): the smaller ratio is equal; first wins
     assert plan.lifted == (3, (top.ssts[0].name,)) and plan.partial == (2, (lower_ssts[0].name,))
     assert plan.input_entries(after.l0, after.runs) == [[top.ssts[0]], [lower_ssts[0]]]
+
+
+def test_a_level_within_the_base_is_not_pushed_even_above_a_tenth_of_the_bottom() -> None:
+    """RocksDB floors every level's target at max_bytes_for_level_base: a top level of 600 over a
+    bottom of 5_000 (a tenth: 500) stays, so the next L0 job merges into it instead of the bottom."""
+    p = _policy()  # base 1000
+    top = SortedRun(2, (_sst(b"a", b"m", 300), _sst(b"n", b"z", 300)))
+    m = Manifest(runs=(top, SortedRun(1, (_sst(b"a", b"z", 5000),))))
+    assert p.pick(m, 0) is None
+    grown = Manifest(runs=(SortedRun(2, (*top.ssts, _sst(b"zz", b"zz", 500))), m.runs[1]))
+    plan = p.pick(grown, 0)  # 1_100 > 1_000: now it is pushed
+    assert plan is not None and plan.lifted is not None and plan.lifted[0] == 2
 
 
 def _fill(db: lsm.DB, model: dict, rng: random.Random, n: int, keys: int, ttl_every: int = 0) -> None:
@@ -102,7 +117,7 @@ def test_leveled_db_builds_levels_reads_right_and_checks_clean(tmp_path) -> None
     assert len(m.runs) >= 3 and len(m.l0) < 2
     sizes = [r.size for r in m.runs]
     assert sizes[-1] == max(sizes)  # the last level holds the most
-    for k, t in enumerate(targets(m.runs, 4)[:-1]):
+    for k, t in enumerate(targets(m.runs, 4, floor=16 << 10)[:-1]):
         assert m.runs[k].size <= t or len(m.runs[k].ssts) == 1  # every level within its target
     assert db.compaction_stats.moved_files > 0 or db.compaction_stats.jobs > 0
     for k in list(model)[:50]:

@@ -20,7 +20,7 @@ def _db(path, spark, policy: str) -> lsm.DB:
         str(path),
         lsm.DbOptions(
             clock=lsm.ManualClock(1_000), background_compaction=False, compaction_policy=policy,
-            memtable_bytes=8 << 10, target_sst_bytes=4 << 10, max_bytes_for_level_base=8 << 10,
+            memtable_bytes=8 << 10, target_sst_bytes=4 << 10, max_bytes_for_level_base=4 << 10,
             max_bytes_for_level_multiplier=4, l0_compaction_threshold=2, trivial_move_min_bytes=None,
             periodic_compaction_interval=10_000, spark_session=spark, spark_tasks=1, background_flush=False,
         ),

@@ -22,7 +22,7 @@ from formats.row_array import record_rows
 from formats.sst import SsTableInfo, SstWriter
 from formats.sst_blocks import is_value_array
 from formats.sst_records import Scratch, record_size
-from formats.storage import storage_for
+from formats.storage import file_buffer, storage_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +72,15 @@ def _joined_records(chunks: list, scratch: Scratch) -> Iterator[Any]:
         yield records(np.concatenate([records(p, void) for p in parts], out=into), dtype)
 
 
+def _upload_staged(path: str, staged: Any) -> None:
+    """PUT the bytes of `staged` (a `file_buffer`) as the object at `path`, then let the buffer go."""
+    try:
+        storage_for(path).write_file(path, (staged,))
+    finally:
+        with contextlib.suppress(BufferError):  # a view still held elsewhere: freed with it instead
+            staged.close()
+
+
 class SstOutput:
     """Writes a row stream into SSTs of about `spec.target_bytes`, splitting only between keys."""
 
@@ -109,12 +118,21 @@ class SstOutput:
         )
         return name, w
 
-    def _put_behind(self, path: str, data: bytes) -> None:
-        """Upload a finished object-store SST in the background, once the previous upload is done."""
+    def _put_behind(self, path: str, chunks: Sequence[Any]) -> None:
+        """Upload a finished object-store SST in the background, once the previous upload is done. Its
+        bytes wait for the upload in a `file_buffer` (a mapped temporary file), as a local SST's bytes
+        wait for write-back in the page cache, so the next file is encoded beside them without their
+        size in anonymous memory."""
         self._wait_upload()
         if self._uploads is None:
             self._uploads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lsm-sst-upload")
-        self._upload = self._uploads.submit(storage_for(path).write_file, path, (data,))
+        staged = file_buffer(sum(map(len, (memoryview(c).cast("B") for c in chunks))))
+        at = 0
+        for c in chunks:
+            view = memoryview(c).cast("B")
+            staged[at : at + len(view)] = view
+            at += len(view)
+        self._upload = self._uploads.submit(_upload_staged, path, staged)
 
     def _wait_upload(self, quiet: bool = False) -> None:
         """Wait for the upload in flight; raise its error unless `quiet`."""

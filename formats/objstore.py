@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
+import mmap
 import os
 import re
 import threading
@@ -40,7 +41,7 @@ from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, 
 
 from formats.fileio import FileOpError
 from formats.objcache import ObjectCache
-from formats.storage import PUT_DIRS, STAT_KEYS, URL_MARK, PublishUnknownError, Storage
+from formats.storage import PUT_DIRS, STAT_KEYS, URL_MARK, PublishUnknownError, Storage, file_buffer
 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
 MULTIPART_MIN = 16 << 20
@@ -49,6 +50,8 @@ MULTIPART_CHUNK = 8 << 20
 TAIL_BYTES = 256 << 10
 # a sequential reader of an SST (a compaction) fetches this much per GET (`RangeFile.read_ahead`)
 READAHEAD_BYTES = 1 << 20
+# ...received in chunks of about this size, each copied into the reader's window as it comes
+STREAM_CHUNK = 64 << 10
 LIST_PAGE = 1000  # keys per LIST response (S3's maximum, and its default)
 # retries of transient failures; `object_store_options` may set "max_retries" and "retry_timeout_ms"
 MAX_RETRIES = 6
@@ -223,6 +226,28 @@ class ObjectStorage(Storage):
         self.count("get", len(data))
         return data
 
+    def read_range_into(self, path: str, start: int, buf: Any) -> int:
+        """Bytes [start, start + len(buf)) of the object (fewer at its end) into `buf`: one ranged GET,
+        taken as a stream of small chunks, so no buffer of the range's size is allocated on the way (the
+        read-ahead windows of `RangeFile` are kept and refilled). Returns how many bytes came."""
+        key = self.key(path)
+        view = memoryview(buf)
+
+        def attempt() -> int:  # a repeat after a failure part way writes the range again from its start
+            res = obstore.get(self.store, key, options={"range": (start, start + len(buf))})
+            n = 0
+            for chunk in res.stream(min_chunk_size=STREAM_CHUNK):
+                view[n : n + len(chunk)] = chunk
+                n += len(chunk)
+            return n
+
+        try:
+            n = self._retrying("get", attempt)
+        except Exception as e:
+            raise self._error("get", path, e) from None
+        self.count("get", n)
+        return n
+
     def read_tail(self, path: str, nbytes: int) -> tuple[int, bytes, str]:
         """(object size, its last `nbytes` bytes, its identity) with one GET. The identity (size, ETag,
         last-modified time) changes whenever the name is written again: what the disk cache keys on."""
@@ -316,7 +341,9 @@ class ObjectStorage(Storage):
             if not self.put_if_absent(path, data):
                 raise FileExistsError(errno.EEXIST, "object exists", path)
             return
-        data = b"".join(chunks)
+        parts = tuple(chunks)
+        # one part goes as it is (obstore reads any buffer, a mapped file too), more are joined
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
         key = self.key(path)
         multipart = len(data) > MULTIPART_MIN
         try:
@@ -376,6 +403,44 @@ def _first_line(e: Exception) -> str:
     return text[0] if text else ""
 
 
+class WindowPool:
+    """The read-ahead windows of sequential readers (`RangeFile.read_ahead`), `READAHEAD_BYTES` each,
+    lent and taken back, so a compaction that reads many SSTs refills a few windows instead of
+    allocating a MiB per GET (allocations that size, made and freed over and over from the read-ahead
+    threads, stay in glibc's per-thread arenas). A window is a `file_buffer`: what a compaction reads
+    from an object store sits in the page cache, as a local compaction's mapped inputs do, not in the
+    process's anonymous memory. At most `keep` idle windows are kept for the next reader."""
+
+    def __init__(self, size: int, keep: int = 8) -> None:
+        self.size = size
+        self.keep = keep
+        self._free: list[mmap.mmap] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> mmap.mmap:
+        """A window to fill (one kept from an earlier reader, else a new one)."""
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return file_buffer(self.size)
+
+    def give(self, buf: mmap.mmap) -> None:
+        """Take `buf` back (kept for the next reader unless `keep` are idle already)."""
+        with self._lock:
+            if len(self._free) < self.keep:
+                self._free.append(buf)
+                return
+        buf.close()
+
+    @property
+    def idle(self) -> int:
+        """How many windows wait for a reader."""
+        return len(self._free)
+
+
+WINDOWS = WindowPool(READAHEAD_BYTES)
+
+
 class RangeFile:
     """A read-only view of one object that fetches byte ranges on demand (what `SstReader` slices).
 
@@ -388,7 +453,9 @@ class RangeFile:
     After `read_ahead()` (an SST reader without a block cache: a compaction's input, a tool's scan),
     a slice that starts where the previous one ended fetches `READAHEAD_BYTES` at once and serves the
     following slices from them: reading a whole SST costs one GET per `READAHEAD_BYTES` instead of one
-    per block. The window is kept until the next one replaces it, or `close`."""
+    per block. Two windows from `WINDOWS` are refilled in turn (the next is fetched while the current one
+    is read); each slice is a copy, so a window may be refilled as soon as the reader moves past it. The
+    windows go back to the pool at `close`."""
 
     def __init__(self, storage: ObjectStorage, path: str, readahead: int = 0) -> None:
         self.storage = storage
@@ -398,9 +465,11 @@ class RangeFile:
         self._tail_at = self._size - len(tail)
         self._tail = tail
         self.readahead = 0
-        self._window: tuple[int, bytes] = (0, b"")  # (offset, bytes) fetched ahead
+        # the window being read: (offset, bytes held, its buffer from WINDOWS; None before the first)
+        self._window: tuple[int, int, mmap.mmap | None] = (0, 0, None)
         self._next = 0  # where the last slice ended: a slice starting there (or at 0) is sequential
-        self._ahead: tuple[int, concurrent.futures.Future] | None = None  # the next window, being fetched
+        # the next window, being fetched: (offset, future of its length, its buffer)
+        self._ahead: tuple[int, concurrent.futures.Future, mmap.mmap] | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -432,6 +501,13 @@ class RangeFile:
         by now: only its data blocks are read again), keeping any data blocks the tail holds."""
         self._tail = self._tail[: max(0, end - self._tail_at)]
 
+    def release(self) -> None:
+        """Drop the whole cached tail (an open SST with a block cache: its metadata is parsed, and a
+        data block the tail held is fetched again when read, then kept by the block cache, whose bound
+        holds; kept here, the tails would grow with the number of SSTs open)."""
+        self._tail = b""
+        self._tail_at = self._size
+
     def __getitem__(self, item: slice) -> bytes:
         if not isinstance(item, slice) or item.step not in (None, 1):
             raise TypeError("RangeFile supports plain slices only")
@@ -449,41 +525,66 @@ class RangeFile:
             return self._range(start, stop)
         if stop > self._tail_at:  # a block that runs into the cached tail: the rest comes from there
             return self[start : self._tail_at] + self._tail[: stop - self._tail_at]
+        if stop - start > self.readahead:  # more than a window: one GET of its own
+            return self._range(start, stop)
         sequential, self._next = start == self._next, stop
-        at, window = self._window
-        if at <= start and stop <= at + len(window):
-            return window[start - at : stop - at]
+        at, n, buf = self._window
+        if buf is not None and at <= start and stop <= at + n:
+            return bytes(memoryview(buf)[start - at : stop - at])
         if not sequential:  # one GET; the window stays (a reader may go back over its last blocks)
             return self._range(start, stop)
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            a_at, fut = ahead
-            fetched = fut.result()  # its error, if any, is this read's
-            if a_at == at + len(window) and at <= start and stop <= a_at + len(fetched):
-                # the window fetched ahead follows the current one and holds the rest of this slice:
-                # it becomes the window (no joined copy of the two), the one after it is fetched
-                self._window = (a_at, fetched)
-                self._fetch_ahead(a_at + len(fetched))
+            a_at, fut, a_buf = ahead
+            try:
+                a_n = fut.result()  # its error, if any, is this read's
+            except BaseException:
+                WINDOWS.give(a_buf)
+                raise
+            if buf is not None and a_at == at + n and at <= start and stop <= a_at + a_n:
+                # the window fetched ahead follows the current one and holds the rest of this slice: it
+                # becomes the window, and the one after it is fetched into the current one's buffer
                 if start >= a_at:
-                    return fetched[start - a_at : stop - a_at]
-                return window[start - at :] + fetched[: stop - a_at]  # a block straddling the two
+                    out = bytes(memoryview(a_buf)[start - a_at : stop - a_at])
+                else:  # a block straddling the two
+                    out = b"".join((memoryview(buf)[start - at : n], memoryview(a_buf)[: stop - a_at]))
+                self._window = (a_at, a_n, a_buf)
+                self._fetch_ahead(a_at + a_n, buf)
+                return out
+            WINDOWS.give(a_buf)
         end = max(stop, min(start + self.readahead, self._tail_at))
+        if buf is None:
+            buf = WINDOWS.take()
         # not through the disk cache: a compaction's inputs are deleted once it commits
-        new = self.storage.read_range(self.path, start, end)
-        self._window = (start, new)
-        self._fetch_ahead(start + len(new))
-        return new[: stop - start]
+        try:
+            n = self.storage.read_range_into(self.path, start, memoryview(buf)[: end - start])
+        except BaseException:
+            self._window = (0, 0, None)
+            WINDOWS.give(buf)
+            raise
+        self._window = (start, n, buf)
+        self._fetch_ahead(start + n, None)
+        return bytes(memoryview(buf)[: stop - start])
 
-    def _fetch_ahead(self, at: int) -> None:
-        """Start fetching the window at `at` (double buffering: it comes while the current one is read)."""
-        if at < self._tail_at:
-            end = min(at + self.readahead, self._tail_at)
-            self._ahead = (at, _FETCHERS.submit(self.storage.read_range, self.path, at, end))
+    def _fetch_ahead(self, at: int, buf: mmap.mmap | None) -> None:
+        """Start fetching the window at `at` into `buf` (or a window from the pool): double buffering,
+        it comes while the current one is read. Nothing left to fetch: `buf` goes back to the pool."""
+        if at >= self._tail_at:
+            if buf is not None:
+                WINDOWS.give(buf)
+            return
+        if buf is None:
+            buf = WINDOWS.take()
+        view = memoryview(buf)[: min(at + self.readahead, self._tail_at) - at]
+        self._ahead = (at, _FETCHERS.submit(self.storage.read_range_into, self.path, at, view), buf)
 
     def close(self) -> None:
-        """Drop the cached tail and the read-ahead window (waiting out a fetch ahead)."""
+        """Drop the cached tail, and give the read-ahead windows back (waiting out a fetch ahead)."""
         self._tail = b""
-        self._window = (0, b"")
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             concurrent.futures.wait([ahead[1]])
+            WINDOWS.give(ahead[2])
+        buf, self._window = self._window[2], (0, 0, None)
+        if buf is not None:
+            WINDOWS.give(buf)

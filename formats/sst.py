@@ -127,7 +127,7 @@ class SstWriter:
         compression: str | None = None,
         sync: bool = True,
         scratch: Scratch | None = None,
-        put: Callable[[str, bytes], None] | None = None,
+        put: Callable[[str, Sequence[Any]], None] | None = None,
     ) -> None:
         if format_version not in SUPPORTED_FORMAT_VERSIONS:
             raise FormatVersionError(str(path), f"cannot write SST format version {format_version}")
@@ -143,7 +143,8 @@ class SstWriter:
         self.compression = COMPRESSION_CODES[compression]
         self.sync = sync
         self.scratch = scratch  # buffers lent by the caller for the encoding (`formats.sst_records.Scratch`)
-        # `put(path, data)` writes the finished file instead of `finish` (compaction.output hands an
+        # `put(path, chunks)` writes the finished file (its parts, in order, to be joined before `put`
+        # returns: they may be the scratch buffers) instead of `finish` (compaction.output hands an
         # object-store SST to a background upload); the caller then owns its durability and its errors
         self.put = put
         self.rows: list[tuple] = []
@@ -512,7 +513,7 @@ class SstWriter:
         # through the storage seam (a local file via formats.fileio, or one object): every byte or an
         # error naming the file, tests can inject faults, and a partial SST is never left behind
         if self.put is not None:
-            self.put(self.path, b"".join(chunks))
+            self.put(self.path, chunks)
         else:
             storage_for(self.path).write_file(self.path, (b"".join(chunks),), sync=self.sync)
         self.rows = []

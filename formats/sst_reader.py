@@ -155,9 +155,11 @@ class SstReader:
             self.bloom = bloom.BloomFilter(self._block_payload(info.filter_offset, info.filter_size))
         except ValueError as e:
             raise CorruptionError(path, info.filter_offset, f"bad filter block: {e}") from None
-        release = getattr(buf, "release_after", None)  # an object: keep its data blocks' bytes only
-        if release is not None:
-            release(info.data_size)
+        if hasattr(buf, "release"):  # an object: the tail fetched at open is parsed
+            if self.cache is not None:
+                buf.release()  # a DB's reader: its block cache keeps what is read again
+            else:
+                buf.release_after(info.data_size)  # read once to its end: keep the data blocks
 
     def _parse_index(self, idx: bytes, at: int) -> list[BlockHandle]:
         try:

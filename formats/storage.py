@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 import stat
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterable
@@ -319,6 +320,15 @@ def install(entries: list[tuple[str, dict[str, Any]]]) -> None:
             have = _registry.get(root)
         if have is None or have.options != options:
             register(root, options)
+
+
+def file_buffer(size: int) -> mmap.mmap:
+    """A writable buffer of `size` bytes in an unnamed temporary file (``TMPDIR``), mapped: page cache
+    that the kernel may write back and reclaim, as it does the mapped SST files of a local directory,
+    not anonymous memory the process pins."""
+    with tempfile.TemporaryFile() as f:
+        f.truncate(size)
+        return mmap.mmap(f.fileno(), size)
 
 
 def storage_for(path: str | os.PathLike[str]) -> Storage:

@@ -153,6 +153,45 @@ def test_an_open_sst_keeps_only_its_data_bytes_of_the_tail_and_still_reads_every
     r.close()
 
 
+def test_a_reader_with_a_block_cache_keeps_none_of_the_tail_and_still_reads_everything(s3_server) -> None:
+    """A database's reader: what it reads again is the block cache's (bounded), so open SSTs hold no
+    tail bytes however many are open."""
+    from formats.sst import SstReader, write_sst
+    from lsm.cache import LruCache
+
+    url = s3_server.new_url()
+    rows = [(b"k%05d" % i, i + 1, 1_700_000_000_000, None, b"v" * 30) for i in range(3000)]
+    write_sst(f"{url}/sst/a.sst", rows, block_bytes=1024)
+    r = SstReader(f"{url}/sst/a.sst", cache=LruCache(1 << 20))
+    assert r._map._tail == b""
+    assert r.get(b"k02999")[4] == b"v" * 30  # the last block, which the tail held at open
+    assert [row[0] for row in r] == [row[0] for row in rows]
+    r.close()
+
+
+def test_sequential_readers_refill_two_pooled_windows_and_give_them_back(s3_server) -> None:
+    """Read-ahead windows come from one pool and are refilled, not allocated per GET; a closed reader
+    gives its windows back, and the next reader refills them."""
+    from formats.objstore import READAHEAD_BYTES, WINDOWS
+
+    st = storage_for(s3_server.new_url())
+    data = os.urandom(6 * READAHEAD_BYTES)
+    st.write_file(st.root + "/sst/w.sst", (data,))
+    m = st.open_map(st.root + "/sst/w.sst")
+    m.read_ahead()
+    buffers = set()
+    for i in range(0, m._tail_at, 4096):
+        assert m[i : min(i + 4096, m._tail_at)] == data[i : min(i + 4096, m._tail_at)]
+        buffers.add(id(m._window[2]))
+    assert len(buffers) == 2
+    m.close()
+    assert WINDOWS.idle >= 2
+    again = st.open_map(st.root + "/sst/w.sst")
+    again.read_ahead()
+    assert again[0:4096] == data[:4096] and id(again._window[2]) in buffers
+    again.close()
+
+
 def test_a_sequential_reader_gets_every_byte_right_across_windows_fetched_ahead(s3_server) -> None:
     import random
 

@@ -8,7 +8,8 @@ from tests.tools._cli import run_lsm
 
 
 def test_db_suite_runs_lsm_on_s3_beside_the_local_directory(s3_server) -> None:
-    r = run_lsm("bench", "--store", "s3", "--num", "30000", "--benchmarks", "fillrandom,readrandom",
+    # enough writes for the fill to span a few WAL intervals (100 ms) even on a fast machine
+    r = run_lsm("bench", "--store", "s3", "--num", "60000", "--reads", "30000", "--benchmarks", "fillrandom,readrandom",
                 "--no-progress", env={**s3_server.env, "LSM_BENCH_BUCKET": "lsm-test"})
     assert r.code == 0, r.err
     out = r.out
@@ -20,7 +21,7 @@ def test_db_suite_runs_lsm_on_s3_beside_the_local_directory(s3_server) -> None:
     assert int(fill.group(2)) >= int(fill.group(3)) >= 1  # the WAL was written as objects
     # group commit: one WAL object per 100 ms interval the benchmark spanned (one more where it began
     # mid-interval, one more where its buffer reached wal_flush_bytes), not one per write
-    seconds = 30000 * float(fill.group(1)) / 1e6
+    seconds = 60000 * float(fill.group(1)) / 1e6
     assert int(fill.group(3)) <= seconds / 0.1 + 3, (fill.group(3), seconds)
     assert re.search(r"fillrandom .*\[lsm\] ", out)
     assert re.search(r"fillrandom\s+: ratio lsm-s3/lsm [\d.]+x", out)

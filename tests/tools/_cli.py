@@ -59,6 +59,20 @@ def one_line_error(r: Result, code: int) -> str:
     return lines[0]
 
 
+# what `lsm simulate` says on stderr when it cannot import matplotlib (tools/simulate/plots.py)
+NO_PLOTS = "lsm: note: no plots: plots need matplotlib: pip install 'lsm-sim[sim]'"
+
+
+def without_matplotlib(tmp_path: Path) -> dict[str, str]:
+    """An environment for `run_lsm` in which `import matplotlib` fails, so `lsm simulate` draws no plots
+    (and says `NO_PLOTS`): the test of that, and tests of what is not the plots, which save the ~2 s of
+    drawing them per run."""
+    hide = tmp_path / "hide"
+    (hide / "matplotlib").mkdir(parents=True, exist_ok=True)
+    (hide / "matplotlib" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
+
+
 def check_golden(name: str, text: str) -> None:
     """Compare `text` with tests/tools/golden/<name>; LSM_UPDATE_GOLDEN=1 rewrites the file instead."""
     path = GOLDEN / name

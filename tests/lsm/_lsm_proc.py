@@ -18,6 +18,11 @@ Not a test module (no ``test_`` prefix); tests run it as ``python _lsm_proc.py M
     printing ``A <key>`` after each acknowledged put and ``F <key>`` after each FencedError; exits after
     the third FencedError, or after LIMIT acknowledged puts (without closing the database either way).
 
+``racers MEMTABLE_BYTES``
+    For each PATH read from stdin, one line each: forks a child that runs ``racer PATH MEMTABLE_BYTES``
+    (a process of its own, which exits as that one does), waits for it and prints ``END <exit status>``.
+    The Python start-up and ``import lsm`` are paid once for many racers, not once per racer.
+
 ``serve PATH CLOCK_START``
     Opens PATH on a ManualClock(CLOCK_START) and answers one command per stdin line, one reply line
     each: ``put K V`` (sync), ``get K``, ``flush``, ``clock MS`` (set), ``close``. Replies are
@@ -122,6 +127,15 @@ def racer(path: str, memtable_bytes: int, tag: str = "r", limit: int | None = No
     os._exit(0)  # like a crash: no close
 
 
+def racers(memtable_bytes: int) -> None:
+    for line in sys.stdin:  # this process opens no database and starts no thread: forking it is safe
+        pid = os.fork()
+        if pid == 0:
+            racer(line.strip(), memtable_bytes)  # ends in os._exit
+        _, status = os.waitpid(pid, 0)
+        print(f"END {os.waitstatus_to_exitcode(status)}", flush=True)
+
+
 def serve(path: str, clock_start: int) -> None:
     clock = lsm.ManualClock(clock_start)
     db = lsm.DB.open(path, lsm.DbOptions(clock=clock, background_compaction=False))
@@ -157,6 +171,8 @@ if __name__ == "__main__":
         writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])
     elif mode == "racer":
         racer(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5], *(int(n) for n in sys.argv[5:6]))
+    elif mode == "racers":
+        racers(int(sys.argv[2]))
     elif mode == "serve":
         serve(sys.argv[2], int(sys.argv[3]))
     else:

@@ -191,39 +191,51 @@ def test_fencing_another_process(tmp_path):
 def test_racing_open_never_shows_a_fenced_write_and_keeps_every_acknowledged_one(tmp_path):
     """Issue 12 item 5: a second process opens the store while the first appends sync writes. A write that
     raised FencedError must never be visible; every acknowledged one must be. Many trials, real processes,
-    the open racing the first writer's fence check and append (docs/architecture.md "Failure model")."""
+    the open racing the first writer's fence check and append (docs/architecture.md "Failure model").
+    Each trial's writer is a process forked for it by one `racers` process (tests/lsm/_lsm_proc.py)."""
     fenced_writes = 0
-    for trial in range(25):
-        path = tmp_path / f"db{trial}"
-        lsm.DB.open(path, opts()).close()
-        child = spawn("racer", path, 2048)
-        try:
-            early = [child.stdout.readline()]
-            assert early[0].startswith("A "), early[0] + child.stderr.read()
+    racers = spawn("racers", 2048)
+
+    def why() -> str:  # what the racers wrote on stderr (ends them: for a failure's message only)
+        racers.kill()
+        return racers.stderr.read()
+
+    try:
+        for trial in range(25):
+            path = tmp_path / f"db{trial}"
+            lsm.DB.open(path, opts()).close()
+            racers.stdin.write(f"{path}\n")
+            racers.stdin.flush()
+            early = [racers.stdout.readline()]
+            assert early[0].startswith("A "), early[0] + why()
             for _ in range(trial % 5):  # vary where in the writer's stream the open lands
-                early.append(child.stdout.readline())
+                early.append(racers.stdout.readline())
             b = lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
-            out = child.stdout.read()  # not communicate(): it would skip lines readline() buffered
-            err = child.stderr.read()
-            child.wait(timeout=60)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-        lines = [ln.strip() for ln in early] + out.splitlines()
-        acked = [ln.split()[1].encode() for ln in lines if ln.startswith("A ")]
-        fenced = [ln.split()[1].encode() for ln in lines if ln.startswith("F ")]
-        assert len(fenced) == 3, (lines[-5:], err)
-        fenced_writes += len(fenced)
-        for handle in (b, None):
-            db = handle or lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
-            try:
-                visible = {k for k, _ in db.scan()}
-                assert set(acked) <= visible, f"trial {trial}: acknowledged writes lost: {set(acked) - visible}"
-                assert not set(fenced) & visible, f"trial {trial}: FencedError writes visible: {set(fenced) & visible}"
-                assert visible == set(acked), f"trial {trial}: unexplained rows {visible - set(acked)}"
-            finally:
-                db.close()
+            lines = [ln.strip() for ln in early]
+            while not lines[-1].startswith("END "):  # until this trial's writer has exited
+                lines.append(racers.stdout.readline().strip())
+            assert lines[-1] == "END 0", lines[-5:] + [why()]
+            acked = [ln.split()[1].encode() for ln in lines if ln.startswith("A ")]
+            fenced = [ln.split()[1].encode() for ln in lines if ln.startswith("F ")]
+            assert len(fenced) == 3, lines[-5:] + [why()]
+            fenced_writes += len(fenced)
+            for handle in (b, None):
+                db = handle or lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
+                try:
+                    visible = {k for k, _ in db.scan()}
+                    assert set(acked) <= visible, f"trial {trial}: acknowledged writes lost: {set(acked) - visible}"
+                    assert not set(fenced) & visible, f"trial {trial}: FencedError writes visible: {set(fenced) & visible}"
+                    assert visible == set(acked), f"trial {trial}: unexplained rows {visible - set(acked)}"
+                finally:
+                    db.close()
+        racers.stdin.close()
+        assert racers.wait(timeout=60) == 0, racers.stderr.read()
+    finally:
+        if racers.poll() is None:
+            racers.kill()
+        racers.wait()
+        for f in (racers.stdin, racers.stdout, racers.stderr):
+            f.close()
     assert fenced_writes == 75
 
 

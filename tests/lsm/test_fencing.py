@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import lsm
-from tests.lsm._lsm_proc import Served, spawn
+from tests.lsm._lsm_proc import Forks, Served
 
 T0 = 1_700_000_000_000
 
@@ -192,32 +192,25 @@ def test_racing_open_never_shows_a_fenced_write_and_keeps_every_acknowledged_one
     """Issue 12 item 5: a second process opens the store while the first appends sync writes. A write that
     raised FencedError must never be visible; every acknowledged one must be. Many trials, real processes,
     the open racing the first writer's fence check and append (docs/architecture.md "Failure model").
-    Each trial's writer is a process forked for it by one `racers` process (tests/lsm/_lsm_proc.py)."""
+    Each trial's writer is a process forked for it by one `forks` process (tests/lsm/_lsm_proc.py)."""
     fenced_writes = 0
-    racers = spawn("racers", 2048)
-
-    def why() -> str:  # what the racers wrote on stderr (ends them: for a failure's message only)
-        racers.kill()
-        return racers.stderr.read()
-
+    forks = Forks()
     try:
         for trial in range(25):
             path = tmp_path / f"db{trial}"
             lsm.DB.open(path, opts()).close()
-            racers.stdin.write(f"{path}\n")
-            racers.stdin.flush()
-            early = [racers.stdout.readline()]
-            assert early[0].startswith("A "), early[0] + why()
+            forks.start("racer", path, 2048)
+            early = [forks.readline()]
+            assert early[0].startswith("A "), early[0] + forks.close()
             for _ in range(trial % 5):  # vary where in the writer's stream the open lands
-                early.append(racers.stdout.readline())
+                early.append(forks.readline())
             b = lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
-            lines = [ln.strip() for ln in early]
-            while not lines[-1].startswith("END "):  # until this trial's writer has exited
-                lines.append(racers.stdout.readline().strip())
-            assert lines[-1] == "END 0", lines[-5:] + [why()]
+            rest, status = forks.rest()  # once this trial's writer has exited
+            lines = early + [ln.decode() for ln in rest]
+            assert status == 0, lines[-5:] + [forks.close()]
             acked = [ln.split()[1].encode() for ln in lines if ln.startswith("A ")]
             fenced = [ln.split()[1].encode() for ln in lines if ln.startswith("F ")]
-            assert len(fenced) == 3, lines[-5:] + [why()]
+            assert len(fenced) == 3, lines[-5:] + [forks.close()]
             fenced_writes += len(fenced)
             for handle in (b, None):
                 db = handle or lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
@@ -228,14 +221,8 @@ def test_racing_open_never_shows_a_fenced_write_and_keeps_every_acknowledged_one
                     assert visible == set(acked), f"trial {trial}: unexplained rows {visible - set(acked)}"
                 finally:
                     db.close()
-        racers.stdin.close()
-        assert racers.wait(timeout=60) == 0, racers.stderr.read()
     finally:
-        if racers.poll() is None:
-            racers.kill()
-        racers.wait()
-        for f in (racers.stdin, racers.stdout, racers.stderr):
-            f.close()
+        forks.close()
     assert fenced_writes == 75
 
 

@@ -106,7 +106,10 @@ class FaultProxy:
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-fault-proxy", daemon=True)
+        # shutdown() waits for the loop to look again: a short poll makes close() quick (the default
+        # 0.5 s was most of a fault test's teardown)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.01,), name="s3-fault-proxy",
+                                        daemon=True)
         self._thread.start()
 
     def fail(self, action: str, method: str | None = None, key: str = "", nth: int = 1,
@@ -160,6 +163,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the store's HTTP client expects
+    # a response goes out as two writes (headers, then body): with Nagle's algorithm on, the body waits
+    # for the client's delayed ACK of the headers, ~40 ms on every request through the proxy
+    disable_nagle_algorithm = True
     owner: FaultProxy
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name

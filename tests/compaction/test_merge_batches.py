@@ -84,7 +84,7 @@ resolver_kwargs = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(srcs=sources(), kw=resolver_kwargs, block=st.integers(1, 7), batch=st.sampled_from([1, 3, 1024]))
 def test_batched_merge_keeps_and_counts_what_the_reference_does(srcs, kw, block, batch):
     want, want_stats = reference(srcs, kw)

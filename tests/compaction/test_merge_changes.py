@@ -96,7 +96,7 @@ class _CountingReporter(ChangeReporter):
         return super().resolve(versions)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(
     srcs=batch_sources(),
     kw=resolver_kwargs,

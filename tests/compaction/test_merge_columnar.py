@@ -99,7 +99,7 @@ def comparable(stats) -> dict:
     return d
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     srcs=sources(),
     last=st.booleans(),

@@ -279,7 +279,7 @@ def test_a_long_code_cut_by_the_end_of_the_buffer() -> None:
 # -- properties -----------------------------------------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(any_u64_lists)
 def test_matches_the_model_and_round_trips(values: list[int]) -> None:
     narrow = model_fits_narrow(values)

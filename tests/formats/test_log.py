@@ -69,7 +69,7 @@ records = st.tuples(
 ).map(lambda t: t if t[4] is not None else (*t[:5], False))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(records, max_size=20), st.integers(0, 1000))
 def test_roundtrip(recs: list[tuple], base: int) -> None:
     buf = b"".join(encode_record(*r) for r in recs)
@@ -83,7 +83,7 @@ def test_roundtrip(recs: list[tuple], base: int) -> None:
     assert pos == base + len(buf)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(records, min_size=1, max_size=8), st.data())
 def test_every_prefix_is_the_complete_records_and_a_torn_tail(recs: list[tuple], data: st.DataObject) -> None:
     encoded = [encode_record(*r) for r in recs]
@@ -97,7 +97,7 @@ def test_every_prefix_is_the_complete_records_and_a_torn_tail(recs: list[tuple],
     assert len(entries) == complete and end == bounds[complete]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(records, min_size=2, max_size=6), st.data())
 def test_a_flipped_byte_in_a_complete_record_is_corruption_at_its_offset(
     recs: list[tuple], data: st.DataObject
@@ -213,7 +213,7 @@ def _runs_of(buf: bytes, base: int = 0, path: str = "<bytes>", verify: bool = Tr
     return run
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(records, max_size=20), st.booleans())
 def test_decode_run_and_scan_records_agree_with_decode_records(recs: list[tuple], verify: bool) -> None:
     from formats.log import scan_records
@@ -239,7 +239,7 @@ def test_decode_run_parses_every_bin_width_like_msgpack(klen: int, vlen: int | N
     ]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(records, min_size=2, max_size=6), st.data())
 def test_decode_run_finds_a_flipped_byte_at_its_record(recs: list[tuple], data: st.DataObject) -> None:
     from formats.log import scan_records

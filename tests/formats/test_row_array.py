@@ -154,7 +154,7 @@ def rows_with_tombstones(draw) -> list[tuple]:
     return rows
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=rows_with_tombstones(), block_bytes=st.sampled_from([64, 200, 4096]), group=st.sampled_from([1, 7, 2048]))
 def test_ragged_batches_give_the_rows_of_iter_blocks(rows, block_bytes, group, monkeypatch):
     """With `tombstones`, a group alike but for its tombstones is a ragged `RowArray` whose rows (and

@@ -26,7 +26,7 @@ from tests.formats._records import records_of
 
 I64 = st.integers(-(2**63), 2**63 - 1)
 U64 = st.integers(0, 2**64 - 1)
-settings_ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings_ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @st.composite

@@ -35,7 +35,7 @@ def generic(buf: bytes) -> list[tuple]:
     return [row for r in records for row in r.rows]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(commit, max_size=30), st.integers(0, 40))
 def test_segment_rows_equals_the_generic_decoder(commits, cut):
     buf = encode(commits)

@@ -18,6 +18,12 @@ Not a test module (no ``test_`` prefix); tests run it as ``python _lsm_proc.py M
     printing ``A <key>`` after each acknowledged put and ``F <key>`` after each FencedError; exits after
     the third FencedError, or after LIMIT acknowledged puts (without closing the database either way).
 
+``forks``
+    For each stdin line (the arguments of ``writer`` or ``racer``, space-separated) forks a child that
+    prints ``PID <its pid>`` and then runs that mode: a process of its own, which a test can SIGKILL,
+    and which exits as that mode does. Once the child is gone, prints ``END <exit status>`` (negative:
+    the signal). The Python start-up and ``import lsm`` are paid once for all the children.
+
 ``serve PATH CLOCK_START``
     Opens PATH on a ManualClock(CLOCK_START) and answers one command per stdin line, one reply line
     each: ``put K V`` (sync), ``get K``, ``flush``, ``clock MS`` (set), ``close``. Replies are
@@ -122,6 +128,86 @@ def racer(path: str, memtable_bytes: int, tag: str = "r", limit: int | None = No
     os._exit(0)  # like a crash: no close
 
 
+def forks() -> None:
+    # this process opens no database and starts no thread of its own (numpy's BLAS pool, started at
+    # import, survives a fork as it does under multiprocessing's default start method)
+    for line in sys.stdin:
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                print(f"PID {os.getpid()}", flush=True)
+                run(line.split())
+            finally:
+                os._exit(1)  # never back into the parent's loop (writer and racer end in os._exit)
+        _, status = os.waitpid(pid, 0)
+        print(f"END {os.waitstatus_to_exitcode(status)}", flush=True)
+
+
+class Forks:
+    """The parent's side of ``forks`` (binary pipes): `start(*args)` runs one mode in a forked child and
+    returns its pid; `rest()` reads what the child printed after the last read, up to its END line."""
+
+    def __init__(self) -> None:
+        self.proc = spawn("forks", text=False)
+        self.stdout = self.proc.stdout
+        self.err: str | None = None
+
+    def start(self, *args: object) -> int:
+        self.proc.stdin.write((" ".join(map(str, args)) + "\n").encode())
+        line = self.stdout.readline()  # unbuffered: reads this line and no further
+        if not line.startswith(b"PID "):
+            raise RuntimeError(f"no child started: {line!r} {self.close()}")
+        return int(line.split()[1])
+
+    def readline(self) -> str:
+        """One line the child printed (without its newline)."""
+        return self.stdout.readline().decode().rstrip("\n")
+
+    def rest(self, out: bytes = b"") -> tuple[list[bytes], int]:
+        """(the lines the child printed after `out` (a partial line already read, its start), up to its
+        END line; its exit status)."""
+        while True:
+            *lines, _partial = out.split(b"\n")
+            for i, line in enumerate(lines):
+                if line.startswith(b"END "):
+                    return lines[:i], int(line.split()[1])
+            chunk = os.read(self.stdout.fileno(), 65536)
+            if not chunk:
+                raise RuntimeError(f"the forks process exited: {self.close()}")
+            out += chunk
+
+    def close(self) -> str:
+        """End the forks process (again: a no-op); what it and its children wrote on stderr."""
+        if self.err is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            finally:
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                    self.proc.wait()
+            self.err = self.proc.stderr.read().decode(errors="replace")
+            self.stdout.close()
+            self.proc.stderr.close()
+        return self.err
+
+
+def run(argv: list[str]) -> None:
+    """Run the mode ``argv[0]`` with its arguments (see the module docstring)."""
+    mode = argv[0]
+    if mode == "writer":
+        writer(argv[1], int(argv[2]), int(argv[3]), *argv[4:5])
+    elif mode == "racer":
+        racer(argv[1], int(argv[2]), *argv[3:4], *(int(n) for n in argv[4:5]))
+    elif mode == "forks":
+        forks()
+    elif mode == "serve":
+        serve(argv[1], int(argv[2]))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
 def serve(path: str, clock_start: int) -> None:
     clock = lsm.ManualClock(clock_start)
     db = lsm.DB.open(path, lsm.DbOptions(clock=clock, background_compaction=False))
@@ -152,12 +238,4 @@ def serve(path: str, clock_start: int) -> None:
 
 
 if __name__ == "__main__":
-    mode = sys.argv[1]
-    if mode == "writer":
-        writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])
-    elif mode == "racer":
-        racer(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5], *(int(n) for n in sys.argv[5:6]))
-    elif mode == "serve":
-        serve(sys.argv[2], int(sys.argv[3]))
-    else:
-        raise SystemExit(f"unknown mode {mode}")
+    run(sys.argv[1:])

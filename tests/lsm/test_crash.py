@@ -14,6 +14,7 @@ same directory, each round recovering what the last one left. After every kill:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import select
@@ -22,15 +23,16 @@ import time
 
 import lsm
 from formats.sst import SstReader
-from tests.lsm._lsm_proc import spawn
+from tests.lsm._lsm_proc import Forks
 
 KEYS_PER_BATCH = 4
 MEMTABLE_BYTES = 2048  # about 10 batches per memtable: a flush every few writes
 
 
-def run_and_kill(path, rng: random.Random, how: str) -> set[int]:
-    """Start a writer, SIGKILL it per `how`, return the batch ids it acknowledged."""
-    proc = spawn("writer", path, KEYS_PER_BATCH, MEMTABLE_BYTES, text=False)
+def run_and_kill(forks: Forks, path, rng: random.Random, how: str) -> set[int]:
+    """Start a writer (forked by `forks`: no Python start-up before it opens the store), SIGKILL it per
+    `how`, return the batch ids it acknowledged."""
+    pid = forks.start("writer", path, KEYS_PER_BATCH, MEMTABLE_BYTES)
     out = b""
     acked: set[int] = set()
     flushes_seen = 0
@@ -44,7 +46,7 @@ def run_and_kill(path, rng: random.Random, how: str) -> set[int]:
         deadline = None
         delay = None
         target_flushes = rng.randint(1, 4)
-    fd = proc.stdout.fileno()
+    fd = forks.stdout.fileno()
     try:
         while True:
             now = time.monotonic()
@@ -56,10 +58,12 @@ def run_and_kill(path, rng: random.Random, how: str) -> set[int]:
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    raise AssertionError("writer exited: " + proc.stderr.read().decode())
+                    raise AssertionError("the forks process exited: " + forks.close())
                 out += chunk
                 *lines, out = out.split(b"\n")  # a partial last line is not an acknowledgement
                 for line in lines:
+                    if line.startswith(b"END "):
+                        raise AssertionError("writer exited: " + forks.close())
                     parts = line.split()
                     acked.add(int(parts[1]))
                     if len(parts) > 2:
@@ -69,13 +73,12 @@ def run_and_kill(path, rng: random.Random, how: str) -> set[int]:
                 if how == "flush" and flushes_seen >= target_flushes:
                     break
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        rest = proc.stdout.read()  # acknowledgements already in the pipe count too
-        for line in (out + rest).split(b"\n")[:-1]:
-            acked.add(int(line.split()[1]))
-        for f in (proc.stdin, proc.stdout, proc.stderr):
-            f.close()
+        with contextlib.suppress(ProcessLookupError):  # gone already: it failed, and forks says so
+            os.kill(pid, signal.SIGKILL)
+        if forks.err is None:
+            rest, _ = forks.rest(out)  # acknowledgements already in the pipe count too
+            for line in rest:
+                acked.add(int(line.split()[1]))
     return acked
 
 
@@ -118,11 +121,15 @@ def test_sigkill_during_sync_batches_and_flushes(tmp_path):
     acked_ever: set[int] = set()
     t0 = time.monotonic()
     newest = 0
-    for how in plan:
-        if time.monotonic() - t0 > 20:  # a slow, shared machine: fewer rounds, same checks
-            break
-        acked_ever |= run_and_kill(path, rng, how)
-        newest = check(path, acked_ever)
+    forks = Forks()
+    try:
+        for how in plan:
+            if time.monotonic() - t0 > 20:  # a slow, shared machine: fewer rounds, same checks
+                break
+            acked_ever |= run_and_kill(forks, path, rng, how)
+            newest = check(path, acked_ever)
+    finally:
+        forks.close()
     assert newest > 20, "the writer hardly wrote anything; the test proved little"
     with lsm.DB.open(path, lsm.DbOptions(background_compaction=False)) as db:
         assert len(db.manifest.l0) > 2  # flushes happened

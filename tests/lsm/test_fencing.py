@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import lsm
-from tests.lsm._lsm_proc import Served, spawn
+from tests.lsm._lsm_proc import Forks, Served
 
 T0 = 1_700_000_000_000
 
@@ -191,39 +191,38 @@ def test_fencing_another_process(tmp_path):
 def test_racing_open_never_shows_a_fenced_write_and_keeps_every_acknowledged_one(tmp_path):
     """Issue 12 item 5: a second process opens the store while the first appends sync writes. A write that
     raised FencedError must never be visible; every acknowledged one must be. Many trials, real processes,
-    the open racing the first writer's fence check and append (docs/architecture.md "Failure model")."""
+    the open racing the first writer's fence check and append (docs/architecture.md "Failure model").
+    Each trial's writer is a process forked for it by one `forks` process (tests/lsm/_lsm_proc.py)."""
     fenced_writes = 0
-    for trial in range(25):
-        path = tmp_path / f"db{trial}"
-        lsm.DB.open(path, opts()).close()
-        child = spawn("racer", path, 2048)
-        try:
-            early = [child.stdout.readline()]
-            assert early[0].startswith("A "), early[0] + child.stderr.read()
+    forks = Forks()
+    try:
+        for trial in range(25):
+            path = tmp_path / f"db{trial}"
+            lsm.DB.open(path, opts()).close()
+            forks.start("racer", path, 2048)
+            early = [forks.readline()]
+            assert early[0].startswith("A "), early[0] + forks.close()
             for _ in range(trial % 5):  # vary where in the writer's stream the open lands
-                early.append(child.stdout.readline())
+                early.append(forks.readline())
             b = lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
-            out = child.stdout.read()  # not communicate(): it would skip lines readline() buffered
-            err = child.stderr.read()
-            child.wait(timeout=60)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-        lines = [ln.strip() for ln in early] + out.splitlines()
-        acked = [ln.split()[1].encode() for ln in lines if ln.startswith("A ")]
-        fenced = [ln.split()[1].encode() for ln in lines if ln.startswith("F ")]
-        assert len(fenced) == 3, (lines[-5:], err)
-        fenced_writes += len(fenced)
-        for handle in (b, None):
-            db = handle or lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
-            try:
-                visible = {k for k, _ in db.scan()}
-                assert set(acked) <= visible, f"trial {trial}: acknowledged writes lost: {set(acked) - visible}"
-                assert not set(fenced) & visible, f"trial {trial}: FencedError writes visible: {set(fenced) & visible}"
-                assert visible == set(acked), f"trial {trial}: unexplained rows {visible - set(acked)}"
-            finally:
-                db.close()
+            rest, status = forks.rest()  # once this trial's writer has exited
+            lines = early + [ln.decode() for ln in rest]
+            assert status == 0, lines[-5:] + [forks.close()]
+            acked = [ln.split()[1].encode() for ln in lines if ln.startswith("A ")]
+            fenced = [ln.split()[1].encode() for ln in lines if ln.startswith("F ")]
+            assert len(fenced) == 3, lines[-5:] + [forks.close()]
+            fenced_writes += len(fenced)
+            for handle in (b, None):
+                db = handle or lsm.DB.open(path, lsm.DbOptions(background_compaction=False))
+                try:
+                    visible = {k for k, _ in db.scan()}
+                    assert set(acked) <= visible, f"trial {trial}: acknowledged writes lost: {set(acked) - visible}"
+                    assert not set(fenced) & visible, f"trial {trial}: FencedError writes visible: {set(fenced) & visible}"
+                    assert visible == set(acked), f"trial {trial}: unexplained rows {visible - set(acked)}"
+                finally:
+                    db.close()
+    finally:
+        forks.close()
     assert fenced_writes == 75
 
 

@@ -15,6 +15,7 @@ The children reach the server through the AWS variables the `s3_server` fixture 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import select
@@ -22,7 +23,7 @@ import signal
 import time
 
 import lsm
-from tests.lsm._lsm_proc import spawn
+from tests.lsm._lsm_proc import Forks, spawn
 from tests.lsm.test_crash import KEYS_PER_BATCH, check, run_and_kill, stored_batches
 
 # the unsynced writer's memtable: a rotation (which writes the buffer's last object) every ~200 batches
@@ -36,21 +37,26 @@ def test_sigkill_of_a_sync_writer_loses_no_acknowledged_batch(s3_url):
     rng = random.Random(int(os.environ.get("LSM_CRASH_SEED", "0")) or None)
     acked_ever: set[int] = set()
     newest = 0
-    for how in ("flush", "at once", "random", "flush"):  # each "flush" round fills a memtable or more
-        acked_ever |= run_and_kill(s3_url, rng, how)
-        newest = check(s3_url, acked_ever)
+    forks = Forks()
+    try:
+        for how in ("flush", "at once", "random", "flush"):  # each "flush" round fills a memtable or more
+            acked_ever |= run_and_kill(forks, s3_url, rng, how)
+            newest = check(s3_url, acked_ever)
+    finally:
+        forks.close()
     assert newest > 10, "the writer hardly wrote anything; the test proved little"
 
 
-def _kill_group_writer(url: str, delay: float) -> tuple[list[tuple[int, float, bool]], float]:
-    """Run a ``writer ... group`` child for `delay` seconds after its first acknowledgement, SIGKILL it;
-    return its acknowledgements (batch id, when read, durable) and the time of the kill."""
-    proc = spawn("writer", url, KEYS_PER_BATCH, GROUP_MEMTABLE_BYTES, "group", text=False)
+def _kill_group_writer(forks: Forks, url: str, delay: float) -> tuple[list[tuple[int, float, bool]], float]:
+    """Run a ``writer ... group`` child (forked by `forks`) for `delay` seconds after its first
+    acknowledgement, SIGKILL it; return its acknowledgements (batch id, when read, durable) and the time
+    of the kill."""
+    pid = forks.start("writer", url, KEYS_PER_BATCH, GROUP_MEMTABLE_BYTES, "group")
     acks: list[tuple[int, float, bool]] = []
     out = b""
     deadline = None
     start = time.monotonic()
-    fd = proc.stdout.fileno()
+    fd = forks.stdout.fileno()
 
     def take(lines: list[bytes], at: float) -> None:
         for line in lines:
@@ -63,19 +69,19 @@ def _kill_group_writer(url: str, delay: float) -> tuple[list[tuple[int, float, b
             ready, _, _ = select.select([fd], [], [], 0.005)
             if ready:
                 chunk = os.read(fd, 65536)
-                assert chunk, "writer exited: " + proc.stderr.read().decode()
+                assert chunk, "the forks process exited: " + forks.close()
                 out += chunk
                 *lines, out = out.split(b"\n")  # a partial last line is not an acknowledgement
+                assert not any(ln.startswith(b"END ") for ln in lines), "writer exited: " + forks.close()
                 take(lines, time.monotonic())
                 if deadline is None and acks:
                     deadline = time.monotonic() + delay
     finally:
         killed_at = time.monotonic()
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        take((out + proc.stdout.read()).split(b"\n")[:-1], killed_at)
-        for f in (proc.stdin, proc.stdout, proc.stderr):
-            f.close()
+        with contextlib.suppress(ProcessLookupError):  # gone already: it failed, and forks says so
+            os.kill(pid, signal.SIGKILL)
+        if forks.err is None:
+            take(forks.rest(out)[0], killed_at)
     return acks, killed_at
 
 
@@ -83,23 +89,27 @@ def test_sigkill_of_an_unsynced_writer_loses_only_a_suffix(s3_url):
     rng = random.Random(int(os.environ.get("LSM_CRASH_SEED", "0")) or None)
     lost_any = False
     survivors: list[int] = []
-    for delay in (rng.uniform(0.1, 0.4), rng.uniform(2.5, 3.0), rng.uniform(0.4, 1.0)):
-        acks, killed_at = _kill_group_writer(s3_url, delay)
-        acked = [i for i, _, _ in acks]
-        assert acked == list(range(acked[0], acked[-1] + 1))  # the child acknowledges in order
-        with lsm.DB.open(s3_url, lsm.DbOptions(background_compaction=False)) as db:
-            survivors = stored_batches(db)
-        # a prefix of the acknowledged order: 1..n, whole; what is lost is the suffix after n
-        assert survivors == list(range(1, len(survivors) + 1)), "a batch was lost while a later one survived"
-        n = survivors[-1] if survivors else 0
-        assert n >= acked[0] - 1  # the earlier rounds' survivors stay
-        synced = [i for i, _, durable in acks if durable]
-        if synced:
-            assert n >= synced[-1], f"batch {synced[-1]} was acknowledged with sync=True and is gone"
-        old = [i for i, at, _ in acks if at < killed_at - SURELY_DURABLE_S]
-        if old:
-            assert n >= old[-1], f"batch {old[-1]} was acknowledged {SURELY_DURABLE_S} s before the kill and is gone"
-        lost_any |= n < acked[-1]
+    forks = Forks()
+    try:
+        for delay in (rng.uniform(0.1, 0.4), rng.uniform(2.5, 3.0), rng.uniform(0.4, 1.0)):
+            acks, killed_at = _kill_group_writer(forks, s3_url, delay)
+            acked = [i for i, _, _ in acks]
+            assert acked == list(range(acked[0], acked[-1] + 1))  # the child acknowledges in order
+            with lsm.DB.open(s3_url, lsm.DbOptions(background_compaction=False)) as db:
+                survivors = stored_batches(db)
+            # a prefix of the acknowledged order: 1..n, whole; what is lost is the suffix after n
+            assert survivors == list(range(1, len(survivors) + 1)), "a batch was lost while a later one survived"
+            n = survivors[-1] if survivors else 0
+            assert n >= acked[0] - 1  # the earlier rounds' survivors stay
+            synced = [i for i, _, durable in acks if durable]
+            if synced:
+                assert n >= synced[-1], f"batch {synced[-1]} was acknowledged with sync=True and is gone"
+            old = [i for i, at, _ in acks if at < killed_at - SURELY_DURABLE_S]
+            if old:
+                assert n >= old[-1], f"batch {old[-1]} was acknowledged {SURELY_DURABLE_S} s before the kill and is gone"
+            lost_any |= n < acked[-1]
+    finally:
+        forks.close()
     assert len(survivors) > 40, "the writer hardly wrote anything; the test proved little"
     assert lost_any, "no kill caught an unsynced write in the buffer; the test proved little"
 

@@ -505,7 +505,7 @@ absolute_updates = st.lists(
 ).map(lambda ups: [(TEST_TIME + hours(h), s) for h, s in ups])
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.one_of(cumulative_updates(), absolute_updates))
 def test_properties_and_agreement_with_the_model(updates: list[tuple[int, int]]) -> None:
     ts = TimeSeq()

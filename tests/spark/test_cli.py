@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def lsm_cli_popen(*args: str, **env_extra: str) -> subprocess.Popen:
     """`lsm ARGS` through the real entry point (`python -m tools.cli`), started and not waited for."""
-    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, **env_extra)
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYSPARK_PYTHON": sys.executable, **env_extra}
     return subprocess.Popen(
         [sys.executable, "-m", "tools.cli", *args],
         cwd=ROOT,

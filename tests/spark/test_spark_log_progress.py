@@ -14,9 +14,28 @@ import subprocess
 import time
 
 from lsm.sources import LogWriter
-from tests.spark.test_cli import ROOT, lsm_cli_popen
+from tests.spark.test_cli import lsm_cli_popen
+from tests.tools._cli import without_matplotlib
 from tools.common import spark_session_for
 from tools.spark_progress import SparkProgress, progress_text
+
+SMALL_SPEC = """seed = 1
+sample_every = "1h"
+[workload]
+keys = 100
+value_bytes = 20
+[[workload.phases]]
+duration = "6h"
+ops_per_sec = 0.02
+mix = { put = 0.9, delete = 0.1 }
+[[policy]]
+name = "tiered"
+memtable_bytes = 4096
+[[policy]]
+name = "periodic-1h"
+memtable_bytes = 4096
+periodic_compaction_interval = "1h"
+"""
 
 
 def _corrupt_payload(log: str) -> None:
@@ -42,8 +61,12 @@ def test_a_failed_spark_job_names_its_log_and_a_good_run_leaves_none(tmp_path) -
     bad_tmp, good_tmp = tmp_path / "tmp-ingest", tmp_path / "tmp-simulate"
     bad_tmp.mkdir()
     good_tmp.mkdir()
-    spec = os.path.join(ROOT, "examples", "demo.toml")
+    # the run's Spark log is what is tested: a small spec, and no plots (matplotlib hidden; stderr then
+    # holds the no-plots note, a "lsm: note:" line)
+    spec = tmp_path / "small.toml"
+    spec.write_text(SMALL_SPEC)
     out = str(tmp_path / "sim")
+    quick = without_matplotlib(tmp_path)
     procs = [  # both JVMs start at once
         lsm_cli_popen(
             "ingest",
@@ -68,6 +91,7 @@ def test_a_failed_spark_job_names_its_log_and_a_good_run_leaves_none(tmp_path) -
             "local[2]",
             "--json",
             TMPDIR=str(good_tmp),
+            **quick,
         ),
     ]
     bad, good = (_finish(p) for p in procs)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,12 +52,34 @@ def run_lsm(*args: str, cwd: str | os.PathLike | None = None, env: dict[str, str
     return Result(p.returncode, p.stdout, p.stderr)
 
 
+def run_lsm_each(runs: list[tuple[str, ...]], env: dict[str, str | None] | None = None) -> list[Result]:
+    """`run_lsm(*args, env=env)` for each of `runs`, two at a time (the results in the order of `runs`).
+    Only for runs that do not depend on one another: each is a process of its own, and on two cores two
+    of them take about the time of one."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda args: run_lsm(*args, env=env), runs))
+
+
 def one_line_error(r: Result, code: int) -> str:
     """Assert the run failed with `code` and exactly one ``lsm: error:`` line on stderr; return it."""
     assert r.code == code, (r.code, r.out, r.err)
     lines = r.err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("lsm: error: "), r.err
     return lines[0]
+
+
+# what `lsm simulate` says on stderr when it cannot import matplotlib (tools/simulate/plots.py)
+NO_PLOTS = "lsm: note: no plots: plots need matplotlib: pip install 'lsm-sim[sim]'"
+
+
+def without_matplotlib(tmp_path: Path) -> dict[str, str]:
+    """An environment for `run_lsm` in which `import matplotlib` fails, so `lsm simulate` draws no plots
+    (and says `NO_PLOTS`): the test of that, and tests of what is not the plots, which save the ~2 s of
+    drawing them per run."""
+    hide = tmp_path / "hide"
+    (hide / "matplotlib").mkdir(parents=True, exist_ok=True)
+    (hide / "matplotlib" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
 
 
 def check_golden(name: str, text: str) -> None:

@@ -17,12 +17,14 @@ import threading
 from tests.tools._cli import LSM_CMD, ROOT, Result
 
 
-def run_lsm_tty(*args: str, timeout: float = 120) -> Result:
-    """`lsm ARGS` with stderr on a pty of 120 columns; stdout piped. Result.err is the terminal's text."""
+def run_lsm_tty(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> Result:
+    """`lsm ARGS` with stderr on a pty of 120 columns; stdout piped. Result.err is the terminal's text.
+    `env` adds variables to this process's environment."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
-    env["PYTHONPATH"] = str(ROOT)
+    full = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
+    full["PYTHONPATH"] = str(ROOT)
+    full.update(env or {})
     chunks: list[bytes] = []
 
     def read() -> None:  # drain the pty as it fills, or the command blocks on a full terminal buffer
@@ -39,7 +41,7 @@ def run_lsm_tty(*args: str, timeout: float = 120) -> Result:
     reader.start()
     try:
         p = subprocess.Popen(
-            [*LSM_CMD, *map(str, args)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=slave, text=True
+            [*LSM_CMD, *map(str, args)], cwd=ROOT, env=full, stdout=subprocess.PIPE, stderr=slave, text=True
         )
         os.close(slave)
         out, _ = p.communicate(timeout=timeout)

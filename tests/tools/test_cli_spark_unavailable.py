@@ -10,7 +10,7 @@ import pytest
 import lsm
 from lsm.sources import LogWriter
 from tests._java import env_without_java
-from tests.tools._cli import ROOT, one_line_error, run_lsm
+from tests.tools._cli import ROOT, one_line_error, run_lsm_each
 
 
 def _store_and_log(tmp_path) -> tuple[str, str]:
@@ -27,9 +27,9 @@ def _commands(db: str, log: str, out: str) -> list[tuple[str, ...]]:
     return [
         ("compact", db, "--engine", "spark"),
         ("ingest", db, log, "--name", "ev", "--engine", "spark"),
-        ("simulate", os.path.join(ROOT, "examples", "demo.toml"), "--out", out, "--engine", "spark"),
-        ("bench", "compact", "--num", "100", "--executors", "local,spark", "--dir", out),
-        ("bench", "load", "--num", "10", "--engines", "spark", "--dir", out),
+        ("simulate", os.path.join(ROOT, "examples", "demo.toml"), "--out", f"{out}-simulate", "--engine", "spark"),
+        ("bench", "compact", "--num", "100", "--executors", "local,spark", "--dir", f"{out}-compact"),
+        ("bench", "load", "--num", "10", "--engines", "spark", "--dir", f"{out}-load"),
     ]
 
 
@@ -37,12 +37,13 @@ def _commands(db: str, log: str, out: str) -> list[tuple[str, ...]]:
 def test_spark_commands_say_what_to_install(tmp_path, fake) -> None:
     env = env_without_java(tmp_path, fake_version=fake)
     db, log = _store_and_log(tmp_path)
-    for args in _commands(db, log, str(tmp_path / "out")):
-        line = one_line_error(run_lsm(*args, env=env), 2)
+    runs = _commands(db, log, str(tmp_path / "out"))
+    for args, r in zip(runs, run_lsm_each(runs, env=env), strict=True):  # each refused on its own
+        line = one_line_error(r, 2)
         assert "openjdk-17-jre-headless" in line and "JAVA_HOME" in line, (args, line)
         assert ("Java 11" if fake else "no java on PATH") in line, (args, line)
         assert "JAVA_GATEWAY_EXITED" not in line
-        assert os.listdir(env["TMPDIR"]) == [], args  # no JVM started: no Spark log kept
+    assert os.listdir(env["TMPDIR"]) == []  # no JVM started: no Spark log kept
     with lsm.DB.open(db, lsm.DbOptions(background_compaction=False)) as d:
         assert dict(d.scan()) == {b"k": b"v"}  # the failed compact and ingest changed nothing
         assert len(d.manifest.l0) == 1

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.tools._cli import run_lsm
+from tests.tools._cli import NO_PLOTS, run_lsm, without_matplotlib
 from tests.tools._pty import run_lsm_tty
 from tools import simulate
 from tools.simulate import output
@@ -160,15 +160,15 @@ def test_jobs_report_the_progress_of_every_simulation(tmp_path) -> None:
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_cli_progress_on_a_terminal_never_in_json(tmp_path, jobs) -> None:
-    r = run_lsm_tty("simulate", _sweep_spec(tmp_path), "--out", tmp_path / "o", "--json", "--jobs", jobs)
+    quick = without_matplotlib(tmp_path)  # the progress is tested, not the plots: stderr says "no plots"
+    spec = _sweep_spec(tmp_path)
+    r = run_lsm_tty("simulate", spec, "--out", tmp_path / "o", "--json", "--jobs", jobs, env=quick)
     assert r.code == 0, r.err
     assert json.loads(r.out)["engine"] == "local"  # stdout is the JSON alone
     assert "simulations" in r.err and "/4" in r.err  # done / total
     for label in ("P1", "P2", "P3", "P4"):
         assert f"{label}:" in r.err and "day" in r.err  # each one's simulated days
-    quiet = run_lsm_tty(
-        "simulate", _sweep_spec(tmp_path), "--out", tmp_path / "q", "--jobs", jobs, "--no-progress"
-    )
-    assert quiet.code == 0 and "simulations" not in quiet.err
-    piped = run_lsm("simulate", _sweep_spec(tmp_path), "--out", tmp_path / "p", "--jobs", jobs)
-    assert piped.code == 0 and piped.err == ""  # not a terminal: no bars
+    quiet = run_lsm_tty("simulate", spec, "--out", tmp_path / "q", "--jobs", jobs, "--no-progress", env=quick)
+    assert quiet.code == 0 and "simulations" not in quiet.err and NO_PLOTS in quiet.err
+    piped = run_lsm("simulate", spec, "--out", tmp_path / "p", "--jobs", jobs, env=quick)
+    assert piped.code == 0 and piped.err == NO_PLOTS + "\n"  # not a terminal: no bars

@@ -2,9 +2,9 @@
 object, ``| u32 count | count x (u64 offset | u32 size | u32 rows | u16 len | first key | u16 len | last
 key) |``, drawn in docs/format.md) and, for keys of varying length, an array of where each entry starts.
 No Python object per block: an SST's index costs its stored size (52 bytes a block for 16-byte keys)
-plus `FENCE_BYTES`, where a tuple and two key objects per block cost about 230 bytes. Every open SST
-holds its index for the life of the reader, so this is most of what an open database's memory grows by
-with its data; a `BlockHandle` is built only when a caller asks for one.
+plus about 8 bytes a block for `fence`, where a named tuple with its two keys and ints cost about 230.
+Every open SST holds its index for the life of the reader, so this is most of what an open database's
+memory grows by with its data; a `BlockHandle` is built only when a caller asks for one.
 
 Finding the block of a key is two C-level binary searches: over `fence`, the last key of every
 `FENCE`-th block (the only keys kept as objects), then over the at most `FENCE` blocks it leaves, the
@@ -30,7 +30,6 @@ from formats.sst_layout import INDEX_ENTRY, KLEN, BlockHandle
 # bytes a block): a smaller FENCE searches faster, a larger one keeps less. The search within a group
 # takes log2(FENCE) slices of the payload.
 FENCE = 8
-FENCE_BYTES = 8  # per block, for 16-byte keys (documented above)
 
 _HEAD = 4  # the u32 count before the entries
 _KEYS_AT = INDEX_ENTRY.size  # an entry's first key length follows its (offset, size, rows)
@@ -63,7 +62,7 @@ class BlockIndex(Sequence[BlockHandle]):
     use without building a handle (`entry`, `first_key`, `last_key`). Build with `parse_fixed` or
     `parse_general`, which check the structure as the reader requires (docs/format.md, 2.3)."""
 
-    __slots__ = ("_buf", "_n", "_stride", "_starts", "fence", "search", "last_at")
+    __slots__ = ("_buf", "_n", "_stride", "_starts", "fence", "search", "last_at", "firsts", "first_at")
 
     def __init__(self, buf: bytes, n: int, stride: int, starts: array | None) -> None:
         self._buf = buf
@@ -74,17 +73,21 @@ class BlockIndex(Sequence[BlockHandle]):
             (fl,) = KLEN.unpack_from(buf, _HEAD + _KEYS_AT)
             (ll,) = KLEN.unpack_from(buf, _HEAD + _KEYS_AT + 2 + fl)
             at = _KEYS_AT + 2 + fl + 2
-            # `search[i]` under `last_at` is block i's last key (the second search of `find`)
+            # `search[i]` under `last_at` is block i's last key (the second search of `find`), and
+            # `firsts[i]` under `first_at` its first key
             self.search: Sequence[Any] = _shared_slices(stride, at, ll, n)
             self.last_at: Callable[[Any], bytes] = buf.__getitem__
+            self.firsts: Sequence[Any] = _shared_slices(stride, _KEYS_AT + 2, fl, n)
+            self.first_at: Callable[[Any], bytes] = buf.__getitem__
             first = _HEAD + at
             last = range(first + (FENCE - 1) * stride, first + n * stride, FENCE * stride)
             self.fence = [buf[p : p + ll] for p in last]
         else:
             # entries of varying size: `search` is where each starts; a partial, not a bound method,
             # so the index is in no reference cycle (a merge pauses the cyclic collector)
-            self.search = starts if starts is not None else ()
+            self.search = self.firsts = starts if starts is not None else ()
             self.last_at = functools.partial(_last_key, buf)
+            self.first_at = functools.partial(_first_key, buf)
             self.fence = [self.last_key(i) for i in range(FENCE - 1, n, FENCE)]
         if n % FENCE:
             self.fence.append(self.last_key(n - 1))  # the last group is short
@@ -118,9 +121,9 @@ class BlockIndex(Sequence[BlockHandle]):
         return map(self.__getitem__, range(self._n))
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or len(other) != self._n:
-            return NotImplemented if not isinstance(other, Sequence) else False
-        return all(map(operator.eq, self, other))
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(other) == self._n and all(map(operator.eq, self, other))
 
     __hash__ = None  # type: ignore[assignment]  # equal to a list of the same handles, so unhashable
 
@@ -129,13 +132,12 @@ class BlockIndex(Sequence[BlockHandle]):
 
     def entry(self, i: int) -> tuple[int, int, int]:
         """Block `i`'s (offset, stored size, rows)."""
-        return INDEX_ENTRY.unpack_from(self._buf, self._at(i))
+        starts = self._starts  # (`_at`, inline: a block read on a point read's path)
+        return _unpack_entry(self._buf, _HEAD + i * self._stride if starts is None else starts[i])
 
     def first_key(self, i: int) -> bytes:
         """Block `i`'s first key."""
-        buf = self._buf
-        p = self._at(i) + _KEYS_AT
-        return buf[p + 2 : p + 2 + KLEN.unpack_from(buf, p)[0]]
+        return _first_key(self._buf, self._at(i))
 
     def last_key(self, i: int) -> bytes:
         """Block `i`'s last key."""
@@ -145,12 +147,19 @@ class BlockIndex(Sequence[BlockHandle]):
         """The first block whose last key is >= `key` (`len(self)` when there is none): the only block
         that can hold `key` unless the key's versions straddle it and the next one. ``bisect_left`` over
         the last keys, without a list of them."""
-        lo = bisect.bisect_left(self.fence, key) * FENCE
+        i = self.locate(key)
+        return i if i >= 0 else ~i
+
+    def locate(self, key: bytes) -> int:
+        """`find(key)` when that block's first key is <= `key` (the block can hold it), else its bitwise
+        complement (negative: no block holds `key`); a point read's one call."""
+        lo = _bisect_left(self.fence, key) * FENCE
         n = self._n
         if lo >= n:
-            return n
+            return ~n
         hi = lo + FENCE
-        return bisect.bisect_left(self.search, key, lo, hi if hi < n else n, key=self.last_at)
+        i = _bisect_left(self.search, key, lo, hi if hi < n else n, key=self.last_at)
+        return i if self.first_at(self.firsts[i]) <= key else ~i
 
     def count_before(self, end: bytes) -> int:
         """How many blocks have a first key < `end` (``bisect_left`` over the first keys): every block
@@ -158,6 +167,12 @@ class BlockIndex(Sequence[BlockHandle]):
         predecessor's last key, which is >= `end`)."""
         i = self.find(end)
         return i + 1 if i < self._n and self.first_key(i) < end else i
+
+
+def _first_key(buf: bytes, at: int) -> bytes:
+    """The first key of the index entry at `at` in payload `buf`."""
+    p = at + _KEYS_AT
+    return buf[p + 2 : p + 2 + KLEN.unpack_from(buf, p)[0]]
 
 
 def _last_key(buf: bytes, at: int) -> bytes:
@@ -214,6 +229,9 @@ def parse_general(idx: bytes, count: int, data_size: int) -> BlockIndex:
         raise ValueError("index size mismatch")
     return BlockIndex(idx, count, 0, starts)
 
+
+_bisect_left = bisect.bisect_left
+_unpack_entry = INDEX_ENTRY.unpack_from
 
 # the columns of `parse_fixed`'s unpacked entries: (offset, size, rows, first_len, last_len)
 _KEY_LENS = operator.itemgetter(3, 4)

@@ -142,7 +142,10 @@ class SstReader:
         n = len(self.blocks)
         self._lo = self.blocks.first_key(0) if n else b"\xff"
         self._hi = self.blocks.last_key(n - 1) if n else b""
-        self._slots: list[Callable[[], _Block | None]] = [_absent] * len(self.blocks)
+        self._locate = self.blocks.locate  # (the index's bound method: no reference back to the reader)
+        # (made at the first block a cache takes: a reader that never reads a block through the cache,
+        # such as one the DB opened and a compaction replaces, holds no slot per block)
+        self._slots: list[Callable[[], _Block | None]] = []
         try:
             self.bloom = bloom.BloomFilter(self._block_payload(info.filter_offset, info.filter_size))
         except ValueError as e:
@@ -207,7 +210,7 @@ class SstReader:
             ck = (self.cache_id, i)
             b = cache.get(ck)
             if b is not None:
-                self._slots[i] = b.ref
+                self._slot_list()[i] = b.ref
                 if indexed and b.index is None:
                     self._key_index(b, i)
                 return b
@@ -228,7 +231,7 @@ class SstReader:
             charge += ROW_INDEX_BYTES * n
         if cache is not None:
             cache.put(ck, b, charge)
-            self._slots[i] = b.ref
+            self._slot_list()[i] = b.ref
         return b
 
     def _index_rows(self, blk: _Block, i: int) -> dict[bytes, int]:
@@ -254,7 +257,16 @@ class SstReader:
 
     def all_cached(self) -> bool:
         """Whether every data block of this SST is in the block cache now (reading one costs no I/O)."""
-        return all(slot() is not None for slot in self._slots)
+        slots = self._slots
+        return all(slot() is not None for slot in slots) if slots else not len(self.blocks)
+
+    def _slot_list(self) -> list[Callable[[], _Block | None]]:
+        """The per-block weak references, made when the first one is set (two threads making them at
+        once lose one reference: that block's next read goes through the cache, as any read may)."""
+        slots = self._slots
+        if not slots:
+            slots = self._slots = [_absent] * len(self.blocks)
+        return slots
 
     def key_index(self, i: int) -> dict[bytes, int]:
         """Block `i`'s key index (key -> its newest row's offset), as a point read builds and caches it
@@ -297,10 +309,13 @@ class SstReader:
         O(log blocks) plus O(versions of the key) row decodes."""
         if key < self._lo or key > self._hi:
             return None
-        i = self.blocks.find(key)
-        blk = self._slots[i]()
+        i = self._locate(key)
+        if i < 0:  # between two blocks
+            return None
+        slots = self._slots
+        blk = slots[i]() if slots else None
         if blk is None:
-            if self.blocks.first_key(i) > key or (use_bloom and not self.bloom.may_contain(key)):
+            if use_bloom and not self.bloom.may_contain(key):
                 return None
             blk = self._load(i, self._index_on_load())
             index = blk.index

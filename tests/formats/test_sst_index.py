@@ -90,9 +90,9 @@ def test_find_is_bisect_over_the_last_keys(data, width):
                 assert [row[0] for row in r.iter(end=k)] == [row[0] for row in rows if row[0] < k]
 
 
-def _owned(root: object, shared: object) -> tuple[int, int]:
+def _owned(root: object, shared: tuple) -> tuple[int, int]:
     """(objects, bytes) reachable from `root` but not through `shared` (nor types, functions, modules)."""
-    seen: set[int] = {id(shared)}
+    seen: set[int] = set(map(id, shared))
     todo, count, size = [root], 0, 0
     while todo:
         o = todo.pop()
@@ -115,9 +115,9 @@ def test_an_open_index_holds_no_object_per_block(tmp_path):
     with SstReader(tmp_path / "a.sst") as r, SstReader(tmp_path / "b.sst") as small:
         n = len(r.blocks)
         assert n > 2000
-        shared = getattr(r.blocks, "search", None)
+        shared = (getattr(r.blocks, "search", None), getattr(r.blocks, "firsts", None))
         objects, size = _owned(r.blocks, shared)
         assert objects < n // FENCE + 20, (objects, n)
         assert size < 2 * r.info.index_size, (size, r.info.index_size)  # 52 bytes a block, 8 of fence
-        assert small.blocks.search is shared  # one list of slices for the shape
+        assert small.blocks.search is shared[0] and small.blocks.firsts is shared[1]  # one list per shape
         assert [r.get(rows[i][0]) for i in range(0, 20_000, 997)] == rows[0:20_000:997]

@@ -62,11 +62,11 @@ class BlockIndex(Sequence[BlockHandle]):
     use without building a handle (`entry`, `first_key`, `last_key`). Build with `parse_fixed` or
     `parse_general`, which check the structure as the reader requires (docs/format.md, 2.3)."""
 
-    __slots__ = ("_buf", "_n", "_stride", "_starts", "fence", "search", "last_at", "firsts", "first_at")
+    __slots__ = ("_buf", "n", "_stride", "_starts", "fence", "search", "last_at", "firsts", "first_at")
 
     def __init__(self, buf: bytes, n: int, stride: int, starts: array | None) -> None:
         self._buf = buf
-        self._n = n
+        self.n = n
         self._stride = stride  # of fixed-size entries; 0 with `starts`
         self._starts = starts  # entry i's position, for entries of varying size; None if fixed
         if starts is None and n:
@@ -98,7 +98,7 @@ class BlockIndex(Sequence[BlockHandle]):
         return _HEAD + i * self._stride if starts is None else starts[i]
 
     def __len__(self) -> int:
-        return self._n
+        return self.n
 
     @overload
     def __getitem__(self, i: int) -> BlockHandle: ...
@@ -108,8 +108,8 @@ class BlockIndex(Sequence[BlockHandle]):
 
     def __getitem__(self, i: int | slice) -> BlockHandle | list[BlockHandle]:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self._n))]
-        n = self._n
+            return [self[j] for j in range(*i.indices(self.n))]
+        n = self.n
         if i < 0:
             i += n
         if not 0 <= i < n:
@@ -118,17 +118,17 @@ class BlockIndex(Sequence[BlockHandle]):
         return BlockHandle(offset, size, rows, self.first_key(i), self.last_key(i))
 
     def __iter__(self) -> Iterator[BlockHandle]:
-        return map(self.__getitem__, range(self._n))
+        return map(self.__getitem__, range(self.n))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):
             return NotImplemented
-        return len(other) == self._n and all(map(operator.eq, self, other))
+        return len(other) == self.n and all(map(operator.eq, self, other))
 
     __hash__ = None  # type: ignore[assignment]  # equal to a list of the same handles, so unhashable
 
     def __repr__(self) -> str:
-        return f"BlockIndex({self._n} blocks, {len(self._buf)} bytes)"
+        return f"BlockIndex({self.n} blocks, {len(self._buf)} bytes)"
 
     def entry(self, i: int) -> tuple[int, int, int]:
         """Block `i`'s (offset, stored size, rows)."""
@@ -146,27 +146,20 @@ class BlockIndex(Sequence[BlockHandle]):
     def find(self, key: bytes) -> int:
         """The first block whose last key is >= `key` (`len(self)` when there is none): the only block
         that can hold `key` unless the key's versions straddle it and the next one. ``bisect_left`` over
-        the last keys, without a list of them."""
-        i = self.locate(key)
-        return i if i >= 0 else ~i
-
-    def locate(self, key: bytes) -> int:
-        """`find(key)` when that block's first key is <= `key` (the block can hold it), else its bitwise
-        complement (negative: no block holds `key`); a point read's one call."""
+        the last keys, without a list of them (`SstReader.get` has these lines inline)."""
         lo = _bisect_left(self.fence, key) * FENCE
-        n = self._n
+        n = self.n
         if lo >= n:
-            return ~n
+            return n
         hi = lo + FENCE
-        i = _bisect_left(self.search, key, lo, hi if hi < n else n, key=self.last_at)
-        return i if self.first_at(self.firsts[i]) <= key else ~i
+        return _bisect_left(self.search, key, lo, hi if hi < n else n, key=self.last_at)
 
     def count_before(self, end: bytes) -> int:
         """How many blocks have a first key < `end` (``bisect_left`` over the first keys): every block
         before `find(end)`, and that one if it starts before `end` (a later block starts at or after its
         predecessor's last key, which is >= `end`)."""
         i = self.find(end)
-        return i + 1 if i < self._n and self.first_key(i) < end else i
+        return i + 1 if i < self.n and self.first_key(i) < end else i
 
 
 def _first_key(buf: bytes, at: int) -> bytes:

@@ -27,7 +27,7 @@ from formats.row import (
     normalize_features,
 )
 from formats.row_array import RowArray
-from formats.sst_index import BlockIndex, parse_fixed, parse_general
+from formats.sst_index import FENCE, BlockIndex, parse_fixed, parse_general
 from formats.sst_layout import (
     COMPRESSION_NAMES,
     COMPRESSION_NONE,
@@ -142,7 +142,6 @@ class SstReader:
         n = len(self.blocks)
         self._lo = self.blocks.first_key(0) if n else b"\xff"
         self._hi = self.blocks.last_key(n - 1) if n else b""
-        self._locate = self.blocks.locate  # (the index's bound method: no reference back to the reader)
         # (made at the first block a cache takes: a reader that never reads a block through the cache,
         # such as one the DB opened and a compaction replaces, holds no slot per block)
         self._slots: list[Callable[[], _Block | None]] = []
@@ -309,13 +308,17 @@ class SstReader:
         O(log blocks) plus O(versions of the key) row decodes."""
         if key < self._lo or key > self._hi:
             return None
-        i = self._locate(key)
-        if i < 0:  # between two blocks
-            return None
+        # `BlockIndex.find`, inline (the hot path of every point read): the last key of every FENCE-th
+        # block, then the at most FENCE blocks left (key <= _hi: the first search never runs off the end)
+        ix = self.blocks
+        lo = _bisect_left(ix.fence, key) * FENCE
+        hi = lo + FENCE
+        n = ix.n
+        i = _bisect_left(ix.search, key, lo, hi if hi < n else n, key=ix.last_at)
         slots = self._slots
         blk = slots[i]() if slots else None
         if blk is None:
-            if use_bloom and not self.bloom.may_contain(key):
+            if ix.first_at(ix.firsts[i]) > key or (use_bloom and not self.bloom.may_contain(key)):
                 return None
             blk = self._load(i, self._index_on_load())
             index = blk.index
@@ -618,6 +621,7 @@ def _absent() -> None:
 
 
 _row_key = operator.itemgetter(0)
+_bisect_left = bisect.bisect_left
 
 
 def _keys_of(batch: list[tuple] | RowArray) -> list[bytes]:

@@ -49,7 +49,7 @@ def _shared_slices(stride: int, at: int, width: int, n: int) -> list[slice]:
     with _shared_lock:
         got = _shared.get(key)
         if got is None or len(got) < n:
-            size = max(n, 2 * len(got)) if got else n
+            size = -(-n // 1024) * 1024  # a few lists at most as SSTs of growing size open
             first = _HEAD + at
             got = [slice(p, p + width) for p in range(first, first + size * stride, stride)]
             _shared[key] = got  # a longer list replaces the old one; readers keep theirs

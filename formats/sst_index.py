@@ -1,17 +1,17 @@
 """The block index of an open SST (`BlockIndex`), kept flat: the stored index block's payload (one bytes
 object, ``| u32 count | count x (u64 offset | u32 size | u32 rows | u16 len | first key | u16 len | last
 key) |``, drawn in docs/format.md) and, for keys of varying length, an array of where each entry starts.
-No Python object per block: an SST's index costs its stored size (52 bytes a block for 16-byte keys)
-plus about 8 bytes a block for `fence`, where a named tuple with its two keys and ints cost about 230.
+No Python object per entry: an SST's index costs its stored size (52 bytes a block for 16-byte keys)
+plus about 32 bytes a block for `fence`, where a named tuple with its two keys and ints cost about 230.
 Every open SST holds its index for the life of the reader, so this is most of what an open database's
 memory grows by with its data; a `BlockHandle` is built only when a caller asks for one.
 
-Finding the block of a key is two C-level binary searches: over `fence`, the last key of every
-`FENCE`-th block (the only keys kept as objects), then over the at most `FENCE` blocks it leaves, the
-keys sliced from the payload as `bisect` compares them. For fixed-size keys (every entry of one shape:
-the common case) the slices of that second search come from a list shared by every index of that shape
-(`_shared_slices`), so `bisect` runs with ``bytes.__getitem__`` as its key function and no Python frame
-at all."""
+Finding the block of a key is one C-level binary search over `fence`, the last key of every second
+block (the only keys kept as objects), then one comparison with the last key of the first block of the
+pair, sliced from the payload: as fast as a binary search over a list of every block's last key (a
+point read's hot path), where a sparser fence and a second binary search over the payload (a key
+function per probe) measured twice as slow. For fixed-size keys (every entry of one shape: the common
+case) the slices come from a list shared by every index of that shape (`_shared_slices`)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,9 @@ from typing import Any, overload
 
 from formats.sst_layout import INDEX_ENTRY, KLEN, BlockHandle
 
-# Every FENCE-th block's last key is kept as a bytes object (about 65 bytes with its list slot, so 8
-# bytes a block): a smaller FENCE searches faster, a larger one keeps less. The search within a group
-# takes log2(FENCE) slices of the payload.
-FENCE = 8
+# Every FENCE-th block's last key is kept as a bytes object (about 65 bytes with its list slot, so 32
+# bytes a block): the search then needs one slice of the payload (`find`, `SstReader.get`).
+FENCE = 2  # `find` and `SstReader.get` compare one block of a pair: it cannot change alone
 
 _HEAD = 4  # the u32 count before the entries
 _KEYS_AT = INDEX_ENTRY.size  # an entry's first key length follows its (offset, size, rows)
@@ -62,18 +61,20 @@ class BlockIndex(Sequence[BlockHandle]):
     use without building a handle (`entry`, `first_key`, `last_key`). Build with `parse_fixed` or
     `parse_general`, which check the structure as the reader requires (docs/format.md, 2.3)."""
 
-    __slots__ = ("_buf", "n", "_stride", "_starts", "fence", "search", "last_at", "firsts", "first_at")
+    __slots__ = ("buf", "n", "_stride", "_starts", "fence", "search", "last_at", "firsts", "first_at", "fixed")
 
     def __init__(self, buf: bytes, n: int, stride: int, starts: array | None) -> None:
-        self._buf = buf
+        self.buf = buf
         self.n = n
         self._stride = stride  # of fixed-size entries; 0 with `starts`
         self._starts = starts  # entry i's position, for entries of varying size; None if fixed
+        # with fixed-size entries `buf[search[i]]` is block i's last key (one subscript, no call)
+        self.fixed = starts is None
         if starts is None and n:
             (fl,) = KLEN.unpack_from(buf, _HEAD + _KEYS_AT)
             (ll,) = KLEN.unpack_from(buf, _HEAD + _KEYS_AT + 2 + fl)
             at = _KEYS_AT + 2 + fl + 2
-            # `search[i]` under `last_at` is block i's last key (the second search of `find`), and
+            # `search[i]` under `last_at` is block i's last key (the comparison of `find`), and
             # `firsts[i]` under `first_at` its first key
             self.search: Sequence[Any] = _shared_slices(stride, at, ll, n)
             self.last_at: Callable[[Any], bytes] = buf.__getitem__
@@ -128,31 +129,31 @@ class BlockIndex(Sequence[BlockHandle]):
     __hash__ = None  # type: ignore[assignment]  # equal to a list of the same handles, so unhashable
 
     def __repr__(self) -> str:
-        return f"BlockIndex({self.n} blocks, {len(self._buf)} bytes)"
+        return f"BlockIndex({self.n} blocks, {len(self.buf)} bytes)"
 
     def entry(self, i: int) -> tuple[int, int, int]:
         """Block `i`'s (offset, stored size, rows)."""
         starts = self._starts  # (`_at`, inline: a block read on a point read's path)
-        return _unpack_entry(self._buf, _HEAD + i * self._stride if starts is None else starts[i])
+        return _unpack_entry(self.buf, _HEAD + i * self._stride if starts is None else starts[i])
 
     def first_key(self, i: int) -> bytes:
         """Block `i`'s first key."""
-        return _first_key(self._buf, self._at(i))
+        return _first_key(self.buf, self._at(i))
 
     def last_key(self, i: int) -> bytes:
         """Block `i`'s last key."""
-        return _last_key(self._buf, self._at(i))
+        return _last_key(self.buf, self._at(i))
 
     def find(self, key: bytes) -> int:
         """The first block whose last key is >= `key` (`len(self)` when there is none): the only block
         that can hold `key` unless the key's versions straddle it and the next one. ``bisect_left`` over
-        the last keys, without a list of them (`SstReader.get` has these lines inline)."""
-        lo = _bisect_left(self.fence, key) * FENCE
-        n = self.n
-        if lo >= n:
-            return n
-        hi = lo + FENCE
-        return _bisect_left(self.search, key, lo, hi if hi < n else n, key=self.last_at)
+        the last keys, without a list of them (`SstReader.get` has these lines inline). The pair the
+        fence names ends with a block whose last key is >= `key`, so when its first block's is not, the
+        second's is (a short last pair has one block, whose last key is the fence's)."""
+        lo = _bisect_left(self.fence, key) << 1
+        if lo >= self.n:
+            return self.n
+        return lo if self.last_at(self.search[lo]) >= key else lo + 1
 
     def count_before(self, end: bytes) -> int:
         """How many blocks have a first key < `end` (``bisect_left`` over the first keys): every block

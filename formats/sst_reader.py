@@ -27,7 +27,7 @@ from formats.row import (
     normalize_features,
 )
 from formats.row_array import RowArray
-from formats.sst_index import FENCE, BlockIndex, parse_fixed, parse_general
+from formats.sst_index import BlockIndex, parse_fixed, parse_general
 from formats.sst_layout import (
     COMPRESSION_NAMES,
     COMPRESSION_NONE,
@@ -308,13 +308,12 @@ class SstReader:
         O(log blocks) plus O(versions of the key) row decodes."""
         if key < self._lo or key > self._hi:
             return None
-        # `BlockIndex.find`, inline (the hot path of every point read): the last key of every FENCE-th
-        # block, then the at most FENCE blocks left (key <= _hi: the first search never runs off the end)
+        # `BlockIndex.find`, inline (the hot path of every point read): the last key of every second
+        # block, then one of the pair (key <= _hi: the search never runs off the end)
         ix = self.blocks
-        lo = _bisect_left(ix.fence, key) * FENCE
-        hi = lo + FENCE
-        n = ix.n
-        i = _bisect_left(ix.search, key, lo, hi if hi < n else n, key=ix.last_at)
+        i = _bisect_left(ix.fence, key) << 1
+        if (ix.buf[ix.search[i]] if ix.fixed else ix.last_at(ix.search[i])) < key:
+            i += 1
         slots = self._slots
         blk = slots[i]() if slots else None
         if blk is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import mmap
 import operator
 import os
 import struct
@@ -173,12 +174,26 @@ class SstReader:
         """Read one stored block, verify its checksum, return the (decompressed) payload."""
         if size < TRAILER.size or offset + size > len(self._map):
             raise CorruptionError(self.path, offset, "block lies outside the file")
-        raw = self._map[offset : offset + size]
-        body = raw[: -TRAILER.size + 1]
-        code, check = TRAILER.unpack_from(raw, size - TRAILER.size)
-        if self.verify_checksums and _xxh3(body) != check:
-            raise CorruptionError(self.path, offset, "block checksum mismatch")
-        stored = body[:-1]
+        m = self._map
+        body_end = offset + size - TRAILER.size + 1  # the stored bytes and the compression code
+        if type(m) is mmap.mmap:
+            # a local file: the checksum read through a view of the mapping and the payload copied once
+            # (not the block, then its body, then the payload: three copies of every index, filter and
+            # data block read, and heap churn that stays in the process's anonymous memory)
+            code, check = TRAILER.unpack_from(m, body_end - 1)
+            if self.verify_checksums:
+                with memoryview(m) as view:
+                    ok = _xxh3(view[offset:body_end]) == check
+                if not ok:
+                    raise CorruptionError(self.path, offset, "block checksum mismatch")
+            stored = m[offset : body_end - 1]
+        else:
+            raw = m[offset : offset + size]
+            body = raw[: -TRAILER.size + 1]
+            code, check = TRAILER.unpack_from(raw, size - TRAILER.size)
+            if self.verify_checksums and _xxh3(body) != check:
+                raise CorruptionError(self.path, offset, "block checksum mismatch")
+            stored = body[:-1]
         if code == COMPRESSION_NONE:
             return stored
         try:

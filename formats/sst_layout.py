@@ -198,7 +198,8 @@ def _seal(payload: bytes, code: int = COMPRESSION_NONE) -> bytes:
 
 
 class BlockHandle(NamedTuple):
-    """One entry of the block index (a named tuple: an SST's index holds thousands, built at every open)."""
+    """One entry of the block index, as `SstReader.blocks[i]` builds it on demand (the open reader keeps
+    the index flat: `formats.sst_index.BlockIndex`)."""
 
     offset: int
     size: int

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import mmap
 import operator
 import os
 import struct
@@ -27,18 +28,17 @@ from formats.row import (
     normalize_features,
 )
 from formats.row_array import RowArray
+from formats.sst_index import BlockIndex, parse_fixed, parse_general
 from formats.sst_layout import (
     COMPRESSION_NAMES,
     COMPRESSION_NONE,
     FOOTER,
     FOOTER_BODY,
-    INDEX_ENTRY,
     KLEN,
     MAGIC,
     TRAILER,
     U32,
     BlockCache,
-    BlockHandle,
     DecompressionError,
     SsTableInfo,
     UnknownCompressionError,
@@ -47,20 +47,14 @@ from formats.sst_layout import (
 )
 from formats.storage import storage_for
 
-# index entries unpacked by `SstReader._parse_index_fixed`: (offset, size, rows, first_len, first, last_len, last)
-_KEY_LENS = operator.itemgetter(3, 5)
-_OFFSET = operator.itemgetter(0)
-_SIZE = operator.itemgetter(1)
-_HANDLE_FIELDS = operator.itemgetter(0, 1, 2, 4, 6)
-_FIRST_KEY = operator.itemgetter(3)  # of a BlockHandle
-_LAST_KEY = operator.itemgetter(4)
-
 
 class SstReader:
     """Reads one SST. Thread-safe for concurrent reads (blocks are immutable bytes).
 
     Open validates the footer, metadata, index and filter (O(index + filter)); data blocks are
     checked on first read. Point lookup: bloom, then binary search of the index, then of one block.
+    The reader keeps the index and the filter as their stored payloads (`blocks` is a
+    `formats.sst_index.BlockIndex`, the filter's bits one bytes object): no Python object per block.
     """
 
     def __init__(
@@ -143,14 +137,15 @@ class SstReader:
         self.blocks = self._parse_index(idx, info.index_offset)
         if len(self.blocks) != info.num_blocks:
             raise CorruptionError(path, info.index_offset, "index and metadata disagree on block count")
-        self.first_keys = list(map(_FIRST_KEY, self.blocks))
-        self.last_keys = list(map(_LAST_KEY, self.blocks))
         # point reads: the key range as two attributes, and per block a weak reference to its cached
         # _Block (or `_absent`), so a read of a cached block skips the cache's lookup; the cache alone
         # keeps blocks alive, so its memory bound holds and an evicted block's reference dies with it
-        self._lo = self.first_keys[0] if self.blocks else b"\xff"
-        self._hi = self.last_keys[-1] if self.blocks else b""
-        self._slots: list[Callable[[], _Block | None]] = [_absent] * len(self.blocks)
+        n = len(self.blocks)
+        self._lo = self.blocks.first_key(0) if n else b"\xff"
+        self._hi = self.blocks.last_key(n - 1) if n else b""
+        # (made at the first block a cache takes: a reader that never reads a block through the cache,
+        # such as one the DB opened and a compaction replaces, holds no slot per block)
+        self._slots: list[Callable[[], _Block | None]] = []
         try:
             self.bloom = bloom.BloomFilter(self._block_payload(info.filter_offset, info.filter_size))
         except ValueError as e:
@@ -161,69 +156,46 @@ class SstReader:
             else:
                 buf.release_after(info.data_size)  # read once to its end: keep the data blocks
 
-    def _parse_index(self, idx: bytes, at: int) -> list[BlockHandle]:
+    def _parse_index(self, idx: bytes, at: int) -> BlockIndex:
         try:
             (count,) = U32.unpack_from(idx, 0)
             fast = self._parse_index_fixed(idx, count)
             if fast is not None:
                 return fast
-            pos = 4
-            out = []
-            end = self.info.data_size
-            expect = 0
-            for _ in range(count):
-                offset, size, nrows = INDEX_ENTRY.unpack_from(idx, pos)
-                pos += INDEX_ENTRY.size
-                (fl,) = KLEN.unpack_from(idx, pos)
-                first = idx[pos + 2 : pos + 2 + fl]
-                pos += 2 + fl
-                (ll,) = KLEN.unpack_from(idx, pos)
-                last = idx[pos + 2 : pos + 2 + ll]
-                pos += 2 + ll
-                if offset != expect or offset + size > end:
-                    raise ValueError("block offsets are not contiguous")
-                expect = offset + size
-                out.append(BlockHandle(offset, size, nrows, first, last))
-            if pos != len(idx) or expect != end:
-                raise ValueError("index size mismatch")
-            return out
+            return parse_general(idx, count, self.info.data_size)
         except (struct.error, ValueError) as e:
             raise CorruptionError(self.path, at, f"bad index block: {e}") from None
 
-    def _parse_index_fixed(self, idx: bytes, count: int) -> list[BlockHandle] | None:
+    def _parse_index_fixed(self, idx: bytes, count: int) -> BlockIndex | None:
         """`_parse_index` for an index whose entries all have first keys of one length and last keys of
-        one length (fixed-size keys: the common case), unpacked by one `struct.iter_unpack`, checked on
-        whole columns. None when the entries are not of that shape (the general loop then parses them,
-        or names the fault)."""
-        if count == 0 or len(idx) < 4 + INDEX_ENTRY.size + 2:
-            return None
-        pos = 4 + INDEX_ENTRY.size
-        (fl,) = KLEN.unpack_from(idx, pos)
-        if len(idx) < pos + 2 + fl + 2:
-            return None
-        (ll,) = KLEN.unpack_from(idx, pos + 2 + fl)
-        entry = struct.Struct(f"{INDEX_ENTRY.format}H{fl}sH{ll}s")
-        if 4 + count * entry.size != len(idx):
-            return None
-        rows = list(entry.iter_unpack(memoryview(idx)[4:]))
-        if set(map(_KEY_LENS, rows)) != {(fl, ll)}:
-            return None
-        offsets = list(map(_OFFSET, rows))
-        ends = list(map(operator.add, offsets, map(_SIZE, rows)))
-        if offsets[0] != 0 or offsets[1:] != ends[:-1] or ends[-1] != self.info.data_size:
-            return None
-        return list(map(BlockHandle._make, map(_HANDLE_FIELDS, rows)))
+        one length (fixed-size keys: the common case), checked on whole columns. None when the entries
+        are not of that shape (the general loop then parses them, or names the fault)."""
+        return parse_fixed(idx, count, self.info.data_size)
 
     def _block_payload(self, offset: int, size: int) -> bytes:
         """Read one stored block, verify its checksum, return the (decompressed) payload."""
         if size < TRAILER.size or offset + size > len(self._map):
             raise CorruptionError(self.path, offset, "block lies outside the file")
-        raw = self._map[offset : offset + size]
-        body = raw[: -TRAILER.size + 1]
-        code, check = TRAILER.unpack_from(raw, size - TRAILER.size)
-        if self.verify_checksums and _xxh3(body) != check:
-            raise CorruptionError(self.path, offset, "block checksum mismatch")
-        stored = body[:-1]
+        m = self._map
+        body_end = offset + size - TRAILER.size + 1  # the stored bytes and the compression code
+        if type(m) is mmap.mmap:
+            # a local file: the checksum read through a view of the mapping and the payload copied once
+            # (not the block, then its body, then the payload: three copies of every index, filter and
+            # data block read, and heap churn that stays in the process's anonymous memory)
+            code, check = TRAILER.unpack_from(m, body_end - 1)
+            if self.verify_checksums:
+                with memoryview(m) as view:
+                    ok = _xxh3(view[offset:body_end]) == check
+                if not ok:
+                    raise CorruptionError(self.path, offset, "block checksum mismatch")
+            stored = m[offset : body_end - 1]
+        else:
+            raw = m[offset : offset + size]
+            body = raw[: -TRAILER.size + 1]
+            code, check = TRAILER.unpack_from(raw, size - TRAILER.size)
+            if self.verify_checksums and _xxh3(body) != check:
+                raise CorruptionError(self.path, offset, "block checksum mismatch")
+            stored = body[:-1]
         if code == COMPRESSION_NONE:
             return stored
         try:
@@ -254,20 +226,20 @@ class SstReader:
             ck = (self.cache_id, i)
             b = cache.get(ck)
             if b is not None:
-                self._slots[i] = b.ref
+                self._slot_list()[i] = b.ref
                 if indexed and b.index is None:
                     self._key_index(b, i)
                 return b
-        h = self.blocks[i]
-        payload = self._block_payload(h.offset, h.size)
+        offset, size, num_rows = self.blocks.entry(i)
+        payload = self._block_payload(offset, size)
         try:
             (n,) = U32.unpack_from(payload, len(payload) - 4)
             start = len(payload) - 4 - 4 * n
-            if n != h.num_rows or start < 0:
+            if n != num_rows or start < 0:
                 raise ValueError("row count mismatch")
             offsets = struct.unpack_from(f">{n}I", payload, start)
         except (struct.error, ValueError) as e:
-            raise CorruptionError(self.path, h.offset, f"bad block trailer: {e}") from None
+            raise CorruptionError(self.path, offset, f"bad block trailer: {e}") from None
         b = _Block(payload[:start], offsets)
         charge = len(payload) + 8 * n
         if indexed:
@@ -275,7 +247,7 @@ class SstReader:
             charge += ROW_INDEX_BYTES * n
         if cache is not None:
             cache.put(ck, b, charge)
-            self._slots[i] = b.ref
+            self._slot_list()[i] = b.ref
         return b
 
     def _index_rows(self, blk: _Block, i: int) -> dict[bytes, int]:
@@ -301,7 +273,16 @@ class SstReader:
 
     def all_cached(self) -> bool:
         """Whether every data block of this SST is in the block cache now (reading one costs no I/O)."""
-        return all(slot() is not None for slot in self._slots)
+        slots = self._slots
+        return all(slot() is not None for slot in slots) if slots else not len(self.blocks)
+
+    def _slot_list(self) -> list[Callable[[], _Block | None]]:
+        """The per-block weak references, made when the first one is set (two threads making them at
+        once lose one reference: that block's next read goes through the cache, as any read may)."""
+        slots = self._slots
+        if not slots:
+            slots = self._slots = [_absent] * len(self.blocks)
+        return slots
 
     def key_index(self, i: int) -> dict[bytes, int]:
         """Block `i`'s key index (key -> its newest row's offset), as a point read builds and caches it
@@ -344,10 +325,16 @@ class SstReader:
         O(log blocks) plus O(versions of the key) row decodes."""
         if key < self._lo or key > self._hi:
             return None
-        i = _bisect_left(self.last_keys, key)
-        blk = self._slots[i]()
+        # `BlockIndex.find`, inline (the hot path of every point read): the last key of every second
+        # block, then one of the pair (key <= _hi: the search never runs off the end)
+        ix = self.blocks
+        i = _bisect_left(ix.fence, key) << 1
+        if (ix.buf[ix.search[i]] if ix.fixed else ix.last_at(ix.search[i])) < key:
+            i += 1
+        slots = self._slots
+        blk = slots[i]() if slots else None
         if blk is None:
-            if self.first_keys[i] > key or (use_bloom and not self.bloom.may_contain(key)):
+            if ix.first_at(ix.firsts[i]) > key or (use_bloom and not self.bloom.may_contain(key)):
                 return None
             blk = self._load(i, self._index_on_load())
             index = blk.index
@@ -411,8 +398,8 @@ class SstReader:
         return None
 
     def _block_range(self, start: bytes | None, end: bytes | None) -> range:
-        lo = 0 if start is None else bisect.bisect_left(self.last_keys, start)
-        hi = len(self.blocks) if end is None else bisect.bisect_left(self.first_keys, end)
+        lo = 0 if start is None else self.blocks.find(start)
+        hi = len(self.blocks) if end is None else self.blocks.count_before(end)
         return range(lo, hi)
 
     def iter(
@@ -437,8 +424,8 @@ class SstReader:
         if not blocks:
             return iter(())
         first, last = blocks[0], blocks[-1]
-        trim_start = start is not None and start > self.first_keys[first]
-        trim_end = end is not None and end <= self.last_keys[last]
+        trim_start = start is not None and start > self.blocks.first_key(first)
+        trim_end = end is not None and end <= self.blocks.last_key(last)
         block_rows = self.block_rows
 
         def rows_of(i: int) -> list[tuple]:
@@ -466,15 +453,15 @@ class SstReader:
         if not blocks:
             return
         first, last = blocks[0], blocks[-1]
-        trim_start = start is not None and start > self.first_keys[first]
-        trim_end = end is not None and end <= self.last_keys[last]
-        handles = self.blocks
+        trim_start = start is not None and start > self.blocks.first_key(first)
+        trim_end = end is not None and end <= self.blocks.last_key(last)
+        entry = self.blocks.entry
         min_rows = GROUP_ROWS
         group: list[int] = []
         n = 0
         for i in blocks:
             group.append(i)
-            n += handles[i].num_rows
+            n += entry(i)[2]
             if n < min_rows and i != last:
                 continue
             batch = self._group_batch(group, n, tombstones)
@@ -534,25 +521,25 @@ class SstReader:
         block path then decodes them, or names the fault."""
         import numpy as np
 
-        handles = [self.blocks[i] for i in group]
-        lo = handles[0].offset
-        hi = handles[-1].offset + handles[-1].size
+        handles = list(map(self.blocks.entry, group))  # (offset, size, rows) of each
+        lo = handles[0][0]
+        hi = handles[-1][0] + handles[-1][1]
         if hi > len(self._map):
             return None
         buf = self._map[lo:hi]
         view = memoryview(buf)
         verify = self.verify_checksums
         rels, tails, counts, offset_arrays = [], [], [], []
-        for h in handles:
-            rel = h.offset - lo
-            code_at = rel + h.size - TRAILER.size  # the block's compression byte, then its checksum
-            if h.size < TRAILER.size + 4 or buf[code_at] != COMPRESSION_NONE:
+        for offset, size, num_rows in handles:
+            rel = offset - lo
+            code_at = rel + size - TRAILER.size  # the block's compression byte, then its checksum
+            if size < TRAILER.size + 4 or buf[code_at] != COMPRESSION_NONE:
                 return None
             if verify and _xxh3(view[rel : code_at + 1]) != _CHECKSUM.unpack_from(buf, code_at + 1)[0]:
                 return None
             (k,) = U32.unpack_from(buf, code_at - 4)
             tail = code_at - 4 - 4 * k  # the row offsets, after the rows
-            if k != h.num_rows or not k or tail < rel:
+            if k != num_rows or not k or tail < rel:
                 return None
             rels.append(rel)
             tails.append(tail)

@@ -63,9 +63,10 @@ def levels_wanted(bottom_bytes: int, base: int, multiplier: float) -> int:
 def targets(runs: Sequence[SortedRun], multiplier: float, floor: float = 0.0) -> list[float]:
     """Each run's target size, newest (top) first: the last one's is its size, each above 1/multiplier
     of the one below but at least `floor` (the policy's ``max_bytes_for_level_base``)."""
-    n = len(runs)
-    bottom = runs[-1].size if runs else 0
-    return [bottom / multiplier ** (n - 1 - k) if k == n - 1 else max(bottom / multiplier ** (n - 1 - k), floor) for k in range(n)]
+    if not runs:
+        return []
+    n, bottom = len(runs), runs[-1].size
+    return [max(bottom / multiplier ** (n - 1 - k), floor) for k in range(n - 1)] + [float(bottom)]
 
 
 class LeveledPolicy(BasePolicy):

@@ -126,10 +126,10 @@ class SstOutput:
         self._wait_upload()
         if self._uploads is None:
             self._uploads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lsm-sst-upload")
-        staged = file_buffer(sum(map(len, (memoryview(c).cast("B") for c in chunks))))
+        views = [memoryview(c).cast("B") for c in chunks]
+        staged = file_buffer(sum(map(len, views)))
         at = 0
-        for c in chunks:
-            view = memoryview(c).cast("B")
+        for view in views:
             staged[at : at + len(view)] = view
             at += len(view)
         self._upload = self._uploads.submit(_upload_staged, path, staged)

@@ -159,43 +159,31 @@ class SstReader:
     def _parse_index(self, idx: bytes, at: int) -> BlockIndex:
         try:
             (count,) = U32.unpack_from(idx, 0)
-            fast = self._parse_index_fixed(idx, count)
+            fast = parse_fixed(idx, count, self.info.data_size)
             if fast is not None:
                 return fast
             return parse_general(idx, count, self.info.data_size)
         except (struct.error, ValueError) as e:
             raise CorruptionError(self.path, at, f"bad index block: {e}") from None
 
-    def _parse_index_fixed(self, idx: bytes, count: int) -> BlockIndex | None:
-        """`_parse_index` for an index whose entries all have first keys of one length and last keys of
-        one length (fixed-size keys: the common case), checked on whole columns. None when the entries
-        are not of that shape (the general loop then parses them, or names the fault)."""
-        return parse_fixed(idx, count, self.info.data_size)
-
     def _block_payload(self, offset: int, size: int) -> bytes:
         """Read one stored block, verify its checksum, return the (decompressed) payload."""
         if size < TRAILER.size or offset + size > len(self._map):
             raise CorruptionError(self.path, offset, "block lies outside the file")
+        # a local file is read through a view of its mapping (the checksum over the view, the payload
+        # copied once: not the block, then its body, then the payload, three copies of every index,
+        # filter and data block read, and heap churn that stays in anonymous memory); an object's
+        # block is the one slice of it that `RangeFile` returns
         m = self._map
-        body_end = offset + size - TRAILER.size + 1  # the stored bytes and the compression code
-        if type(m) is mmap.mmap:
-            # a local file: the checksum read through a view of the mapping and the payload copied once
-            # (not the block, then its body, then the payload: three copies of every index, filter and
-            # data block read, and heap churn that stays in the process's anonymous memory)
-            code, check = TRAILER.unpack_from(m, body_end - 1)
-            if self.verify_checksums:
-                with memoryview(m) as view:
-                    ok = _xxh3(view[offset:body_end]) == check
-                if not ok:
-                    raise CorruptionError(self.path, offset, "block checksum mismatch")
-            stored = m[offset : body_end - 1]
-        else:
-            raw = m[offset : offset + size]
-            body = raw[: -TRAILER.size + 1]
-            code, check = TRAILER.unpack_from(raw, size - TRAILER.size)
-            if self.verify_checksums and _xxh3(body) != check:
+        src, at = (m, offset) if type(m) is mmap.mmap else (m[offset : offset + size], 0)
+        stored_end = at + size - TRAILER.size  # the stored bytes, then the compression code
+        code, check = TRAILER.unpack_from(src, stored_end)
+        if self.verify_checksums:
+            with memoryview(src) as view:
+                ok = _xxh3(view[at : stored_end + 1]) == check
+            if not ok:
                 raise CorruptionError(self.path, offset, "block checksum mismatch")
-            stored = body[:-1]
+        stored = src[at:stored_end]
         if code == COMPRESSION_NONE:
             return stored
         try:

@@ -19,6 +19,7 @@ from formats.bloom import HEADER, BloomFilter, build
 from formats.errors import CorruptionError
 from formats.row import FORMAT_V0, FORMAT_V1, RowFeature, codec_for
 from formats.sst import SstReader
+from formats.sst_index import parse_fixed, parse_general
 from tests.formats.test_sst import DictCache, expected_get, read_back_expected, sst_rows, write
 
 F = RowFeature
@@ -183,7 +184,7 @@ def test_a_dropped_block_is_read_again_not_served_from_a_dead_reference(tmp_path
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), width=st.one_of(st.none(), st.integers(1, 12)))
 def test_the_index_of_fixed_size_keys_parses_as_the_general_loop_does(data, width):
-    """`SstReader._parse_index_fixed` (one struct.iter_unpack over entries of one shape) gives the block
+    """`formats.sst_index.parse_fixed` (one struct.iter_unpack over entries of one shape) gives the block
     handles the entry-by-entry loop gives, and declines (None) any index of another shape."""
     if width is None:
         rows = data.draw(sst_rows(FORMAT_V1))  # keys of 1 to 10 bytes: mostly several lengths
@@ -196,9 +197,8 @@ def test_the_index_of_fixed_size_keys_parses_as_the_general_loop_does(data, widt
         with SstReader(path) as r:
             idx = r._block_payload(r.info.index_offset, r.info.index_size)
             count = int.from_bytes(idx[:4], "big")
-            fast = r._parse_index_fixed(idx, count)
-            r._parse_index_fixed = lambda *_: None  # the entry-by-entry loop alone
-            general = r._parse_index(idx, r.info.index_offset)
+            fast = parse_fixed(idx, count, r.info.data_size)
+            general = parse_general(idx, count, r.info.data_size)  # the entry-by-entry loop alone
             assert r.blocks == general  # what the open parsed, by whichever path
             firsts = {len(h.first_key) for h in general}
             lasts = {len(h.last_key) for h in general}

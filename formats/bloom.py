@@ -79,13 +79,20 @@ class BloomFilter:
 
     __slots__ = ("k", "nbits", "bits")
 
-    def __init__(self, payload: bytes) -> None:
+    def __init__(self, payload: bytes | memoryview) -> None:
+        """`payload` is the filter block's payload: bytes, or a view (of a mapped file: the filter then
+        keeps a view of its bits, which `release` lets go)."""
         if len(payload) < HEADER.size:
             raise ValueError("bloom filter payload too short")
         self.k, self.nbits = HEADER.unpack_from(payload, 0)
-        self.bits = payload[HEADER.size :]
-        if self.k == 0 or self.nbits == 0 or len(self.bits) != (self.nbits + 7) // 8:
+        if self.k == 0 or self.nbits == 0 or len(payload) - HEADER.size != (self.nbits + 7) // 8:
             raise ValueError("bloom filter header does not match its size")
+        self.bits = payload[HEADER.size :]
+
+    def release(self) -> None:
+        """Let go of a view of the bits (a no-op for bytes); the filter is not used afterwards."""
+        if type(self.bits) is memoryview:
+            self.bits.release()
 
     def may_contain(self, key: bytes) -> bool:
         """False only if `key` was certainly not added (no false negatives).

@@ -28,7 +28,7 @@ from formats.row import (
     normalize_features,
 )
 from formats.row_array import RowArray
-from formats.sst_index import BlockIndex, parse_fixed, parse_general
+from formats.sst_index import FENCE, FENCE_SHIFT, BlockIndex, parse_fixed, parse_general
 from formats.sst_layout import (
     COMPRESSION_NAMES,
     COMPRESSION_NONE,
@@ -89,7 +89,7 @@ class SstReader:
         try:
             self._open(size)
         except BaseException:
-            self._map.close()
+            self.close()
             raise
 
     def _open(self, size: int) -> None:
@@ -146,10 +146,18 @@ class SstReader:
         # (made at the first block a cache takes: a reader that never reads a block through the cache,
         # such as one the DB opened and a compaction replaces, holds no slot per block)
         self._slots: list[Callable[[], _Block | None]] = []
+        # a local file's filter is read where it is mapped, not copied: the page cache holds it, as it
+        # holds the data blocks (an open SST's filter is about 1.25 bytes a row, most of what an open
+        # database's anonymous memory would grow by with its data), and the kernel may evict it under
+        # memory pressure like any clean page; an object's filter is the bytes fetched at open
+        payload = self._block_payload(info.filter_offset, info.filter_size, mapped=True)
         try:
-            self.bloom = bloom.BloomFilter(self._block_payload(info.filter_offset, info.filter_size))
+            self.bloom = bloom.BloomFilter(payload)
         except ValueError as e:
             raise CorruptionError(path, info.filter_offset, f"bad filter block: {e}") from None
+        finally:
+            if type(payload) is memoryview:
+                payload.release()  # the filter keeps its own view of the bits
         if hasattr(buf, "release"):  # an object: the tail fetched at open is parsed
             if self.cache is not None:
                 buf.release()  # a DB's reader: its block cache keeps what is read again
@@ -166,8 +174,10 @@ class SstReader:
         except (struct.error, ValueError) as e:
             raise CorruptionError(self.path, at, f"bad index block: {e}") from None
 
-    def _block_payload(self, offset: int, size: int) -> bytes:
-        """Read one stored block, verify its checksum, return the (decompressed) payload."""
+    def _block_payload(self, offset: int, size: int, mapped: bool = False) -> bytes | memoryview:
+        """Read one stored block, verify its checksum, return the (decompressed) payload; with `mapped`,
+        an uncompressed block of a local file comes as a view of the mapping instead of a copy (the
+        caller releases it, or `close` cannot unmap the file)."""
         if size < TRAILER.size or offset + size > len(self._map):
             raise CorruptionError(self.path, offset, "block lies outside the file")
         # a local file is read through a view of its mapping (the checksum over the view, the payload
@@ -183,9 +193,11 @@ class SstReader:
                 ok = _xxh3(view[at : stored_end + 1]) == check
             if not ok:
                 raise CorruptionError(self.path, offset, "block checksum mismatch")
-        stored = src[at:stored_end]
         if code == COMPRESSION_NONE:
-            return stored
+            if mapped and src is m:
+                return memoryview(m)[at:stored_end]
+            return src[at:stored_end]
+        stored = src[at:stored_end]
         try:
             return _decompress(stored, code)
         except DecompressionError as e:
@@ -196,7 +208,10 @@ class SstReader:
             raise CorruptionError(self.path, offset, str(e)) from None
 
     def close(self) -> None:
-        """Release the file mapping."""
+        """Release the file mapping (and the filter's view of it)."""
+        filt = getattr(self, "bloom", None)
+        if filt is not None:
+            filt.release()
         self._map.close()
 
     def __enter__(self) -> SstReader:
@@ -313,12 +328,22 @@ class SstReader:
         O(log blocks) plus O(versions of the key) row decodes."""
         if key < self._lo or key > self._hi:
             return None
-        # `BlockIndex.find`, inline (the hot path of every point read): the last key of every second
-        # block, then one of the pair (key <= _hi: the search never runs off the end)
+        # `BlockIndex.find`, inline (the hot path of every point read): the last key of every FENCE-th
+        # block, then a walk over that group (key <= _hi: the search never runs off the end)
         ix = self.blocks
-        i = _bisect_left(ix.fence, key) << 1
-        if (ix.buf[ix.search[i]] if ix.fixed else ix.last_at(ix.search[i])) < key:
-            i += 1
+        i = _bisect_left(ix.fence, key) << FENCE_SHIFT
+        end = i + FENCE - 1
+        if end >= ix.n:
+            end = ix.n - 1
+        search = ix.search
+        if ix.fixed:
+            buf = ix.buf
+            while i < end and buf[search[i]] < key:
+                i += 1
+        else:
+            last_at = ix.last_at
+            while i < end and last_at(search[i]) < key:
+                i += 1
         slots = self._slots
         blk = slots[i]() if slots else None
         if blk is None:

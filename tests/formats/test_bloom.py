@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import tracemalloc
 
 import pytest
 import xxhash
@@ -91,3 +92,53 @@ def test_empty_filter_contains_nothing():
 def test_malformed_payload_is_rejected(payload):
     with pytest.raises(ValueError):
         BloomFilter(payload)
+
+
+def test_a_local_readers_filter_is_read_where_the_file_is_mapped(tmp_path):
+    """An open local SST keeps no copy of its filter: the bits are read through the file's mapping
+    (page cache, like the data blocks), so what an open reader holds is less than the filter's size, and
+    the filter still answers for every key; close unmaps the file (no view left behind)."""
+    from formats.sst import SstReader
+    from tests.formats.test_sst import write
+
+    rows = [(b"k%08d" % i, i + 1, 7, None, b"") for i in range(50_000)]
+    write(tmp_path / "a.sst", rows)
+    SstReader(tmp_path / "a.sst").close()  # imports, and the search slices shared by its shape
+    tracemalloc.start()
+    try:
+        r = SstReader(tmp_path / "a.sst")
+        held = sum(s.size for s in tracemalloc.take_snapshot().statistics("filename"))
+    finally:
+        tracemalloc.stop()
+    with r:
+        assert r.info.filter_size > 60_000
+        assert held < r.info.filter_size, (held, r.info.filter_size)  # a copy alone would be this much
+        assert all(r.may_contain(row[0]) for row in rows)
+        absent = sum(r.may_contain(b"x%08d" % i) for i in range(10_000))
+        assert absent < 300  # ~1% at 10 bits a key
+        assert r.get(rows[12_345][0]) == rows[12_345]
+    with pytest.raises(ValueError):
+        r.may_contain(rows[0][0])  # closed: the view is released with the mapping
+
+
+def test_a_filter_with_a_bad_header_fails_the_open_and_leaves_nothing_mapped(tmp_path):
+    """A filter block whose checksum holds but whose header disagrees with its size is named as a bad
+    filter block (CorruptionError), and the failed open releases its view of the mapping: the
+    CorruptionError is what the caller sees, not a BufferError from unmapping a file still viewed."""
+    from formats.errors import CorruptionError
+    from formats.sst import SstReader
+    from formats.sst_layout import TRAILER
+    from tests.formats.test_sst import write
+
+    path = tmp_path / "a.sst"
+    info = write(path, [(b"k%05d" % i, i + 1, 7, None, b"v") for i in range(2000)])
+    data = bytearray(path.read_bytes())
+    at, size = info.filter_offset, info.filter_size
+    stored_end = at + size - TRAILER.size
+    k, nbits = HEADER.unpack_from(data, at)
+    HEADER.pack_into(data, at, k, nbits + 64)  # eight bytes more than the bits stored
+    code = data[stored_end]
+    TRAILER.pack_into(data, stored_end, code, xxhash.xxh3_64_intdigest(bytes(data[at : stored_end + 1])))
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptionError, match="bad filter block"):
+        SstReader(path)

@@ -72,6 +72,52 @@ def _joined_records(chunks: list, scratch: Scratch) -> Iterator[Any]:
         yield records(np.concatenate([records(p, void) for p in parts], out=into), dtype)
 
 
+class _HeldRecords:
+    """The record pieces of the file being filled (`SstOutput.write_stream`), copied into buffers of
+    `SLAB` bytes kept from one file to the next. Holding the pieces themselves kept every round's array
+    alive until the file was cut (about a hundred arrays of sizes that vary from round to round), and the
+    allocator, whose mmap threshold rises to the largest buffer freed, then served them from a heap that
+    fragmented as a merge ran on: the peak grew with the length of the merge, not with what it held."""
+
+    SLAB = 1 << 20
+
+    def __init__(self) -> None:
+        self._slabs: list[Any] = []
+        self._slab = 0  # the slab being filled, and where in it
+        self._at = 0
+
+    def hold(self, piece: Any) -> list[Any]:
+        """Copies of the records of `piece` (a contiguous record array) in the kept buffers, as one or
+        more record arrays of its dtype (split where a buffer is full)."""
+        import numpy as np
+
+        dtype = piece.dtype
+        size = dtype.itemsize
+        out = []
+        done, n = 0, len(piece)
+        while done < n:
+            if self._slab == len(self._slabs):
+                self._slabs.append(np.empty(max(self.SLAB, size), np.uint8))
+            slab = self._slabs[self._slab]
+            room = (len(slab) - self._at) // size
+            if room == 0:
+                self._slab += 1
+                self._at = 0
+                continue
+            k = min(room, n - done)
+            src = np.ascontiguousarray(piece[done : done + k])
+            slab[self._at : self._at + k * size] = np.frombuffer(src, np.uint8)  # a copy of bytes:
+            out.append(np.frombuffer(slab.data, dtype, k, self._at))  # field by field is 6x slower
+            self._at += k * size
+            done += k
+        return out
+
+    def release(self) -> None:
+        """The held pieces are written: their buffers are filled again from the start."""
+        self._slab = 0
+        self._at = 0
+
+
 def _upload_staged(path: str, staged: Any) -> None:
     """PUT the bytes of `staged` (a `file_buffer`) as the object at `path`, then let the buffer go."""
     try:
@@ -91,6 +137,7 @@ class SstOutput:
         self.write_seconds = 0.0
         self._counter = itertools.count()
         self._scratch = Scratch()  # its writers' encoding buffers, kept from one file to the next
+        self._held = _HeldRecords()  # the pending record pieces of `write_stream`, likewise
         # an object store: each finished file is uploaded by one background thread while the next is
         # encoded (at most one upload in flight, so one file's bytes more in memory than locally)
         self._uploads: concurrent.futures.ThreadPoolExecutor | None = None
@@ -255,6 +302,7 @@ class SstOutput:
 
         target = self.spec.target_bytes
         pending: list = []  # column tuples and record arrays, in order
+        held = self._held
         est = 0  # `estimated_size` of a writer holding the pending rows
         last_key: bytes | None = None
         with self._removed_on_error():
@@ -283,11 +331,15 @@ class SstOutput:
                         while j < n and keys[j] == (keys[j - 1] if j else last_key):
                             j += 1
                     if j > i:
-                        pending.append(tuple(col[i:j] for col in part) if type(part) is tuple else part[i:j])
+                        if type(part) is tuple:
+                            pending.append(tuple(col[i:j] for col in part))
+                        else:
+                            pending += held.hold(part[i:j])
                         est += int(sizes[i:j].sum())
                         last_key = keys[j - 1]
                     if j < n:
                         self._write_pending(pending)
+                        held.release()
                         pending = []
                         est = 0
                     i = j

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 import compaction.columnar as columnar_mod
 import compaction.merge as merge_mod
+import compaction.output as output_mod
 from compaction.filter import Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from compaction.output import SstOutput
@@ -201,11 +203,13 @@ def test_alike_inputs_take_the_columnar_path(tmp_path, monkeypatch):
     n=st.integers(1, 300),
     target=st.sampled_from([None, 0, 100, 700, 5000]),
     chunk=st.integers(1, 50),
+    slab=st.sampled_from([1 << 20, 64, 250]),
     data=st.data(),
 )
-def test_write_stream_writes_the_files_write_writes(tmp_path_factory, n, target, chunk, data):
+def test_write_stream_writes_the_files_write_writes(tmp_path_factory, n, target, chunk, slab, data):
     """Row lists and record arrays (of both layouts, mixed in one file), cut anywhere between keys, make
-    the files `write` makes."""
+    the files `write` makes; also when the buffers that hold a file's pending records are small enough
+    that a piece is split across them (`slab`), and when a buffer holds less than one record."""
     rows = []
     for i in range(n):
         for v in range(data.draw(st.integers(1, 2), label="versions")):
@@ -227,10 +231,30 @@ def test_write_stream_writes_the_files_write_writes(tmp_path_factory, n, target,
         else:
             chunks.append(part)
         i = j
-    b = SstOutput(OutputSpec(str(d), "stream", target_bytes=target, sync=False), 7).write_stream(chunks)
+    with mock.patch.object(output_mod._HeldRecords, "SLAB", slab):
+        b = SstOutput(OutputSpec(str(d), "stream", target_bytes=target, sync=False), 7).write_stream(chunks)
     assert [i for _, i in a] == [i for _, i in b]
     for (na, _), (nb, _) in zip(a, b, strict=True):
         assert (d / na).read_bytes() == (d / nb).read_bytes()
+
+
+def test_write_stream_holds_a_files_pending_records_in_buffers_kept_from_file_to_file(tmp_path):
+    """The record pieces of the file being filled are copied into kept buffers, not held as the rounds'
+    own arrays: writing forty files takes the buffers one file needs, and every file is the one `write`
+    makes from the same rows."""
+    rows = [(b"k%05d" % i, 9, i, None, b"x" * 40) for i in range(4000)]
+    target = 8000  # about a hundred rows a file
+    a = SstOutput(OutputSpec(str(tmp_path), "row", target_bytes=target, sync=False), 7).write(iter(rows))
+    chunks = [records_of(rows[i : i + 37], vlen=40) for i in range(0, len(rows), 37)]
+    out = SstOutput(OutputSpec(str(tmp_path), "stream", target_bytes=target, sync=False), 7)
+    with mock.patch.object(output_mod._HeldRecords, "SLAB", 2048):
+        b = out.write_stream(chunks)
+    assert len(b) == len(a) >= 40
+    for (na, _), (nb, _) in zip(a, b, strict=True):
+        assert (tmp_path / na).read_bytes() == (tmp_path / nb).read_bytes()
+    itemsize = chunks[0].dtype.itemsize
+    per_file = max(i.num_rows for _, i in b) * itemsize
+    assert len(out._held._slabs) <= per_file // (2048 // itemsize * itemsize) + 2, len(out._held._slabs)
 
 
 def test_write_stream_joins_each_run_of_one_layout_apart(tmp_path):

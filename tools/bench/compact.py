@@ -508,6 +508,13 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
                 "s3_peak_anon_mib": so.get("peak_anon_mib"),
                 "requests": so.get("requests", {}),
             }
+            # the compaction's own share: its peak minus what the process held with the database open
+            # (on S3 that includes the HTTP client's runtime and the filters fetched at open, which a
+            # local database reads from the page cache)
+            for side, got in (("local", lo), ("s3", so)):
+                peak, held = got.get("peak_anon_mib"), got.get("base_anon_mib")
+                r[f"{side}_base_anon_mib"] = held
+                r[f"{side}_anon_growth_mib"] = peak - held if peak is not None and held is not None else None
             moved = (r["requests"].get("put_bytes", 0) + r["requests"].get("get_bytes", 0)) / 1048576
             # the server alone needs this long for the bytes the compaction moved (requests one at a time)
             r["server_floor_seconds"] = moved / rate if rate else 0.0
@@ -520,8 +527,9 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
             _say(
                 a,
                 f"s3:         full compaction local {r['local_seconds']:.2f} s, s3 {r['s3_seconds']:.2f} s = "
-                f"{r['ratio']:.2f}x; peak RssAnon local {_mib(r['local_peak_anon_mib'])} MiB, s3 "
-                f"{_mib(r['s3_peak_anon_mib'])} MiB; s3 requests {q.get('put', 0)} PUT, {q.get('get', 0)} GET, "
+                f"{r['ratio']:.2f}x; peak RssAnon local {_mib(r['local_peak_anon_mib'])} MiB "
+                f"({_share(r['local_anon_growth_mib'])}), s3 {_mib(r['s3_peak_anon_mib'])} MiB "
+                f"({_share(r['s3_anon_growth_mib'])}); s3 requests {q.get('put', 0)} PUT, {q.get('get', 0)} GET, "
                 f"{q.get('list', 0)} LIST, {q.get('delete', 0)} DELETE; the server's floor for its "
                 f"{moved:.0f} MiB {r['server_floor_seconds']:.2f} s = {r['floor_ratio']:.2f}x local"
                 + (f"; server CPU {r['server_cpu_seconds']:.2f} s" if r["server_cpu_seconds"] is not None else ""),
@@ -532,6 +540,8 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
         keys.append("server_cpu_seconds")
     if all(r["s3_peak_anon_mib"] is not None and r["local_peak_anon_mib"] is not None for r in runs):
         keys += ["local_peak_anon_mib", "s3_peak_anon_mib"]
+    if all(r["s3_anon_growth_mib"] is not None and r["local_anon_growth_mib"] is not None for r in runs):
+        keys += ["local_anon_growth_mib", "s3_anon_growth_mib"]
     med = medians(runs, tuple(keys))
     report["s3"] = {"runs": runs, "median": med}
     mem = (
@@ -539,6 +549,11 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
         if "s3_peak_anon_mib" in med
         else ""
     )
+    if "s3_anon_growth_mib" in med:
+        mem += (
+            f" (the compaction's own share above the open database: local "
+            f"{med['local_anon_growth_mib']:+.0f} MiB, s3 {med['s3_anon_growth_mib']:+.0f} MiB)"
+        )
     _say(
         a,
         f"s3 median:  full compaction on S3 {med['s3_seconds']:.2f} s vs local {med['local_seconds']:.2f} s = "
@@ -547,6 +562,11 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
         + (f", its CPU {med['server_cpu_seconds']:.2f} s" if "server_cpu_seconds" in med else "")
         + f" (medians of {len(runs)})",
     )
+
+
+def _share(growth: float | None) -> str:
+    """A compaction's own share of its peak, for the s3 lines: "+44 over the open DB"."""
+    return "?" if growth is None else f"{growth:+.0f} over the open DB"
 
 
 def server_rate(bucket: str) -> float:

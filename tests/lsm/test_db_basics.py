@@ -398,6 +398,7 @@ def test_v0_and_v1_ssts_in_one_database(db_root):
             assert db.get_entry(b"d").ts == T0 + 100
             assert list(db.scan()) == [(b"a", b"v0-a"), (b"b", b"v1-b"), (b"d", b"v1-d")]
             assert list(db.scan(reverse=True)) == [(b"d", b"v1-d"), (b"b", b"v1-b"), (b"a", b"v0-a")]
+        db.close()  # the reopened handle: the with statement closes the first one
 
 
 def test_ssts_of_every_compression_in_one_database(tmp_path):

@@ -168,6 +168,7 @@ def test_every_binding_shows_complete_transactions_only_and_temp_holds_the_rest(
     def tick(_stats: object) -> None:
         clock.advance(1)
 
+    db = None
     try:
         db = _open(d + "/db", clock)
         w = LogWriter(d + "/log")
@@ -207,8 +208,9 @@ def test_every_binding_shows_complete_transactions_only_and_temp_holds_the_rest(
         if tx_order == "commit":  # visibility follows end-marker order
             assert order == sorted(order, key=marker_at.get)
         assert db.remap("s").pending == want[-1][1]
-        db.close()
     finally:
+        if db is not None:
+            db.close()  # also after the early return: a DB left open keeps its threads and files
         shutil.rmtree(d, ignore_errors=True)
 
 

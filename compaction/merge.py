@@ -66,7 +66,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from compaction.columnar import columnar_resolver, resolve_round
 from compaction.filter import (
     CompactionFilter,
     DecisionKind,
@@ -554,6 +553,9 @@ def run_job(
         stats=stats,
         protected_prefix=job.protected_prefix,
     )
+    # numpy's: imported by the first merge, not by `import lsm` (a CLI command that only reads)
+    from compaction.columnar import columnar_resolver
+
     # a row_map (DB.repair_clock) rewrites row tuples: the row path
     columnar = columnar and job.row_map is None and columnar_resolver(resolver)
     sources = [SourceBlocks(paths, job.start, job.end, arrays=columnar) for paths in job.sources]
@@ -582,6 +584,8 @@ def run_job(
 def _column_chunks(rounds: Iterable[list], resolver: Resolver) -> Iterator[list[tuple] | tuple]:
     """The kept rows of each round: a round of arrays of one layout resolved column-wise
     (`compaction.columnar.resolve_round`), any other as rows (`Resolver.run_batches`)."""
+    from compaction.columnar import resolve_round
+
     for pieces in rounds:
         if one_layout(pieces):
             chunk = resolve_round(pieces, resolver)

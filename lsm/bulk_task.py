@@ -20,8 +20,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from compaction.output import OutputSpec, SstOutput
 from formats.log import byte_windows
 from lsm.clock import I64_MAX, I64_MIN
@@ -120,6 +118,8 @@ def _last_per_key(buf: bytes, kstarts: Any, kends: Any, klens: Any) -> tuple[Any
     [kstarts, kends) of `buf` (offset order). Keys of one length are sorted by numpy as fixed-width
     strings (bytewise, as bytes compare: equal lengths make numpy's trailing-NUL rule moot); others
     through a dict and `sorted`."""
+    import numpy as np
+
     n = len(kstarts)
     width = int(klens[0])
     if bool((klens == width).all()):
@@ -137,6 +137,8 @@ def _last_of_equal(k: Any) -> Any:
     last row of each distinct key, in key order. The keys are sorted as big-endian 64-bit words (zero
     padded: equal lengths keep bytewise order), a stable integer sort per word (`np.lexsort`), about
     twice as fast as sorting them as byte strings."""
+    import numpy as np
+
     n, width = k.shape
     pad = -width % 8
     if pad:

@@ -13,8 +13,6 @@ import operator
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 
-import numpy as np
-
 from compaction.filter import Entry
 from compaction.merge import merge_sources
 from compaction.stream import merge_rounds, one_layout, round_array, round_rows, whole_key_batches
@@ -237,6 +235,8 @@ def _array_pairs(pieces: list[RowArray], max_seq: int, now: int | None) -> Itera
     keys keeps each key's versions in source order, newest first, so the first of each run of equal keys
     is the version shown, unless it is expired (a `RowArray` holds no tombstone). Only the rows shown
     become Python objects."""
+    import numpy as np  # here, not at the top: a process that only gets keys never imports numpy
+
     dtype = pieces[0].arr.dtype
     void = np.dtype((np.void, dtype.itemsize))  # whole records: gathers are one copy each, not per field
     a = round_array(pieces)

@@ -172,7 +172,7 @@ def test_alike_inputs_take_the_columnar_path(tmp_path, monkeypatch):
         calls["rounds"] += 1
         return real(pieces, resolver)
 
-    monkeypatch.setattr(merge_mod, "resolve_round", counting)
+    monkeypatch.setattr(columnar_mod, "resolve_round", counting)  # merge imports it when it runs
     monkeypatch.setattr(
         merge_mod.Resolver, "run_batches", lambda *a: pytest.fail("a round of alike arrays went row by row")
     )

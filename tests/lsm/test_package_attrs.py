@@ -36,3 +36,21 @@ def test_spark_errors_are_exported() -> None:
     assert lsm.SparkJobError is SparkJobError
     assert {"SparkJobError", "SparkUnavailableError"} <= set(lsm.__all__)
     assert issubclass(lsm.SparkJobError, lsm.LsmError) and issubclass(lsm.SparkUnavailableError, lsm.LsmError)
+
+
+def test_a_point_read_imports_neither_numpy_nor_pyspark(tmp_path) -> None:
+    """`import lsm`, opening a database and reading a key load neither numpy nor pyspark: the columnar
+    merge, the scan's array path, bulk loads and Spark import them when they first run, so a CLI command
+    that only reads a key starts without them (a tenth of a second, and pyspark far more)."""
+    code = (
+        "import sys, lsm\n"
+        f"with lsm.DB.open({str(tmp_path / 'db')!r}) as db:\n"
+        "    db.put(b'k', b'v')\n"
+        "    assert db.get(b'k') == b'v'\n"
+        "heavy = sorted(m for m in ('numpy', 'pyspark') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr

@@ -9,6 +9,14 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def run_fresh(code: str) -> None:
+    """Run `code` in a fresh interpreter (nothing imported yet) and assert it succeeds."""
+    p = subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+
+
 def test_inspect_is_an_attribute_loaded_on_first_use() -> None:
     code = (
         "import sys, lsm\n"
@@ -23,10 +31,7 @@ def test_inspect_is_an_attribute_loaded_on_first_use() -> None:
         "else:\n"
         "    raise AssertionError('no AttributeError')\n"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True
-    )
-    assert p.returncode == 0, p.stderr
+    run_fresh(code)
 
 
 def test_spark_errors_are_exported() -> None:
@@ -50,7 +55,4 @@ def test_a_point_read_imports_neither_numpy_nor_pyspark(tmp_path) -> None:
         "heavy = sorted(m for m in ('numpy', 'pyspark') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True
-    )
-    assert p.returncode == 0, p.stderr
+    run_fresh(code)

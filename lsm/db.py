@@ -173,7 +173,8 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             if options.background_flush:  # else frozen memtables are flushed by the writer (_flush_frozen)
                 self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
                 self._flush_thread.start()
-            self._lock_releaser = IdleReleaser(self._engine)
+            if not self._objects:  # an object store's WAL holds no lock (fencing by create-if-absent)
+                self._lock_releaser = IdleReleaser(self._engine)
             self._compactor = DbCompactor(self._engine)
             if self._compactor.background is not None:
                 self._on_flush_hooks.append(self._compactor.background.wake)
@@ -595,6 +596,11 @@ class Engine:
         """(key, value) rows in [start, end) as of `max_seq` (None: latest), system keys and expired rows
         included (for the engine's own rows, e.g. the remap); `Entry` rows (with seq and ts) if `entries`."""
         return self._db._scan(start, end, reverse, None, max_seq, True, None, entries)
+
+    def segment_lock_held(self) -> bool:
+        """Whether the writer holds its WAL segment flock now (lsm.wal_lock)."""
+        wal = self._db._wal
+        return wal is not None and wal.held
 
     def release_idle_lock(self, last_seq: int) -> int:
         """Drop the writer's WAL segment flock if no commit happened since `last_seq` (lsm.wal_lock);

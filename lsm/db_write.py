@@ -69,7 +69,7 @@ class WriteMixin:
                 self._check_writable()
             wal = self._wal
             if not wal.held:  # the segment lock of the fencing protocol (lsm.wal_lock): kept across writes
-                wal.hold()
+                self._hold_segment(wal)
             if self._token_bytes[0:8] != self._epoch_bytes:
                 self._fenced(wal)
             ts = self._clock.tick()
@@ -181,6 +181,14 @@ class WriteMixin:
             ops = list({op[0]: op for op in ops}.values())  # the last operation on a key wins
         return self._commit_ops(ops, options)
 
+    def _hold_segment(self, wal: Any) -> None:
+        """Take the WAL segment's shared flock (under the write lock), then wake the idle releaser, which
+        sleeps while the lock is not held (`lsm.wal_lock.IdleReleaser`)."""
+        wal.hold()
+        releaser = self._lock_releaser
+        if releaser is not None:
+            releaser.wake()
+
     def _check_writable(self) -> None:
         if self._closed:
             raise ClosedError(f"{self.path}: DB is closed")
@@ -245,7 +253,7 @@ class WriteMixin:
                 self._raise_not_writable()
             wal = self._wal
             if not wal.held:  # as in put
-                wal.hold()
+                self._hold_segment(wal)
             if self._vs.is_fenced():
                 self._fenced(wal)
             ts = self._clock.tick() if at is None else self._clock.tick_at(at[1], at[0], self._last_commit_ts)

@@ -1,0 +1,40 @@
+"""The idle release of the writer's WAL segment lock (lsm/wal_lock.py): the lock is given up after a
+tick without a commit, taken again by the next write and given up again, and an idle handle's thread
+sleeps instead of waking every tick."""
+
+from __future__ import annotations
+
+import time
+
+import lsm
+
+
+def _until(cond, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.002)
+    return cond()
+
+
+def test_the_lock_is_released_after_each_idle_spell_and_the_idle_thread_sleeps(tmp_path, monkeypatch):
+    with lsm.DB.open(tmp_path / "db") as db:
+        engine = db.engine
+        calls = []
+        real = type(engine).release_idle_lock
+        monkeypatch.setattr(
+            type(engine), "release_idle_lock", lambda self, last: calls.append(1) or real(self, last)
+        )
+        for round_ in range(3):
+            db.put(b"k%d" % round_, b"v")
+            assert engine.segment_lock_held()  # a write takes it and keeps it across writes
+            assert _until(lambda: not engine.segment_lock_held()), f"round {round_}: never released"
+            asleep = len(calls)
+            time.sleep(0.1)  # twenty ticks
+            assert len(calls) == asleep, (
+                f"round {round_}: the idle thread kept waking ({len(calls) - asleep})"
+            )
+        assert db.get(b"k2") == b"v"
+    with lsm.DB.open(tmp_path / "db") as db:
+        assert [k for k, _ in db.scan()] == [b"k0", b"k1", b"k2"]

@@ -62,11 +62,12 @@ class IdleReleaser:
             last = db.release_idle_lock(last)
             if db.segment_lock_held():
                 continue
-            # not held: sleep until a write takes it. Cleared before the second look, so a write that
-            # takes the lock after that look has its `wake` seen, and one that took it before is seen
-            # by the look itself: the lock is never held while this thread sleeps.
+            # not held: sleep until a write takes it (or `stop`). Cleared before the second look, so a
+            # write that takes the lock after that look has its `wake` seen, and one that took it before
+            # is seen by the look itself: the lock is never held while this thread sleeps. `stop` sets
+            # the stop flag before the wake-up, so a stop whose wake-up this clear erased is seen here.
             self._woken.clear()
-            if not db.segment_lock_held():
+            if not self._stop.is_set() and not db.segment_lock_held():
                 self._woken.wait()
 
     def stop(self) -> None:

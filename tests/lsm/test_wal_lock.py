@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import lsm
+from lsm.wal_lock import IdleReleaser
 
 
 def _until(cond, timeout: float = 5.0) -> bool:
@@ -38,3 +39,30 @@ def test_the_lock_is_released_after_each_idle_spell_and_the_idle_thread_sleeps(t
         assert db.get(b"k2") == b"v"
     with lsm.DB.open(tmp_path / "db") as db:
         assert [k for k, _ in db.scan()] == [b"k0", b"k1", b"k2"]
+
+
+class _StoppedWhileLooking:
+    """A writer host whose first look at the lock stops the releaser in the middle of its idle step:
+    the interleaving where `stop` runs between the releaser's look and its clearing of the wake-up."""
+
+    def __init__(self) -> None:
+        self.releaser: IdleReleaser | None = None
+        self.looks = 0
+
+    def release_idle_lock(self, last_seq: int) -> int:
+        return 0
+
+    def segment_lock_held(self) -> bool:
+        self.looks += 1
+        if self.looks == 1:
+            self.releaser.stop()  # on the releaser's own thread: sets the flags, joins nothing
+        return False
+
+
+def test_a_stop_between_the_look_and_the_sleep_is_not_lost():
+    host = _StoppedWhileLooking()
+    releaser = IdleReleaser.__new__(IdleReleaser)
+    host.releaser = releaser
+    releaser.__init__(host, tick_s=0.001)
+    releaser._thread.join(timeout=5)
+    assert not releaser._thread.is_alive(), "the releaser slept through its stop"

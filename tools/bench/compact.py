@@ -401,8 +401,6 @@ def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report
         r.update(_child("job", work, tick))  # leaves its outputs unreferenced: no effect on what follows
         r.update(_child("compact", work, tick))
         r["ratio"] = r["compact_seconds"] / r["scan_seconds"] if r["scan_seconds"] else 0.0
-        if r.get("peak_anon_mib") is not None:
-            r["anon_growth_mib"] = r["peak_anon_mib"] - r["base_anon_mib"]  # the compaction's own share
         _say(
             a,
             f"isolated:   scan {r['scan_seconds']:.2f} s ({r['scan_rows']} rows), compact {r['compact_seconds']:.2f} s "
@@ -512,9 +510,8 @@ def s3_runs(a: argparse.Namespace, root: str, base: str, tick: int, report: dict
             # (on S3 that includes the HTTP client's runtime and the filters fetched at open, which a
             # local database reads from the page cache)
             for side, got in (("local", lo), ("s3", so)):
-                peak, held = got.get("peak_anon_mib"), got.get("base_anon_mib")
-                r[f"{side}_base_anon_mib"] = held
-                r[f"{side}_anon_growth_mib"] = peak - held if peak is not None and held is not None else None
+                r[f"{side}_base_anon_mib"] = got.get("base_anon_mib")
+                r[f"{side}_anon_growth_mib"] = got.get("anon_growth_mib")
             moved = (r["requests"].get("put_bytes", 0) + r["requests"].get("get_bytes", 0)) / 1048576
             # the server alone needs this long for the bytes the compaction moved (requests one at a time)
             r["server_floor_seconds"] = moved / rate if rate else 0.0

@@ -121,10 +121,12 @@ class AnonPeak:
 
 
 def _anon(peak: AnonPeak, prefix: str = "") -> dict[str, Any]:
-    """The figures of an `AnonPeak` in MiB (None where not measured)."""
+    """The figures of an `AnonPeak` in MiB (None where not measured): the peak, the base before it, and
+    the growth between them (the measured work's own share of the peak)."""
     mib = None if peak.peak_kib is None else peak.peak_kib / 1024
     base = None if peak.base_kib is None else peak.base_kib / 1024
-    return {f"{prefix}peak_anon_mib": mib, f"{prefix}base_anon_mib": base}
+    growth = None if mib is None or base is None else mib - base
+    return {f"{prefix}peak_anon_mib": mib, f"{prefix}base_anon_mib": base, f"{prefix}anon_growth_mib": growth}
 
 
 def scan(path: str, tick: int) -> dict[str, Any]:

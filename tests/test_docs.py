@@ -36,7 +36,7 @@ import pytest
 
 import lsm
 from compaction import policy
-from tests.tools._cli import LSM_CMD, ROOT
+from tests.tools._cli import LSM_CMD, ROOT, lsm_env
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(\s*)```\s*([\w+-]*)\s*$")
@@ -146,8 +146,7 @@ def lsm_bin(tmp_path_factory) -> Path:
 
 
 def run_command(cmd: Command, where: str, cwd: Path, bin_dir: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
-    env["PYTHONPATH"] = str(ROOT)
+    env = lsm_env()
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     p = subprocess.run(
         ["bash", "-c", cmd.text], cwd=cwd, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S

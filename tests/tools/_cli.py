@@ -36,8 +36,9 @@ class Result:
         return json.loads(self.out)
 
 
-def run_lsm(*args: str, cwd: str | os.PathLike | None = None, env: dict[str, str | None] | None = None) -> Result:
-    """`lsm ARGS` in a subprocess; `env` overrides variables of this process's environment (None drops one)."""
+def lsm_env(env: dict[str, str | None] | None = None) -> dict[str, str]:
+    """The environment of an `lsm` subprocess: this process's, without LSM_TRACEBACK, with PYTHONPATH at
+    the repository, then `env` over it (a None value drops that variable)."""
     full = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
     full["PYTHONPATH"] = str(ROOT)
     for k, v in (env or {}).items():
@@ -45,8 +46,13 @@ def run_lsm(*args: str, cwd: str | os.PathLike | None = None, env: dict[str, str
             full.pop(k, None)
         else:
             full[k] = v
+    return full
+
+
+def run_lsm(*args: str, cwd: str | os.PathLike | None = None, env: dict[str, str | None] | None = None) -> Result:
+    """`lsm ARGS` in a subprocess; `env` overrides variables of this process's environment (None drops one)."""
     p = subprocess.run(
-        [*LSM_CMD, *map(str, args)], cwd=cwd or ROOT, env=full, capture_output=True, text=True, timeout=60
+        [*LSM_CMD, *map(str, args)], cwd=cwd or ROOT, env=lsm_env(env), capture_output=True, text=True, timeout=60
     )
     assert "Traceback" not in p.stderr, p.stderr
     return Result(p.returncode, p.stdout, p.stderr)

@@ -14,7 +14,7 @@ import subprocess
 import termios
 import threading
 
-from tests.tools._cli import LSM_CMD, ROOT, Result
+from tests.tools._cli import LSM_CMD, ROOT, Result, lsm_env
 
 
 def run_lsm_tty(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> Result:
@@ -22,9 +22,7 @@ def run_lsm_tty(*args: str, timeout: float = 120, env: dict[str, str] | None = N
     `env` adds variables to this process's environment."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    full = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
-    full["PYTHONPATH"] = str(ROOT)
-    full.update(env or {})
+    full = lsm_env(env)
     chunks: list[bytes] = []
 
     def read() -> None:  # drain the pty as it fills, or the command blocks on a full terminal buffer

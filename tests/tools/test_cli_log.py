@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 from lsm.sources import LogWriter, PartitionedLog, SourceRecord
 from lsm.sources.partitioned_log import partition_path
-from tests.tools._cli import LSM_CMD, ROOT, Result, one_line_error, run_lsm
+from tests.tools._cli import LSM_CMD, ROOT, Result, lsm_env, one_line_error, run_lsm
 
 
 def lsm_in(stdin: str, *args: object) -> Result:
     """`run_lsm` with `stdin` fed to the command."""
-    env = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
-    env["PYTHONPATH"] = str(ROOT)
+    env = lsm_env()
     p = subprocess.run(
         [*LSM_CMD, *map(str, args)],
         input=stdin,
@@ -175,8 +173,7 @@ def test_write_appends_each_line_as_it_is_read(tmp_path: Path) -> None:
     import time
 
     d = tmp_path / "log"
-    env = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
-    env["PYTHONPATH"] = str(ROOT)
+    env = lsm_env()
     p = subprocess.Popen(
         [*LSM_CMD, "log", "write", str(d)],
         stdin=subprocess.PIPE,

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from lsm.inspect import space_usage
-from tests.tools._cli import LSM_CMD, NO_PLOTS, one_line_error, run_lsm, without_matplotlib
+from tests.tools._cli import LSM_CMD, NO_PLOTS, lsm_env, one_line_error, run_lsm, without_matplotlib
 from tools import simulate
 from tools.simulate.runner import Simulation
 from tools.simulate.spec import parse_spec
@@ -280,8 +280,7 @@ def test_cli_bad_spec_is_one_line_naming_the_field(tmp_path) -> None:
 
 def test_cli_without_matplotlib_still_writes_everything_else(tmp_path) -> None:
     spec_path = _write_spec(tmp_path, _cli_spec())
-    env = {k: v for k, v in os.environ.items() if k != "LSM_TRACEBACK"}
-    env.update(without_matplotlib(tmp_path))
+    env = lsm_env(without_matplotlib(tmp_path))
     out = tmp_path / "out"
     p = subprocess.run(
         [*LSM_CMD, "simulate", spec_path, "--out", str(out)],

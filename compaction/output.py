@@ -22,7 +22,7 @@ from formats.row_array import record_rows
 from formats.sst import SsTableInfo, SstWriter
 from formats.sst_blocks import is_value_array
 from formats.sst_records import Scratch, record_size
-from formats.storage import file_buffer, storage_for
+from storage import file_buffer, storage_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +142,7 @@ class SstOutput:
         # encoded (at most one upload in flight, so one file's bytes more in memory than locally)
         self._uploads: concurrent.futures.ThreadPoolExecutor | None = None
         self._upload: concurrent.futures.Future | None = None
-        self._background = not storage_for(spec.directory).local
+        self._background = storage_for(spec.directory).uploads
 
     def _finish(self, name: str, w: SstWriter) -> None:
         t0 = time.perf_counter()

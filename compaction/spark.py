@@ -17,7 +17,7 @@ Driver:
 
 Where the files are: a local database must be the same directory on the driver and on every executor
 (a shared mount). An object-store database (``s3://bucket/prefix``) needs nothing shared: the tasks read
-their inputs and write their outputs by URL through `formats.storage`, only metadata comes back, and the
+their inputs and write their outputs by URL through `storage`, only metadata comes back, and the
 driver commits the manifest. The database's store is shipped in the task closure as (root, options)
 (`executor_stores`) and registered on the executor before the task touches a URL, so
 ``DbOptions.object_store_options`` (credentials included) reach the executors without appearing in a job
@@ -48,11 +48,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import storage
 from compaction.merge import CompactionJob, CompactionStats, MergeResult, run_job
 from compaction.spark_runtime import require_spark
-from formats import storage
 from formats.errors import LsmError, SparkStoreError
-from formats.sst import SsTableInfo, SstReader
+from formats.sst import SsTableInfo
+from storage.ssts import open_sst
 
 _session_lock = threading.Lock()
 _sessions: dict[str, Any] = {}
@@ -160,7 +161,7 @@ def plan_ranges(job: CompactionJob, k: int) -> list[tuple[bytes | None, bytes | 
     blocks: list[tuple[bytes, int]] = []
     for paths in job.sources:
         for p in paths:
-            with SstReader(p) as r:
+            with open_sst(p) as r:
                 blocks += [(b.first_key, b.size) for b in r.blocks]
     if k <= 1 or len(blocks) <= 1:
         return [(None, None)]
@@ -200,7 +201,7 @@ def executor_stores(paths: list[str]) -> list[tuple[str, dict[str, Any]]]:
 
 def on_executor(stores: list[tuple[str, dict[str, Any]]]) -> None:
     """Executor side, before a task touches a URL: register the driver's object stores with their options
-    (a reused Python worker keeps them; `formats.storage.install` replaces one whose options changed)."""
+    (a reused Python worker keeps them; `storage.install` replaces one whose options changed)."""
     if stores:
         storage.install(stores)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from formats.row_array import RowArray
 from formats.sst import SstReader
+from storage.ssts import open_sst
 
 key0 = operator.itemgetter(0)
 exp3 = operator.itemgetter(3)
@@ -266,7 +267,7 @@ class SourceBlocks:
         clock = time.perf_counter
         for path in self.paths:
             t0 = clock()
-            r = self.reader = SstReader(path)
+            r = self.reader = open_sst(path)
             try:
                 if self.arrays:
                     blocks = r.iter_batches(self.start, self.end, tombstones=True)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from compaction.filter import Reason
 from compaction.scheduler import Plan
 from formats.manifest import SstEntry
-from formats.sst import SstReader
+from storage.ssts import open_sst
 
 # the jobs that exist to reshape the LSM (a periodic job exists to rewrite, a manual one was asked to);
 # a leveled plan's `partial` is the run its outputs go into, not an in-place rewrite
@@ -54,7 +54,7 @@ def _compression(c: str | None) -> str | None:
 def sst_has_distinct_keys(path: str) -> bool:
     """Does the SST at `path` hold at most one version of each key? Reads every data block (keys only:
     each row starts with ``u16 key_len | key`` in every format version). O(rows)."""
-    with SstReader(path) as r:
+    with open_sst(path) as r:
         blocks = r.blocks
         for a, b in zip(blocks, blocks[1:], strict=False):  # a key's versions may straddle two blocks
             if a.last_key == b.first_key:

@@ -54,8 +54,9 @@ def _recv(f: BinaryIO) -> Any:
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
     """The worker process's loop: read a job from `inp`, run it, write ("ok", result) or
     ("error", exception) to `out`, until `inp` is closed."""
+    import storage
     from compaction.merge import run_job
-    from formats import fileio, storage
+    from formats import fileio
 
     while True:
         try:
@@ -109,7 +110,8 @@ class Worker:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
             p = self._proc
-            from formats import fileio, storage
+            import storage
+            from formats import fileio
 
             try:
                 with fileio.lend() as lent:  # this process's counted calls wait for the plan

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import errno as errno_mod
+import mmap
 import os
+import stat
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -350,3 +352,37 @@ __all__ = [
     "unlink",
     "msync",
 ]
+
+
+def map_file(path: str) -> Any:
+    """A read-only mmap of the file at `path` (b"" for an empty one); ValueError if it is not a regular
+    file (a FIFO must not hang the open: it is opened non-blocking)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        if st.st_size == 0:
+            return b""
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+
+
+def write_file(path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
+    """Create `path` (O_EXCL if `exclusive`, else O_TRUNC), write every chunk, fsync if `sync`. A failure
+    removes the file: no reader ever takes a partial one for whole."""
+    fd = create(path, os.O_WRONLY | (os.O_EXCL if exclusive else os.O_TRUNC))
+    try:
+        try:
+            write_chunks(fd, chunks, path)
+            if sync:
+                fsync(fd, path)
+        finally:
+            os.close(fd)
+    except BaseException:
+        try:
+            unlink(path)
+        except OSError:
+            pass
+        raise

@@ -50,7 +50,7 @@ from typing import Any
 import msgpack
 import xxhash
 
-from formats import bloom
+from formats import bloom, fileio
 from formats.errors import FormatVersionError
 from formats.row import (
     FORMAT_V0,
@@ -99,7 +99,6 @@ from formats.sst_records import (
     record_size,
     record_stream,
 )
-from formats.storage import storage_for
 from formats.xxh3_numpy import key_hashes
 
 # the row layouts this engine writes (flags, ts, [expire_ts,] seq): `BlockEncoder.encode_fast` packs them
@@ -510,12 +509,13 @@ class SstWriter:
         footer = body + U32.pack(xxhash.xxh32_intdigest(body))
         chunks += (index, filt, meta, footer)
         file_size = meta_offset + len(meta) + len(footer)
-        # through the storage seam (a local file via formats.fileio, or one object): every byte or an
-        # error naming the file, tests can inject faults, and a partial SST is never left behind
+        # `put` is the storage seam's write of the caller's (an object, or a file); without one, a local
+        # file through formats.fileio: every byte or an error naming the file, tests can inject faults,
+        # and a partial SST is never left behind
         if self.put is not None:
             self.put(self.path, chunks)
         else:
-            storage_for(self.path).write_file(self.path, (b"".join(chunks),), sync=self.sync)
+            fileio.write_file(self.path, (b"".join(chunks),), sync=self.sync)
         self.rows = []
         self._cols = None
         self._recs = []

@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 import xxhash
 
-from formats import bloom
+from formats import bloom, fileio
 from formats.errors import CorruptionError, FormatVersionError
 from formats.row import (
     FORMAT_V1,
@@ -45,7 +45,6 @@ from formats.sst_layout import (
     _decompress,
     _xxh3,
 )
-from formats.storage import storage_for
 
 
 class SstReader:
@@ -64,22 +63,27 @@ class SstReader:
         cache: BlockCache | None = None,
         cache_id: Any = None,
         verify_checksums: bool = True,
+        view: Any = None,
     ) -> None:
         self.path = os.fspath(path)
         self.cache = cache
         self.cache_id = cache_id if cache_id is not None else self.path
         self.verify_checksums = verify_checksums
-        storage = storage_for(self.path)
-        # False for an object: each block read outside the cached tail is a GET (or a disk-cache read)
-        self.local = storage.local
-        try:  # an mmap of a local file, or ranged GETs of an object (formats.storage)
-            self._map = storage.open_map(self.path)
-        except ValueError:
-            raise ValueError(f"{self.path}: not a regular file, so not an SST") from None
+        # `view`: the file's bytes as the storage seam gives them (`Storage.open_map`: ranged GETs of an
+        # object), else an mmap of the local file at `path`; the reader owns it and closes it
+        if view is None:
+            try:
+                view = fileio.map_file(self.path)
+            except ValueError:
+                raise ValueError(f"{self.path}: not a regular file, so not an SST") from None
+        self._map = view
+        # whether the file is memory-mapped, so a block read costs page faults at most; False for an
+        # object's ranged reads, where each block outside the cached tail is a GET (or a disk-cache read)
+        self.mapped = isinstance(view, (mmap.mmap, bytes))
         read_ahead = getattr(self._map, "read_ahead", None)
         if cache is None and read_ahead is not None:
             # no block cache: a compaction's input or a tool, read from end to end and then closed, so
-            # an object's blocks come a MiB per GET (formats.objstore.RangeFile)
+            # an object's blocks come a MiB per GET (storage.objstore.RangeFile)
             read_ahead()
         size = len(self._map)
         if size < FOOTER.size:

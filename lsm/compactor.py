@@ -34,9 +34,7 @@ from compaction.purge_lag import accumulate
 from compaction.scheduler import apply_plan
 from compaction.trivial_move import DistinctKeys, movable
 from formats.manifest import Manifest, SstEntry
-from formats.storage import storage_for
 from lsm.events import CompactionInfo, notify
-from lsm.fsutil import fsync_dir
 from lsm.syskeys import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
@@ -109,7 +107,7 @@ class DbCompactor:
             offload = o.spark_offload_min_bytes
             requested = "spark" if offload is not None and job.input_bytes >= offload else "local"
         if requested == "local":
-            shared = storage_for(self.db.path).shared  # a memory:// store is not seen by another process
+            shared = self.versions.storage.shared  # a memory:// store is not seen by another process
             return run_in_worker if background and o.compaction_process and shared else run_local
         if requested == "spark":
             from compaction.spark import SparkExecutor
@@ -272,7 +270,7 @@ class DbCompactor:
         self.stats.add(stats)
         try:
             try:
-                fsync_dir(vs.sst_dir)
+                vs.storage.fsync_dir(vs.sst_dir)
             except OSError as e:
                 raise db.fail(e) from e
             vs.commit(

@@ -1,277 +1,198 @@
-"""DB: open/close, the write path, the read path, flush and recovery.
+"""DB: an embedded, time-aware LSM store, composed of the objects that do its work (docs/architecture.md).
 
-Directory layout::
+    store       storage.paths.DbStore     the database's files: one backend, resolved once, and their names
+    versions    lsm.versions.VersionSet   the manifest, live SSTs, pins, commits and the deletion rule
+    wal         lsm.wal_manager           the WAL: recovery, the log being written, rotation, retiring
+    writer      lsm.write_path            the write lock, seq, clock and THE commit sequence
+    flusher     lsm.flusher               frozen memtables to L0 SSTs
+    reads       lsm.reads                 point reads and scans over the published state
+    time        lsm.time_travel           seq<->time, snapshots at a seq or a time, the change feed
+    compactor   lsm.compactor             what to compact, its jobs and their commits
+    engine      lsm.engine                what the engine's modules may use of the handle
 
-    PATH/manifest/%020d.manifest   versions of the LSM shape (lsm.manifest), newest wins
-    PATH/manifest/WRITER_EPOCH     the current writer epoch, memory-mapped by writers (fencing)
-    PATH/wal/%020d.wal             WAL segments, one per memtable (formats.wal)
-    PATH/sst/<name>.sst            SSTs (formats.sst); only those the manifest names are live
+`DB.open` builds them in that order and recovers: the version set publishes a manifest with bumped epochs
+(fencing every earlier handle), the WAL manager replays what no SST holds yet (claiming the next WAL id on
+an object store), the replayed rows are flushed to L0 and the old segments retired, and reservations of
+bulk loads an earlier handle never committed are abandoned. Every public method below is a call into one
+of those objects; the DB keeps nothing of its own but them and its open/closed state.
 
-Where the code is: `DB` is one class assembled from mixins, one module per concern — this module (open,
-recovery, close, the read path's entry points, and `Engine`, the DB's services for the engine's own
-modules), lsm/db_write.py (the write path, flushes, the failed state), lsm/db_time.py (time lookups
-and time travel), lsm/db_admin.py (compaction, ingest, introspection). The manifest, the SST readers and
-the read path's `State` belong to the version set (lsm.versions); lock-free reads over a pinned State
-are lsm.readpath. Locks, in acquisition order: the write lock (`_write_lock`), the compactor's job lock,
-the version set's commit lock, its state lock (`_state_lock`); the flush condition (`_cv`) and the
-timeline's lock are leaves (docs/architecture.md, "Owners, callers and locks").
-
-Write path: a commit takes the write lock and (if it does not hold it yet) a shared flock on the active
-WAL segment, checks the fence, reads the clock (never backwards), takes the next seq, appends one WAL
-record (one write(2); fsync when sync=True), then adds its rows to the memtable. The flock is kept
-across writes and dropped when idle or fenced (lsm.wal_lock). An opener publishes its epoch before
-it locks and reads the segments, so an append either passed its fence check before the publish (the
-opener waits for it and replays it: the write succeeded) or fails that check (nothing written). A full memtable
-is frozen behind a new WAL segment and flushed to an L0 SST by the flush thread while writes go on; the
-manifest then records the SST and the new WAL replay point, and only after that commit are the
-flushed segments deleted.
-
-Read path: the active memtable, frozen memtables newest first, L0 SSTs newest first, then sorted runs
-newest first; the first version with seq <= the read's seq decides. Structures are searched in that
-order because their seq ranges are ordered the same way.
-
-Failure: an I/O error on the write path (WAL append or sync, flush, manifest commit, compaction, close)
-puts the DB into the failed state (`DbFailedError`, naming the file and the call): writes are refused
-until it is reopened, reads go on, nothing is appended after a possibly partial record, and no file a
-possibly published manifest references is deleted. The failed write's seq is never given to another write.
-
-Recovery: open replays WAL segments from the manifest's replay point (records past the manifest's
-last_seq), dropping a torn final record (DbOptions.wal_recovery_mode), flushes what it replayed to L0 and retires the old segments, so
-a fenced older handle appending to them can never make those writes visible. It then abandons the seq ranges an
-earlier handle reserved for bulk loads that never committed (`stable_seq`; docs/reliability.md).
+Locks, in acquisition order: the write lock (writer.lock), the compactor's job lock, the version set's
+commit lock, its state lock (versions.lock); the flush hand-off (failure.cv) and the timeline's lock are
+leaves (docs/architecture.md, "Owners, callers and locks").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-import weakref
-from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from compaction.filter import Entry
-from formats.manifest import Manifest
-from formats.objcache import cache_for
-from formats.row import MAX_KEY_LEN, check_key
-from formats.storage import is_url, register, storage_for
-from lsm import history
-from lsm import wal as wal_files
+from compaction.merge import CompactionStats, OutputSpec
+from compaction.purge_lag import PurgeLag
+from formats.manifest import Manifest, SstEntry
+from lsm.bulk import bulk_ingest, place_bulk
 from lsm.clock import MonotonicClock
+from lsm.clock_repair import ClockRepair
 from lsm.compactor import DbCompactor
-from lsm.db_admin import AdminMixin
-from lsm.db_time import TimeMixin
-from lsm.db_write import ReadOnlyError, WriteMixin
-from lsm.errors import (
-    ClosedError,
-    DbFailedError,
-    FencedError,
-    NotADatabaseError,
-)
-from lsm.ingest_state import SourceState
+from lsm.engine import Engine
+from lsm.errors import FencedError, NotADatabaseError
+from lsm.failure import Failure
+from lsm.flusher import Flusher
+from lsm.ingest import compact_remaps
+from lsm.ingest import ingest as ingest_stream
 from lsm.memtable import Memtable
-from lsm.options import DbOptions, ReadOptions
-from lsm.readpath import clip_to_prefix, find_row_below_mem, prefix_end, scan_state, user_ranges
+from lsm.options import DbOptions, ReadOptions, WriteOptions
+from lsm.readpath import prefix_end
+from lsm.reads import ReadPath
+from lsm.remap import IngestStats, Remap
+from lsm.remap_store import list_sources, load_remap
+from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
-from lsm.syskeys import SYSTEM_PREFIX, is_system
+from lsm.snapshots import SnapshotList
+from lsm.time_travel import TimeTravel
 from lsm.timeline import Timeline, parse_time
 from lsm.versions import Run, State, VersionSet
-from lsm.wal_lock import IdleReleaser
-from lsm.wal_object import ObjectWal, wal_bound
-from lsm.wal_object import claim as claim_wal_id
+from lsm.wal_manager import WalManager
+from lsm.write_path import ReadOnlyError, WritePath
+from storage.objcache import cache_for
+from storage.paths import DbStore, open_store
 
-SST_SUFFIX = ".sst"
 
-
-class DB(WriteMixin, TimeMixin, AdminMixin):
-    """An embedded, time-aware LSM key-value store on one directory. Use `DB.open`."""
+class DB:
+    """An embedded, time-aware LSM key-value store on one directory or object-store prefix. Use `DB.open`."""
 
     # -- open ------------------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike[str], options: DbOptions | None = None, *, read_only: bool = False) -> DB:
-        """Open (creating if needed) the database at `path`.
+        """Open (creating if needed) the database at `path` (a directory, or an ``s3://`` / ``memory://``
+        URL).
 
         A writable open fences every earlier handle on the path. ``read_only=True`` opens without
         fencing anyone, replays the WAL in memory only, and refuses writes (for tools).
         """
-        db = cls.__new__(cls)
-        db._init(os.fspath(path), options or DbOptions(), read_only)
-        return db
+        options = options or DbOptions()
+        return cls(open_store(path, options.object_store_options), options, read_only)
 
-    def _init(self, path: str, options: DbOptions, read_only: bool) -> None:
+    def __init__(self, store: DbStore, options: DbOptions, read_only: bool = False) -> None:
+        """Open the database `store` names (`DB.open` resolves a path to it)."""
         self._closed = True
-        self.path = path
+        self.path = store.root
         self.options = options
         self.read_only = read_only
-        self._wal_dir = os.path.join(path, "wal")
-        # an object-store database (s3://, memory://): its backend, with this database's request counters
-        self._storage = register(path, options.object_store_options) if is_url(path) else storage_for(path)
-        self._objects = not self._storage.local
-        if self._objects:  # SST ranges read from the store kept on local disk, if asked (formats.objcache)
-            d = options.object_cache_dir
-            self._storage.cache = cache_for(d, options.object_cache_bytes) if d is not None else None
-        _prepare_dir(path, create=not read_only)
-        self._bg_error: BaseException | None = None
-        # the version set owns the manifest, the SST readers and the read path's State (lsm.versions);
-        # its locks come after the write lock: write lock -> commit lock -> state lock (self._state_lock)
-        vs = self._vs = VersionSet(path, options, read_only, lambda: self._bg_error, self._fail)
-        self._sst_dir = vs.sst_dir
-        self._write_lock = threading.Lock()  # the write path: seq, WAL appends, memtable rotation; taken first
-        self._state_lock = vs.lock  # the version set's state lock (taken last, held briefly)
-        self._cv = threading.Condition(threading.Lock())  # flush hand-off: imm queue, _stopping, _bg_error
-        self._stopping = False
-        self._snapshots: Counter[int] = Counter()  # guarded by the state lock
-        self._as_of_snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()  # open snapshot_at() results
-        self._wal: wal_files.WalWriter | None = None
-        self._flush_thread: threading.Thread | None = None
-        self._on_flush_hooks: list[Callable[[], None]] = []
-        self._on_close_hooks: list[Callable[[], None]] = []
-        self._compactor: DbCompactor | None = None
-        self._lock_releaser: IdleReleaser | None = None
-        self._claim_sent: float | None = None
-        self._unacknowledged: set[int] = set()  # seqs of sync writes on an object store that raised
-        self._memtable_bytes = options.memtable_bytes
-        self._default_ttl = options.default_ttl
-        self.user_bytes_written = 0
-        self.flush_bytes_written = 0
-        self._engine = Engine(self)
-
-        man = vs.manifest
+        self.store = store
+        # SST ranges an object store serves, kept on local disk if asked (storage.objcache); a directory
+        # has no use for it
+        d = options.object_cache_dir
+        store.storage.cache = cache_for(d, options.object_cache_bytes) if d is not None else None
+        _prepare(store, create=not read_only)
+        self._failure = failure = Failure(self.path)
+        self._versions = vs = VersionSet(store, options, read_only, lambda: failure.error, failure.fail)
         if not read_only:
             vs.delete_files(vs.store.stale_tmp())
-        self._writer_epoch = vs.writer_epoch
-        self._token_bytes, self._epoch_bytes = vs.token_bytes, vs.epoch_bytes
-
-        self._timeline = Timeline(man.seq_tracker, man.time_seq, options.time_seq_min_time)
-        mem, max_ts, last_seg = self._replay_wal(man)
-        self._seq = max(man.last_seq, mem.max_seq)
-        # seq ranges reserved by bulk loads and not committed yet (see `stable_seq`): a writable open
-        # abandons what an earlier handle left (below), a read-only one holds back as the manifest says
-        self._reserved: tuple[tuple[int, int], ...] = man.seq_reservations if read_only else ()
-        self._ingest_states: dict[str, SourceState] = {}  # per source name (lsm.ingest_state)
-        self._last_commit_ts = max(man.clock_watermark, max_ts)
-        self._clock = MonotonicClock(options.clock, max(man.clock_watermark, max_ts), options.max_clock_skew_ms)
+        man = vs.manifest
+        self._timeline = timeline = Timeline(man.seq_tracker, man.time_seq, options.time_seq_min_time)
+        self._wal = wal = WalManager(store, options, vs, failure, read_only)
+        recovered = wal.recover(man, timeline)
+        mem = recovered.mem
+        watermark = max(man.clock_watermark, recovered.max_ts)
+        self._clock = clock = MonotonicClock(options.clock, watermark, options.max_clock_skew_ms)
+        self._writer = writer = WritePath(self.path, options, vs, wal, failure, clock, timeline,
+                                          max(man.last_seq, mem.max_seq), watermark, read_only)
+        if read_only:
+            # seq ranges reserved by bulk loads and not committed yet: held back as the manifest says
+            writer.reserved = man.seq_reservations
+        self._snapshots = snapshots = SnapshotList(vs.lock, options.history_retention)
+        self._time = tt = TimeTravel(self.path, self, options, vs, writer, snapshots, clock, timeline, read_only)
+        self._reads = reads = ReadPath(self.path, self, vs, writer, clock, tt.as_of_seq)
+        tt.reads = reads
+        self._flusher = flusher = Flusher(options, vs, wal, failure, writer, snapshots, clock, timeline)
+        writer.flusher = tt.flusher = flusher
+        self._engine = engine = Engine(self.path, options, vs, failure, writer, reads, snapshots, clock, wal)
+        engine.release = self._release
+        engine.flusher = flusher
+        engine.on_history_advanced = lambda: compact_remaps(self)
+        self._compactor: DbCompactor | None = None
         vs.open_state(mem)
         self._closed = False
         if read_only:
             return
         try:
             if not mem.is_empty():
-                vs.swap_memtable(Memtable(last_seg + 1))
-                self._flush_memtable(mem)
-            self._abandon_reservations()
-            next_seg = max(last_seg + 1, vs.manifest.wal_replay_from)
+                vs.swap_memtable(Memtable(recovered.last_segment + 1))
+                flusher.flush(mem)
+            writer.abandon_all()
+            next_seg = max(recovered.last_segment + 1, vs.manifest.wal_replay_from)
             # every older segment is flushed or empty: retire them all, so that a fenced handle still
             # appending to one can never have those writes replayed
-            self._delete_wal_below(next_seg)
-            while True:
-                try:
-                    self._wal = self._new_wal(next_seg)
-                    break
-                except FileExistsError:  # a handle we just fenced rotated into it: skip past
-                    next_seg += 1
-            new_mem = Memtable(next_seg)
-            vs.state = dataclasses.replace(vs.state, mem=new_mem)
-            if options.background_flush:  # else frozen memtables are flushed by the writer (_flush_frozen)
-                self._flush_thread = threading.Thread(target=self._flush_loop, name="lsm-flush", daemon=True)
-                self._flush_thread.start()
-            if not self._objects:  # an object store's WAL holds no lock (fencing by create-if-absent)
-                self._lock_releaser = IdleReleaser(self._engine)
-            self._compactor = DbCompactor(self._engine)
+            wal.retire_below(next_seg)
+            vs.state = dataclasses.replace(vs.state, mem=wal.start(next_seg, writer))
+            flusher.start()
+            self._compactor = engine.compactor = DbCompactor(engine)
             if self._compactor.background is not None:
-                self._on_flush_hooks.append(self._compactor.background.wake)
+                flusher.on_flush.append(self._compactor.background.wake)
                 self._compactor.background.wake()
         except BaseException:
             self._release()
             raise
 
-    def _abandon_reservations(self) -> None:
-        """At a writable open, after the replayed WAL is flushed: the seq ranges an earlier handle reserved
-        for bulk loads can never commit now (that handle is fenced), so they are dropped from the manifest
-        and `last_seq` moves past them: readers stop waiting for them and no later write reuses them."""
-        held = self._vs.manifest.seq_reservations
-        if not held:
-            return
-        top = max(last for _first, last in held)
-        self._vs.commit(lambda m: m.replace(seq_reservations=(), last_seq=max(m.last_seq, top)))
-        self._seq = max(self._seq, top)
-
-    def _replay_wal(self, man: Manifest) -> tuple[Memtable, int, int]:
-        """Replay unflushed WAL records into a memtable; return it, the newest ts seen, and the last segment."""
-        segments = wal_files.live_segments(self._wal_dir, man.wal_replay_from)
-        if self._objects and not self.read_only:
-            segments = self._claim_wal(man, segments)  # fences the writer before us (lsm.wal_object)
-        last_seg = segments[-1][0] if segments else man.wal_replay_from - 1
-        mem = Memtable(last_seg)
-        max_ts = 0
-        mode = self.options.wal_recovery_mode
-        for _sid, path in segments:
-            # exclusive (writable open): waits out an append whose fence check passed before our publish
-            records, stop = wal_files.replay_segment(path, mode, exclusive=not self.read_only)
-            for rec in records:
-                if rec.ts > max_ts:
-                    max_ts = rec.ts
-                if rec.seq <= man.last_seq:
-                    continue
-                for row in rec.rows:
-                    mem.add(row)
-                if rec.ts >= self._timeline.next_ms:
-                    self._timeline.on_commit(rec.seq, rec.ts)
-            if stop:
-                break
-        return mem, max_ts, last_seg
-
-    def _claim_wal(self, man: Manifest, segments: list[tuple[int, str]]) -> list[tuple[int, str]]:
-        """Claim the WAL object id after the last one there with an empty object: the writer we fence
-        fails to write it. If it wrote that id first, list again and claim the next. Returns the
-        objects to replay, the claimed one last (it is empty).
-
-        An empty claim has the same bytes whoever writes it, so a newer opener that listed before our
-        claim landed may have claimed the same id and taken ours for its own; it published its epoch
-        before it listed, so reading the manifest after the claim finds it, and we are fenced."""
-        while True:
-            nxt = max(segments[-1][0] + 1 if segments else 0, man.wal_replay_from)
-            # the WAL writer's first anchor (lsm.wal_object): an owner after us can claim an id of ours only
-            # once it has seen this claim
-            self._claim_sent = self._storage.clock.monotonic()
-            try:
-                claim_wal_id(self._wal_dir, nxt)
-            except FileExistsError:
-                # taken by the writer we fence (list again and replay it), or by a newer opener, which
-                # published its epoch before it listed: then we are the one fenced, and must not claim
-                # the next id (that would fence the newer owner)
-                if self._vs.fenced_on_store():
-                    raise FencedError(f"{self.path}: another handle opened this database while this one did") from None
-                segments = wal_files.live_segments(self._wal_dir, man.wal_replay_from)
-                continue
-            if self._vs.fenced_on_store():
-                raise FencedError(f"{self.path}: another handle opened this database while this one did")
-            return [*segments, (nxt, wal_files.segment_path(self._wal_dir, nxt))]
-
-    def _new_wal(self, segment_id: int) -> wal_files.WalWriter | ObjectWal:
-        """The writer of the WAL from `segment_id` on: a segment file, or WAL objects (lsm.wal_object)."""
-        if not self._objects:
-            return wal_files.WalWriter(self._wal_dir, segment_id)
-        o = self.options
-        return ObjectWal(self._wal_dir, segment_id, o.wal_flush_interval_ms, o.wal_flush_bytes,
-                         on_fenced=self._vs.mark_fenced, check_fence=self._vs.fenced_on_store,
-                         bound=wal_bound(o), anchor=self._claim_sent, on_broken=self._fail)
-
     def object_store_stats(self) -> dict[str, int]:
         """Object-store requests this database made, by kind (put, get, list, delete, head), and the
         bytes put and got; all zeros for a local directory (docs/object-store.md)."""
-        return self._storage.stats()
+        return self.store.storage.stats()
 
-    # -- SST bookkeeping ---------------------------------------------------------------------------
     def sst_path(self, name: str) -> str:
         """The path of the SST file `name` in this database's ``sst/`` directory."""
-        return self._vs.sst_path(name)
+        return self.store.paths.sst(name)
 
-    # -- read path ---------------------------------------------------------------------------------
+    # -- writes ------------------------------------------------------------------------------------
+    def put(self, key: bytes, value: bytes, ttl: int | None = None, options: WriteOptions | None = None) -> int:
+        """Write `key` = `value`; ttl (ms) overrides DbOptions.default_ttl, NO_TTL disables it. Returns the
+        commit's seq."""
+        return self._writer.put(key, value, ttl, options)
+
+    def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
+        """Write a tombstone for `key` (it carries a ts and no expire_ts). Returns the commit's seq."""
+        return self._writer.delete(key, options)
+
+    def write(self, batch: Any, options: WriteOptions | None = None) -> int:
+        """Commit a WriteBatch atomically under one seq and one ts. Returns the seq."""
+        return self._writer.write(batch, options)
+
+    def flush_wal(self) -> None:
+        """Make every write acknowledged so far durable now (RocksDB's ``FlushWAL(sync=true)``): a local
+        segment is fdatasynced; an object store's buffered records are written as one WAL object, as
+        the group commit does every ``DbOptions.wal_flush_interval_ms`` (needed when that is None)."""
+        self._writer.flush_wal()
+
+    def flush(self) -> None:
+        """Flush the memtable to an L0 SST and wait until every frozen memtable is flushed."""
+        self._writer.check_writable()
+        self._writer.rotate_and_wait()
+
+    def reserve_seqs(self, n: int) -> tuple[int, int]:
+        """Reserve `n` consecutive seqs for a bulk load (lsm.bulk); return (first seq, the load's ts).
+
+        Freezes the memtable and waits for its flush, so every L0 file lies wholly below or above the
+        range; later commits take seqs above it. The range is recorded in the manifest
+        (`seq_reservations`) before any later seq can be written, and holds `stable_seq` below it (here
+        and for readers of the files) until `commit_bulk` publishes it or `abandon_seqs` gives it up;
+        the next writable open abandons what is left. An abandoned range is a gap in the seqs."""
+        return self._writer.reserve_seqs(n)
+
+    def abandon_seqs(self, base: int, last: int) -> None:
+        """Give up the reserved seqs [base, last] of a bulk load that will not commit: dropped from the
+        manifest, so that `stable_seq` (and readers of the files) move past them. Nothing if the range
+        is not reserved (the load committed it). A handle that cannot commit any more (failed, fenced,
+        closed) keeps holding the range back until the store is reopened, which abandons it."""
+        self._writer.abandon_seqs(base, last)
+
+    # -- reads -------------------------------------------------------------------------------------
     @property
     def seq(self) -> int:
         """The last sequence number handed out (to a commit, or reserved by a running bulk load)."""
-        return self._seq
+        return self._writer.seq
 
     @property
     def stable_seq(self) -> int:
@@ -280,195 +201,318 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         until the load commits or is abandoned (then it jumps over the whole load at once). A reader
         that takes "every seq up to N is final" (a change feed, a replica's frontier) must take N from
         here, not from `seq` (docs/reliability.md, "Which seqs are final")."""
-        seq = self._seq  # read before the reservations: a reservation made in between is >= seq + 1
-        return history.stable_seq(self._reserved, seq)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError(f"{self.path}: DB is closed")
-
-    def _visible(self, key: bytes, max_seq: int | None, include_expired: bool, now: int | None) -> tuple | None:
-        """The row of `key` a read at `max_seq` (None: now) and time `now` sees, or None."""
-        if self._closed:
-            self._check_open()
-        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
-            check_key(key)
-        if key >= SYSTEM_PREFIX and is_system(key):
-            return None  # the engine's own rows are not the user's to read
-        if max_seq is None:
-            # A batch is seen whole or not at all: its rows reach the memtable before its seq is
-            # published, so rows newer than the seq are ignored. The state is read BEFORE the seq: a
-            # flush that completes in between may drop versions <= seq that newer rows shadow, so a
-            # state read after the seq can lack them. Read first, it holds every commit up to the
-            # last one in its memtable, a consistent prefix of what the seq allows.
-            st = self._vs.state
-            max_seq = self._seq
-        else:
-            st = self._vs.state
-        mem = st.mem
-        row = mem.get(key, max_seq) if key in mem.data else None  # most keys miss: no call for them
-        if row is None:
-            row = find_row_below_mem(st, key, max_seq)
-        if row is None or row[4] is None:
-            return None
-        exp = row[3]
-        if exp is not None and not include_expired:
-            if now is None:
-                now = self._clock.read()
-            if now > exp:
-                return None
-        return row
-
-    def _get_entry(self, key: bytes, max_seq: int | None, include_expired: bool, now: int | None) -> Entry | None:
-        row = self._visible(key, max_seq, include_expired, now)
-        return None if row is None else Entry(row[0], row[4], row[1], row[2], row[3])
-
-    def _read_point(self, options: ReadOptions) -> tuple[int | None, bool, int | None]:
-        """(max_seq, include_expired, now) of a read with `options` (its snapshot and its time)."""
-        now = options.now
-        if now is not None and type(now) is not int:
-            now = parse_time(now)
-        snap = options.snapshot
-        if snap is None:
-            return None, options.include_expired, now
-        if snap.db is not self:
-            raise ValueError("ReadOptions.snapshot belongs to another DB handle")
-        if snap.closed:
-            raise ClosedError("snapshot is released")
-        return snap.seq, options.include_expired, snap.read_ts if now is None else now
+        return self._time.stable_seq()
 
     def get(self, key: bytes, options: ReadOptions | None = None) -> bytes | None:
         """The value of `key`, or None if it is absent, deleted or expired.
 
         ReadOptions: `snapshot` reads as of that snapshot, `now` judges expiry at that time."""
-        if options is None:
-            row = self._visible(key, None, False, None)
-        else:
-            row = self._visible(key, *self._read_point(options))
-        return None if row is None else row[4]
+        return self._reads.get(key, options)
 
     def get_entry(self, key: bytes, options: ReadOptions | None = None) -> Entry | None:
         """The visible row of `key` with its metadata (seq, ts, expire_ts), or None (ReadOptions as in get)."""
-        if options is None:
-            return self._get_entry(key, None, False, None)
-        return self._get_entry(key, *self._read_point(options))
+        return self._reads.get_entry(key, options)
 
-    def scan(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        reverse: bool = False,
-        *,
-        prefix: bytes | None = None,
-        options: ReadOptions | None = None,
-        as_of: int | str | None = None,
-    ) -> Iterator[tuple[bytes, bytes]]:
+    def scan(self, start: bytes | None = None, end: bytes | None = None, reverse: bool = False, *,
+             prefix: bytes | None = None, options: ReadOptions | None = None,
+             as_of: int | str | None = None) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs with start <= key < end (and key starting with prefix), in key order.
 
         as_of (ms or RFC 3339) reads the state as of that time (see `snapshot_at`); ReadOptions as in
         `get` (a snapshot excludes as_of; `now` overrides the expiry time as_of sets)."""
-        return self._public_scan(start, end, reverse, prefix, options, as_of, False)
+        return self._reads.user_scan(start, end, reverse, prefix, options, as_of, False)
 
-    def scan_entries(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        reverse: bool = False,
-        *,
-        prefix: bytes | None = None,
-        options: ReadOptions | None = None,
-        as_of: int | str | None = None,
-    ) -> Iterator[Entry]:
+    def scan_entries(self, start: bytes | None = None, end: bytes | None = None, reverse: bool = False, *,
+                     prefix: bytes | None = None, options: ReadOptions | None = None,
+                     as_of: int | str | None = None) -> Iterator[Entry]:
         """Like `scan`, yielding `Entry` rows with their metadata."""
-        return self._public_scan(start, end, reverse, prefix, options, as_of, True)
+        return self._reads.user_scan(start, end, reverse, prefix, options, as_of, True)
 
-    def _public_scan(self, start, end, reverse, prefix, options, as_of, entries: bool) -> Iterator:
-        self._check_open()
-        max_seq, include, now = (None, False, None) if options is None else self._read_point(options)
-        if as_of is not None:
-            if max_seq is not None:
-                raise ValueError("scan() takes as_of= or ReadOptions.snapshot, not both")
-            t = parse_time(as_of)
-            return self._user_scan(start, end, reverse, prefix, self._as_of_seq(t), include, t if now is None else now, entries)
-        return self._user_scan(start, end, reverse, prefix, max_seq, include, now, entries)
-
-    def _user_scan(self, start, end, reverse, prefix, max_seq, include_expired, now, entries) -> Iterator:
-        """`_scan` without the reserved key space [SYSTEM_PREFIX, SYSTEM_END): the parts below and above it."""
-        start, end = clip_to_prefix(start, end, prefix)
-        return self._scan(start, end, reverse, None, max_seq, include_expired, now, entries, user_ranges(start, end))
-
-    def _scan(
-        self,
-        start: bytes | None,
-        end: bytes | None,
-        reverse: bool,
-        prefix: bytes | None,
-        max_seq: int | None,
-        include_expired: bool,
-        now: int | None,
-        entries: bool,
-        ranges: list[tuple[bytes | None, bytes | None]] | None = None,
-    ) -> Iterator:
-        for k in (start, end, prefix):
-            if k is not None and type(k) is not bytes:
-                raise TypeError(f"scan bounds must be bytes, not {type(k).__name__}")
-        start, end = clip_to_prefix(start, end, prefix)
-        if now is None:
-            now = self._clock.read()
-        vs = self._vs
-        if max_seq is None:
-            st, max_seq = vs.pin_with(lambda: self._seq)  # the seq read with the state, see _get_entry
-        else:
-            st = vs.pin()
-        it = scan_state(st, vs.unpin, start, end, reverse, max_seq, include_expired, now, entries, ranges)
-        next(it)  # run it to its first yield, inside the try: dropped unread, it still unpins st.gen
-        return it
-
-    # -- snapshots ---------------------------------------------------------------------------------
+    # -- snapshots and time ------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """Pin the current seq: reads through the snapshot see exactly this state until released."""
-        self._check_open()
-        with self._state_lock:
-            seq = self._seq
-            self._snapshots[seq] += 1
-        return Snapshot(self, seq, release=self._release_snapshot)
-
-    def _release_snapshot(self, seq: int) -> None:
-        with self._state_lock:
-            self._snapshots[seq] -= 1
-            if self._snapshots[seq] <= 0:
-                del self._snapshots[seq]
+        self._reads.check_open()
+        return self._time.snapshot()
 
     def snapshot_seqs(self) -> tuple[int, ...]:
         """Seqs of live snapshots, ascending (what compaction must keep readable)."""
-        with self._state_lock:
-            return tuple(sorted(self._snapshots))
+        return self._snapshots.seqs()
+
+    def snapshot_at(self, ts_ms: int | str) -> Snapshot:
+        """A snapshot of the state as of `ts_ms` (ms or RFC 3339): exactly the commits with ts <= ts_ms.
+
+        The seq tracker narrows the search, the rows' own commit times decide it (lsm.commit_time).
+        Expiry is judged at `ts_ms`. The time must lie within DbOptions.history_retention of now (else
+        RetentionError) and before the store's upper (else NotYetCompleteError: a later commit could
+        still land at or before it)."""
+        self._reads.check_open()
+        return self._time.snapshot_at(ts_ms)
+
+    def snapshot_at_seq(self, seq: int, *, read_ts: int | None = None) -> Snapshot:
+        """A snapshot of the state exactly as of `seq` (e.g. a remap binding's seq).
+
+        Any seq up to the latest is readable while the commit after it lies within
+        DbOptions.history_retention of now (judged from the seq tracker, conservatively); older ones
+        raise RetentionError. Expiry is judged at `read_ts` (ms), default now; pass a binding's ts to see
+        rows that have expired since.
+
+        A bulk load is one commit at its last seq: a `seq` inside a load's range but below its last seq
+        (or inside a range still reserved) reads the state just before the load, and the snapshot's
+        `seq` is that of the state it reads (the load's first seq - 1)."""
+        self._reads.check_open()
+        return self._time.snapshot_at_seq(seq, read_ts)
+
+    def timestamp_for_seq(self, seq: int, round: Round = Round.UP) -> int | None:
+        """Approximate commit time (ms, whole seconds) of `seq` from the seq tracker.
+
+        Without an exact entry, Round.UP takes the next tracked seq's time, Round.DOWN the previous
+        one's; None when there is none in that direction."""
+        self._reads.check_open()
+        return self._timeline.timestamp_for_seq(seq, round)
+
+    def seq_tracker_entries(self) -> list[tuple[int, int]]:
+        """The seq tracker's (seq, unix second) pairs, oldest first: what timestamp_for_seq and
+        seq_for_timestamp interpolate between."""
+        self._reads.check_open()
+        return self._timeline.tracker_entries()
+
+    def seq_for_timestamp(self, ts_ms: int | str, round: Round = Round.DOWN) -> int | None:
+        """The seq tracked at time `ts_ms` (ms or RFC 3339); otherwise the previous (DOWN) or next (UP)."""
+        self._reads.check_open()
+        return self._timeline.seq_for_timestamp(parse_time(ts_ms), round)
+
+    def changes(self, since: int | str | None = None, *, seq: int | None = None,
+                options: ReadOptions | None = None) -> Iterator[tuple[int, bytes, bytes | None, int | None]]:
+        """(seq, key, value or None, ts) for keys whose latest version is newer than a point, oldest
+        change first, one per key (its newest version; None for a delete or an expired row).
+
+        The point is `since` (ms or RFC 3339, mapped through the decaying time bins: it errs towards
+        too many changes, never too few) or `seq=` directly. SSTs whose max_seq is not newer are skipped.
+        Only final seqs are returned: none above `stable_seq` (a running bulk load holds the feed below
+        its range until it commits, then its rows come in one answer, whatever their seqs in the range).
+        ReadOptions as in `get`: `now` judges expiry at that time, `include_expired` reports an expired
+        row with its value, and `snapshot` ends the changes at its seq instead of the latest."""
+        self._reads.check_open()
+        return self._time.changes(since, seq, options)
+
+    def time_seq_histogram(self) -> list[tuple[str, int]]:
+        """(RFC 3339 bin start, number of updates) oldest first, from the decaying time bins."""
+        self._reads.check_open()
+        return self._timeline.histogram(self._writer.seq)
+
+    def repair_clock(self, to_ms: int | None = None) -> ClockRepair:
+        """Mend a store whose clock watermark is in the future (a far-future clock reading was once
+        accepted): every row stamped after `to_ms` (default: the host's wall clock now) is restamped at
+        `to_ms` with its expire_ts moved back as much, remap times are clamped likewise, the seq tracker
+        forgets the pairs after it and the time bins are reset; then the watermark becomes `to_ms` (or the
+        handle's clock, if later). Seqs and the order of versions are unchanged. A full compaction does
+        the rewrite. Returns a `lsm.clock_repair.ClockRepair`; with nothing after `to_ms` it changes
+        nothing (docs/time.md)."""
+        return self._time.repair_clock(
+            to_ms, lambda row_map: self._compactor.compact(full=True, executor="local", row_map=row_map),
+            self._engine.forget_source_heads,
+        )
+
+    def reset_time_seq(self) -> None:
+        """Forget the time bins (after a clock mishap); committed to the manifest at once."""
+        self._time.reset_time_seq()
+
+    # -- compaction --------------------------------------------------------------------------------
+    def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
+        """Run what the scheduler picks until nothing is due; full=True merges everything into one run.
+
+        executor: None (local, or Spark for jobs of at least DbOptions.spark_offload_min_bytes),
+        "local" or "spark". Returns the jobs' CompactionStats (also accumulated in compaction_stats).
+        A failing job (e.g. a filter that raises) leaves the database as it was and raises here."""
+        self._writer.check_writable()
+        return self._compactor.compact(full=full, executor=executor)
+
+    def gc(self, grace_ms: int | None = None) -> list[str]:
+        """Delete SST files the manifest does not reference and older than the grace period
+        (DbOptions.gc_grace_ms, by the store's clock): leftovers of failed jobs or crashes. Returns their
+        names. A fenced handle raises FencedError and deletes nothing (docs/reliability.md)."""
+        self._writer.check_writable()
+        return self._compactor.gc(grace_ms)
+
+    @property
+    def compaction_stats(self) -> CompactionStats:
+        """CompactionStats accumulated over every job this handle ran (background ones included)."""
+        return self._compactor.stats if self._compactor is not None else CompactionStats()
+
+    @property
+    def compaction_error(self) -> BaseException | None:
+        """The error that stopped background compaction, if any (db.compact() raises it afresh)."""
+        bg = self._compactor.background if self._compactor is not None else None
+        return bg.error if bg is not None else None
+
+    @property
+    def purge_lag(self) -> PurgeLag:
+        """Cumulative histogram of ms from expiry or delete to physical removal, over every compaction
+        ever committed to this database (kept in the manifest; `compaction_stats` is this handle's)."""
+        d = self._versions.manifest.purge_lag
+        return PurgeLag.from_dict(d) if d is not None else PurgeLag()
+
+    @property
+    def user_bytes_written(self) -> int:
+        """Bytes of user keys and values this handle committed."""
+        return self._writer.user_bytes_written
+
+    @property
+    def flush_bytes_written(self) -> int:
+        """Bytes of the L0 SSTs this handle's flushes wrote."""
+        return self._flusher.flush_bytes_written
+
+    def write_amplification(self) -> float:
+        """Bytes written to SSTs (flushes and compactions) per byte of user keys and values written."""
+        if not self.user_bytes_written:
+            return 0.0
+        return (self.flush_bytes_written + self.compaction_stats.bytes_out) / self.user_bytes_written
+
+    # -- reclocked ingest (lsm.ingest, lsm.bulk, lsm.remap) -----------------------------------------
+    def ingest(self, source: Any, name: str, max_records: int | None = None, batch_records: int = 10_000,
+               ttl_base: str = "commit", *, engine: str = "stream", spark: Any = None, master: str | None = None,
+               tasks: int | None = None, sync: bool = True, progress: Callable[[IngestStats], None] | None = None,
+               should_stop: Callable[[], bool] | None = None, tx_order: str = "arrival",
+               times: str = "store") -> IngestStats:
+        """Apply the records of `source` (lsm.sources.Source) beyond the durable frontier of remap `name`,
+        exactly once: each batch of up to `batch_records` is one atomic commit of its rows and its binding.
+
+        ttl_base "commit" counts record TTLs from the commit ts, "event" from the record's event_ts.
+        times "store" stamps each batch with the DB's clock; "source" with the source's own progress (a
+        `lsm.sources.ProgressSource`): records with event_ts below it commit at its time - 1, and from
+        then on the source's commits drive the store's clock (other writes get ClockError).
+        `progress(stats)` runs after each batch; `should_stop()` is asked before each. Returns
+        lsm.IngestStats(records, batches, frontier). See lsm.ingest for the rules.
+
+        tx_order "arrival" makes a transaction visible once it is complete, "commit" once it and every
+        transaction whose end marker came earlier are (lsm.ingest_tx).
+
+        engine "local" (threads of this process) or "spark" (`spark=` session or `master=` URL) runs a bulk
+        load instead: `tasks` slices written to SSTs in parallel, committed as ONE batch (lsm.bulk)."""
+        if engine != "stream":
+            if engine in ("local", "spark"):
+                if max_records is not None:
+                    raise ValueError("max_records applies to engine='stream' only: a bulk load takes everything")
+                if times != "store":
+                    raise ValueError("times='source' applies to engine='stream' only: a bulk load commits at one time")
+                return bulk_ingest(
+                    self, source, name, engine=engine, spark=spark, master=master, tasks=tasks, ttl_base=ttl_base,
+                    tx_order=tx_order,
+                )
+            raise ValueError(f"unknown ingest engine {engine!r}: use 'stream', 'local' or 'spark'")
+        if tasks is not None:
+            raise ValueError("tasks= applies to engine='local' or 'spark' only")
+        if spark is not None or master is not None:
+            raise ValueError("spark= and master= apply to engine='spark' only")
+        return ingest_stream(
+            self, source, name, max_records=max_records, batch_records=batch_records, ttl_base=ttl_base,
+            sync=sync, progress=progress, should_stop=should_stop, tx_order=tx_order, times=times,
+        )
+
+    def bulk_output_spec(self) -> OutputSpec:
+        """Where and how a bulk load writes its SSTs (tasks add attempt-unique suffixes to the prefix)."""
+        self._writer.check_writable()
+        vs = self._versions
+        return vs.output_spec(f"{vs.alloc_ids():020d}-bulk", self.options.target_sst_bytes)
+
+    def commit_bulk(self, entries: list[SstEntry], base: int, last: int, ts: int) -> None:
+        """Commit a bulk load's SSTs (seqs in [base, last], from `reserve_seqs`; newest first) in ONE
+        manifest edit, placed in L0 in seq order (lsm.bulk.place_bulk; BulkLoadConflictError if it cannot
+        be). Pauses compaction for the edit, so none can commit across it."""
+        self._writer.check_writable()
+        vs = self._versions
+        try:
+            vs.storage.fsync_dir(vs.sst_dir)
+        except OSError as e:
+            raise self._failure.fail(e) from e
+        held = (base, last)
+        timeline = self._timeline
+        with self._compactor.exclusive():
+
+            def edit(m: Manifest) -> Manifest:
+                # the reservation becomes a committed load: one commit at `last` for readers of history
+                loads = tuple(r for r in m.bulk_loads if r[1] > m.history_floor) + (held,)
+                return m.replace(
+                    l0=place_bulk(m, entries, base, last),
+                    last_seq=max(m.last_seq, last),
+                    clock_watermark=max(m.clock_watermark, ts),
+                    seq_reservations=tuple(r for r in m.seq_reservations if r != held),
+                    bulk_loads=loads,
+                    **timeline.to_manifest(),
+                )
+
+            def installed(m: Manifest) -> None:
+                vs.install(m)
+                self._writer.release_reservation(held)  # after the install: stable_seq never runs ahead of reads
+
+            vs.commit(edit, installed)
+
+    def remap(self, name: str) -> Remap:
+        """The lsm.Remap of source `name` (its bindings, frontier, as-of lookups); UnknownSourceError if
+        no ingest wrote it. Its `upper` is the store's (`snapshot_at` answers below the same time)."""
+        self._reads.check_open()
+        upper, _seq = self._time.complete_upto()  # read first: the remap read after it holds every binding below
+        return load_remap(self, name, upper=upper)
+
+    def sources(self) -> list[str]:
+        """Names of the sources ingested into this database, ascending."""
+        self._reads.check_open()
+        return list_sources(self)
+
+    # -- introspection -----------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """True once the handle is closed (reads and writes then raise ClosedError)."""
+        return self._closed
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why writes are refused (the failed state's `DbFailedError`, or a flush error), else None."""
+        return self._failure.error
+
+    @property
+    def engine(self) -> Engine:
+        """The engine's internal services (compaction, ingest, the WAL lock); not a user API."""
+        return self._engine
+
+    @property
+    def manifest(self) -> Manifest:
+        """The current manifest (the LSM shape)."""
+        return self._versions.manifest
+
+    def lsm_shape(self) -> dict[str, Any]:
+        """The current shape, for tools and tests: memtable rows, immutable memtables, L0 SST names
+        (newest first) and each sorted run's SST names (newest run first)."""
+        st = self._versions.state
+        return {
+            "memtable_rows": len(st.mem),
+            "immutable_memtables": len(st.imm),
+            "l0": [e.name for e, _ in st.l0],
+            "runs": [[e.name for e in run.record.ssts] for run in st.runs],
+        }
 
     # -- close -------------------------------------------------------------------------------------
     def close(self) -> None:
         """Flush the memtable, record the clock watermark, stop threads, release files. Idempotent.
 
         In the failed state it writes nothing and just releases; an I/O error during close raises
-        DbFailedError after everything is released."""
+        DbFailedError after everything is released. A handle fenced before its object-store WAL could
+        write what it buffered raises FencedError once released (docs/reliability.md)."""
         if self._closed:
             return
         try:
             if self._compactor is not None:
                 self._compactor.stop()
-            if not self.read_only and self._bg_error is None:
-                for hook in self._on_close_hooks:
+            if not self.read_only and self._failure.error is None:
+                for hook in self._engine.on_close:
                     hook()
-                with self._write_lock:
-                    self._check_fence()  # fenced: nothing of ours may reach the new owner's files
-                    self._rotate_locked()
-                self._wait_flushed()
+                self._writer.rotate_and_wait()
                 # a reading, not the last commit's time: a read-only handle opened later is complete up
-                # to it (no later commit can be stamped below it), see DB._complete_upto
+                # to it (no later commit can be stamped below it), see TimeTravel.complete_upto
                 watermark = self._clock.read()
-                self._vs.commit(
-                    lambda m: m.replace(
-                        clock_watermark=max(m.clock_watermark, watermark), **self._manifest_extras(m)
-                    )
+                timeline = self._timeline
+                self._versions.commit(
+                    lambda m: m.replace(clock_watermark=max(m.clock_watermark, watermark), **timeline.to_manifest())
                 )
         except FencedError:
             pass
@@ -476,48 +520,25 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             self._release()
 
     def _release(self) -> None:
-        """Stop the threads and close every file this handle holds, whatever fails on the way. A handle
-        fenced before its object-store WAL could write what it buffered raises FencedError at the end:
-        writes it acknowledged with sync=False are lost, and a close that returned would say otherwise."""
+        """Stop the threads and close every file this handle holds, whatever fails on the way; then raise
+        what the WAL's close reported (an I/O error of its last write, or writes a fence stranded)."""
         failure: BaseException | None = None
         try:
             if self._compactor is not None:
                 self._compactor.stop()
         finally:
-            with self._cv:
-                self._stopping = True
-                self._cv.notify_all()
-            if self._flush_thread is not None and self._flush_thread is not threading.current_thread():
-                self._flush_thread.join()
-            if self._lock_releaser is not None:
-                self._lock_releaser.stop()
-                self._lock_releaser = None
-            if self._wal is not None:
-                try:
-                    if self._wal.broken is None:
-                        self._wal.sync()
-                except FencedError:
-                    pass  # an object-store WAL whose next id another handle claimed: its buffer stays unwritten
-                except OSError as e:
-                    err = self._fail(e)
-                    failure = err if self._bg_error is err else None
-                finally:
-                    wal, self._wal = self._wal, None
-                    try:
-                        wal.close()
-                    except FencedError:
-                        pass
-                    lost = (wal.stranded(self._vs.manifest.last_seq, self._unacknowledged)
-                            if isinstance(wal, ObjectWal) else 0)
-                    if lost and failure is None and isinstance(wal.broken, FencedError):
-                        failure = FencedError(
-                            f"{self.path}: this handle was fenced before it could write its last {lost} WAL "
-                            "record(s): the writes among them acknowledged with sync=False are lost (another "
-                            "handle owns the database)")
-            self._vs.close()
-            self._closed = True
+            self._flusher.stop()
+            self._wal.stop_releaser()
+            failure = self._wal.close(self._first_failure)
+            self._versions.close()
+            self._closed = self._writer.closed = self._reads.closed = True
         if failure is not None:
             raise failure
+
+    def _first_failure(self, error: OSError) -> BaseException | None:
+        """Enter the failed state for `error`; the error to raise from close if it is the first failure."""
+        err = self._failure.fail(error)
+        return err if self._failure.error is err else None
 
     def __enter__(self) -> DB:
         return self
@@ -526,130 +547,15 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         self.close()
 
     def __repr__(self) -> str:
-        return f"DB({self.path!r}, seq={self._seq})"
-
-class Engine:
-    """The DB's services for the engine's own modules: the `CompactionHost` of lsm.compactor, the
-    `WriterHost` of lsm.wal_lock and the write/read primitives lsm.ingest and lsm.remap_store use.
-
-    Not a user API (reach it as ``db.engine``); it exists so that no module outside lsm/db.py touches a
-    private DB member. Every method is safe to call from any thread."""
-
-    def __init__(self, db: DB) -> None:
-        self._db = db
-        self.versions: VersionSet = db._vs
-        self.options: DbOptions = db.options
-        self.path: str = db.path
-
-    @property
-    def closed(self) -> bool:
-        """Is the DB closed?"""
-        return self._db._closed
-
-    @property
-    def failure(self) -> BaseException | None:
-        """The failed-state (or flush) error refusing writes, else None."""
-        return self._db._bg_error
-
-    @property
-    def compactor(self) -> DbCompactor | None:
-        """The handle's compaction driver (None for a read-only handle); `step()` runs one due job."""
-        return self._db._compactor
-
-    def now(self) -> int:
-        """The DB clock's current time (ms; never goes backwards)."""
-        return self._db._clock.read()
-
-    def clock_driver(self) -> str | None:
-        """The source whose times drive this handle's clock (an ingest with times="source"), or None."""
-        return self._db._clock.driver
-
-    def source_state(self, name: str) -> SourceState:
-        """The ingest state of source `name` on this handle (lsm.ingest_state), created on first use."""
-        db = self._db
-        with db._state_lock:
-            st = db._ingest_states.get(name)
-            if st is None:
-                st = db._ingest_states[name] = SourceState()
-            return st
-
-    def check_writable(self) -> None:
-        """Raise ClosedError / ReadOnlyError / the failed-state error if writes are refused."""
-        self._db._check_writable()
-
-    def fail(self, error: BaseException, published: bool | None = False) -> DbFailedError:
-        """Enter the failed state for I/O error `error`; return the `DbFailedError` to raise."""
-        return self._db._fail(error, published)
-
-    def retention_cutoff(self, tick: int) -> int | None:
-        """The expiry time before which a flush or compaction at `tick` may drop expired rows."""
-        return self._db._retention_cutoff(tick)
-
-    def snapshot_seqs(self) -> tuple[int, ...]:
-        """Seqs of live snapshots, ascending."""
-        return self._db.snapshot_seqs()
-
-    def flush_if_idle(self) -> bool:
-        """The idle flush (see DB._flush_if_idle); True if it flushed."""
-        return self._db._flush_if_idle()
-
-    def history_advanced(self) -> None:
-        """A compaction advanced the history floor: compact every source's remap to the history window's
-        start (lsm.ingest.compact_remaps)."""
-        from lsm.ingest import compact_remaps  # lsm.ingest imports what imports this module
-
-        compact_remaps(self._db)
-
-    def commit_rows(
-        self, rows_at: Callable[[int, int], tuple[list[tuple], int]], sync: bool, at: tuple[str, int] | None = None
-    ) -> tuple[int, int]:
-        """Commit the (key, expire_ts, value) rows ``rows_at(ts, seq)`` builds under one seq and ts, system
-        keys allowed; returns (seq, ts). `at` = (source, ts): at the source's own time. See DB._commit_rows."""
-        return self._db._commit_rows(rows_at, sync, at)
-
-    def scan_raw(
-        self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None, entries: bool = False
-    ) -> Iterator:
-        """(key, value) rows in [start, end) as of `max_seq` (None: latest), system keys and expired rows
-        included (for the engine's own rows, e.g. the remap); `Entry` rows (with seq and ts) if `entries`."""
-        return self._db._scan(start, end, reverse, None, max_seq, True, None, entries)
-
-    def segment_lock_held(self) -> bool:
-        """Whether the writer holds its WAL segment flock now (lsm.wal_lock)."""
-        wal = self._db._wal
-        return wal is not None and wal.held
-
-    def release_idle_lock(self, last_seq: int) -> int:
-        """Drop the writer's WAL segment flock if no commit happened since `last_seq` (lsm.wal_lock);
-        returns the current seq. Never waits for the write lock."""
-        db = self._db
-        wal = db._wal
-        seq = db._seq
-        if wal is not None and wal.held and seq == last_seq and db._write_lock.acquire(blocking=False):
-            try:
-                if db._wal is wal and db._seq == seq:
-                    wal.release()
-            finally:
-                db._write_lock.release()
-        return seq
+        return f"DB({self.path!r}, seq={self._writer.seq})"
 
 
-def _prepare_dir(path: str, create: bool) -> None:
-    if is_url(path):  # an object store has no directories: a database is its manifest objects
-        if not create and not storage_for(path).list_names(os.path.join(path, "manifest")):
-            raise NotADatabaseError(f"{path}: no such database")
-        return
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise NotADatabaseError(f"{path}: is a file, not a database directory")
-    if os.path.isdir(path):
-        entries = set(os.listdir(path))
-        if entries and not os.path.isdir(os.path.join(path, "manifest")):
-            raise NotADatabaseError(f"{path}: directory is not empty and holds no lsm-sim database")
-    elif not create:
-        raise NotADatabaseError(f"{path}: no such database")
-    if create:
-        for sub in ("", "manifest", "wal", "sst"):
-            os.makedirs(os.path.join(path, sub), exist_ok=True)
+def _prepare(store: DbStore, create: bool) -> None:
+    """Refuse a path that holds no database (or something else), and lay out a new one."""
+    paths = store.paths
+    problem = store.storage.prepare_database(store.root, paths.dirs(), paths.manifest_dir, create)
+    if problem is not None:
+        raise NotADatabaseError(f"{store.root}: {problem}")
 
 
-__all__ = ["DB", "Engine", "Entry", "ReadOnlyError", "State", "Run", "prefix_end"]
+__all__ = ["DB", "Engine", "Entry", "ReadOnlyError", "Run", "State", "prefix_end"]

@@ -31,15 +31,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 from formats.manifest import Manifest
 from formats.row import RowFeature
 from formats.sst import SstReader
-from formats.storage import is_url, storage_for
 from formats.wal import WalRecord, decode_segment
-from lsm import wal as wal_files
 from lsm.errors import CorruptionError, LsmError, NotADatabaseError
 from lsm.manifest import ManifestStore
+from lsm.wal_replay import live_segments, read_segments, unflushed
+from storage.paths import DbStore, open_store
+from storage.ssts import open_sst
 
 ATTEMPTS = 100  # of reading a consistent view while the upstream flushes and compacts
 
@@ -151,16 +153,17 @@ def load_start(m: Manifest, seq: int) -> int:
 
 def latest_manifest(path: str | os.PathLike[str]) -> Manifest:
     """The newest manifest of the database at `path` (NotADatabaseError if there is none)."""
-    path = os.fspath(path)
-    _require_db(path)
-    return _latest(ManifestStore(path), path)[1]
+    db = _require_db(os.fspath(path))
+    return _latest(ManifestStore(db), db.root)[1]
 
 
-def _require_db(path: str) -> None:
-    """NotADatabaseError unless `path` has a manifest directory (on an object store: manifest objects)."""
-    d = os.path.join(path, "manifest")
-    if not (storage_for(d).list_names(d) if is_url(d) else os.path.isdir(d)):
+def _require_db(path: str) -> DbStore:
+    """The store of `path`; NotADatabaseError unless it has a manifest directory (on an object store:
+    manifest objects)."""
+    db = open_store(path)
+    if not db.storage.holds_directory(db.paths.manifest_dir):
         raise NotADatabaseError(f"{path}: not an lsm-sim database (no manifest directory)")
+    return db
 
 
 def _seq_key(row: tuple) -> tuple:
@@ -183,16 +186,11 @@ def _latest(store: ManifestStore, path: str) -> tuple[int, Manifest]:
     raise LsmError(f"{path}: the manifest kept changing while being read")
 
 
-def _wal_records(path: str, man: Manifest) -> list[WalRecord]:
-    out: list[WalRecord] = []
-    for _sid, seg in wal_files.live_segments(os.path.join(path, "wal"), man.wal_replay_from):
-        try:
-            records, _torn = wal_files.read_segment(seg)
-        except FileNotFoundError:
-            raise _Changed from None
-        out.extend(r for r in records if r.seq > man.last_seq)
-    out.sort(key=lambda r: r.seq)
-    return out
+def _wal_records(db: DbStore, man: Manifest) -> list[WalRecord]:
+    try:
+        return unflushed(list(read_segments(db, live_segments(db, man.wal_replay_from))), man)
+    except FileNotFoundError:  # retired by a flush since the listing
+        raise _Changed from None
 
 
 def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = None) -> HistoryView:
@@ -200,8 +198,8 @@ def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = N
     reading the versions with start <= seq < stop: only the SSTs whose seqs overlap that range are
     opened (a follower reading the newest commits opens the newest SSTs, if any)."""
     path = os.fspath(path)
-    _require_db(path)
-    store = ManifestStore(path)
+    db = _require_db(path)
+    store = ManifestStore(db)
     for _ in range(ATTEMPTS):
         mid, man = _latest(store, path)
         lo = load_start(man, start)  # a start inside a bulk load reads the whole load (one commit)
@@ -209,8 +207,8 @@ def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = N
         try:
             for e in man.all_ssts():
                 if e.info.max_seq >= lo and (stop is None or e.info.min_seq < stop):
-                    readers.append(SstReader(os.path.join(path, "sst", e.name)))
-            wal = _wal_records(path, man)
+                    readers.append(open_sst(db.paths.sst(e.name), storage=db.storage))
+            wal = _wal_records(db, man)
             # a flush commits its manifest before retiring the segments it flushed: if the manifest did
             # not move while we read the WAL, no segment we needed was gone
             if _latest(store, path)[0] != mid:
@@ -224,13 +222,14 @@ def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = N
 
 class WalTail:
     """The last durable seq of a database, cheaply and repeatedly: the manifest's `last_seq` and the
-    complete WAL records after it, read incrementally (each call reads only bytes appended since)."""
+    complete WAL records after it, read incrementally (each call reads only bytes appended since: a
+    segment file grows, a WAL object is read once, `Storage.read_appended`)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        _require_db(self.path)
-        self._store = ManifestStore(self.path)
-        self._segments: dict[str, tuple[tuple[int, int], int, int]] = {}  # path -> (ident, pos, max seq)
+        self._db = _require_db(self.path)
+        self._store = ManifestStore(self._db)
+        self._segments: dict[str, tuple[Any, int, int]] = {}  # path -> (identity, position read, max seq)
 
     def last_seq(self) -> int:
         """The last seq durable in the database: in an SST or in a complete WAL record."""
@@ -247,8 +246,8 @@ class WalTail:
         for _ in range(ATTEMPTS):
             mid, man = _latest(self._store, self.path)
             top = man.last_seq
-            seen: dict[str, tuple[tuple[int, int], int, int]] = {}
-            for _sid, seg in wal_files.live_segments(os.path.join(self.path, "wal"), man.wal_replay_from):
+            seen: dict[str, tuple[Any, int, int]] = {}
+            for _sid, seg in live_segments(self._db, man.wal_replay_from):
                 state = self._scan(seg)
                 if state is not None:
                     seen[seg] = state
@@ -261,41 +260,23 @@ class WalTail:
                 return top, man
         raise LsmError(f"{self.path}: the database kept changing while its WAL was being read")
 
-    def _scan(self, seg: str) -> tuple[tuple[int, int], int, int] | None:
-        if is_url(seg):  # a WAL object is written once, whole: read it the first time it is listed
-            return self._segments.get(seg) or self._scan_object(seg)
-        try:
-            fd = os.open(seg, os.O_RDONLY)
-        except FileNotFoundError:
+    def _scan(self, seg: str) -> tuple[Any, int, int] | None:
+        old = self._segments.get(seg)
+        got = self._db.storage.read_appended(seg, None if old is None else old[0], 0 if old is None else old[1])
+        if got is None:
             return None  # flushed and retired since the listing: the manifest we read covers it
-        try:
-            st = os.fstat(fd)
-            ident = (st.st_dev, st.st_ino)
-            old = self._segments.get(seg)
-            ident0, pos, top = (
-                old if old is not None and old[0] == ident and old[1] <= st.st_size else (ident, 0, 0)
-            )
-            if st.st_size > pos:
-                buf = os.pread(fd, st.st_size - pos, pos)
-                try:
-                    records, torn = decode_segment(buf, seg)
-                except CorruptionError as e:  # offsets are relative to `pos`: report the file's
-                    raise CorruptionError(seg, pos + e.offset, e.detail) from None
-                for r in records:
-                    top = max(top, r.seq)
-                pos += len(buf) if torn is None else torn
-            return ident0, pos, top
-        finally:
-            os.close(fd)
-
-    @staticmethod
-    def _scan_object(seg: str) -> tuple[tuple[int, int], int, int] | None:
-        try:
-            buf = storage_for(seg).read(seg)
-        except FileNotFoundError:
-            return None  # deleted since the listing: as for a retired segment file above
-        records, _torn = decode_segment(buf, seg)
-        return (0, 0), len(buf), max((r.seq for r in records), default=0)
+        ident, start, buf = got
+        top = old[2] if old is not None and start == old[1] else 0
+        pos = start
+        if buf:
+            try:
+                records, torn = decode_segment(buf, seg)
+            except CorruptionError as e:  # offsets are relative to `start`: report the file's
+                raise CorruptionError(seg, start + e.offset, e.detail) from None
+            for r in records:
+                top = max(top, r.seq)
+            pos += len(buf) if torn is None else torn
+        return ident, pos, top
 
 
 __all__ = ["HistoryView", "WalTail", "history_floor", "latest_manifest", "load_start", "open_view", "stable_seq"]

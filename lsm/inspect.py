@@ -1,7 +1,7 @@
 """Read-only inspection of a database directory: check it whole, and measure where its space goes.
 
 Both work on the files, not through an open `DB`: they never fence a running writer and never write.
-The files are reached through `formats.storage`, so `path` may be an object-store URL as well.
+The files are reached through `storage`, so `path` may be an object-store URL as well.
 
 - `check_database(path) -> CheckReport`, or `CheckError` naming the first problem: every manifest version
   kept decodes; every SST the newest manifest references exists, passes `formats.verify.verify_sst` and
@@ -38,10 +38,12 @@ from compaction.merge import merge_sources
 from formats.errors import CorruptionError, LsmError
 from formats.manifest import Manifest, SstEntry
 from formats.sst import SstReader
-from formats.storage import is_url, path_kind, storage_for
 from formats.verify import verify_sst
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm.syskeys import SYSTEM_PREFIX, is_system
+from storage import path_kind
+from storage.paths import DbStore, open_store
+from storage.ssts import open_sst
 
 if TYPE_CHECKING:
     from lsm.history import HistoryView
@@ -63,10 +65,8 @@ def is_database_dir(path: str | os.PathLike[str]) -> bool:
     """True if `path` is a directory holding an lsm-sim database, or one being created (its manifest/
     directory exists): what must not be used as anything else, e.g. a partitioned log. On an object
     store (a URL) a directory exists when objects lie under it."""
-    p = os.path.join(path, "manifest")
-    if is_url(p):
-        return bool(storage_for(p).list_names(p))
-    return os.path.isdir(p)
+    store = open_store(path)
+    return store.storage.holds_directory(store.paths.manifest_dir)
 
 
 def database_dir(path: str) -> str:
@@ -75,15 +75,12 @@ def database_dir(path: str) -> str:
     from lsm.errors import NotADatabaseError
     from lsm.manifest import ManifestStore
 
-    if is_url(path) and ManifestStore(path).ids():  # a database: one LIST says so, nothing else to ask
+    store = open_store(path)
+    if ManifestStore(store).ids():  # a database: one listing says so, nothing else to ask
         return path
     kind = path_kind(path)
     if kind is None:
-        if not is_url(path):
-            raise NotADatabaseError(f"{path}: no such file or directory")
-        # a memory:// store lives inside the process that made it: another process (this one) sees none
-        alone = " (a memory:// store exists only inside the process that created it)" if path.startswith("memory:") else ""
-        raise NotADatabaseError(f"{path}: no object under this URL{alone}")
+        raise NotADatabaseError(f"{path}: {store.storage.nothing_there(path)}")
     if kind != "dir":
         raise NotADatabaseError(f"{path}: is a file, not a database directory")
     if not is_database_dir(path):
@@ -180,7 +177,7 @@ def _seqs_by_key(path: str, ssts: tuple[SstEntry, ...], lo: bytes, hi: bytes, ne
     for e in ssts:
         if e.info.last_key < lo or e.info.first_key > hi:
             continue
-        with SstReader(os.path.join(path, "sst", e.name)) as r:
+        with open_sst(open_store(path).paths.sst(e.name)) as r:
             for row in r.iter(lo):
                 key = row[0]
                 if key > hi:
@@ -225,15 +222,16 @@ def _check_once(path: str) -> CheckReport:
     seen = _check_ssts(path, m, mpath, rep)
     _check_shape(m, mpath, path)
     _check_watermarks(m, mpath)
-    sst_dir = os.path.join(path, "sst")
-    orphans = sorted(n for n in storage_for(sst_dir).list_names(sst_dir) if n.endswith(".sst") and n not in seen)
+    db = open_store(path)
+    sst_dir = db.paths.sst_dir
+    orphans = sorted(n for n in db.storage.list_names(sst_dir) if n.endswith(".sst") and n not in seen)
     if orphans:
         rep.notes.append(
             f"{len(orphans)} SST file(s) in sst/ not referenced by the manifest (left for garbage "
             f"collection): {', '.join(orphans[:5])}{' ...' if len(orphans) > 5 else ''}"
         )
     _check_wal(path, m, rep)
-    foreign = sorted(set(storage_for(path).list_entries(path)) - DB_ENTRIES)
+    foreign = sorted(set(db.storage.list_entries(path)) - DB_ENTRIES)
     if foreign:
         rep.warnings.append(
             f"{len(foreign)} unexpected entr{'y' if len(foreign) == 1 else 'ies'} in {path} (not lsm-sim's: "
@@ -251,9 +249,9 @@ def _check_ssts(path: str, m: Manifest, mpath: str, rep: CheckReport) -> set[str
             if e.name in seen:
                 raise CheckError(f"{mpath}: SST {e.name} is referenced twice")
             seen.add(e.name)
-            p = os.path.join(path, "sst", e.name)
+            p = open_store(path).paths.sst(e.name)
             try:
-                with SstReader(p) as r:
+                with open_sst(p) as r:
                     verify_sst(r)
                     file_info = r.info
             except FileNotFoundError:  # opening is the existence test: no extra request on an object store
@@ -322,21 +320,18 @@ def _check_watermarks(m: Manifest, mpath: str) -> None:
 def _check_wal(path: str, m: Manifest, rep: CheckReport) -> None:
     """The WAL segments from the replay point decode (a torn tail is a note); count the records in them
     that are not in SSTs yet."""
-    from lsm import wal as wal_files
+    from lsm.wal_replay import live_segments, read_segments
 
-    for _sid, p in wal_files.live_segments(os.path.join(path, "wal"), m.wal_replay_from):
-        try:
-            records, torn = wal_files.read_segment(p)
-        except FileNotFoundError:
-            continue
-        except CorruptionError as e:
-            raise CheckError(str(e)) from None
-        rep.wal_segments += 1
-        # what replay would apply: an object-store WAL object may also hold records of a memtable
-        # already flushed (lsm.wal_object), which replay skips by seq as this does
-        rep.wal_records += sum(1 for r in records if r.seq > m.last_seq)
-        if torn is not None:
-            rep.notes.append(f"{p}: torn tail at offset {torn} (replay stops there)")
+    db = open_store(path)
+    try:
+        # what replay reads and applies (lsm.wal_replay: records above the manifest's last_seq)
+        for seg in read_segments(db, live_segments(db, m.wal_replay_from), missing_ok=True):
+            rep.wal_segments += 1
+            rep.wal_records += sum(1 for r in seg.records if r.seq > m.last_seq)
+            if seg.torn is not None:
+                rep.notes.append(f"{seg.path}: torn tail at offset {seg.torn} (replay stops there)")
+    except CorruptionError as e:
+        raise CheckError(str(e)) from None
 
 
 # -- space --------------------------------------------------------------------------------------------
@@ -381,20 +376,17 @@ def _sst_rows(r: SstReader, src: int) -> Iterator[tuple]:
 
 def _wal_rows(path: str, m: Manifest) -> tuple[list[tuple], LevelUsage, int]:
     """The unflushed rows of the WAL (sorted, tagged with source 0), the WAL's level, the newest ts seen."""
-    from lsm import wal as wal_files
+    from lsm.wal_replay import live_segments, read_segments
 
     rows: list[tuple] = []
     usage = LevelUsage("wal")
     max_ts = m.clock_watermark
     fixed = 2 + WAL_ROW_CODEC.attrs.size
-    for _sid, p in wal_files.live_segments(os.path.join(path, "wal"), m.wal_replay_from):
-        try:
-            records, _torn = wal_files.read_segment(p)
-            usage.size += storage_for(p).size(p)
-        except FileNotFoundError:
-            continue
+    db = open_store(path)
+    for seg in read_segments(db, live_segments(db, m.wal_replay_from), missing_ok=True):
+        usage.size += _size(db, seg.path)
         usage.files += 1
-        for rec in records:
+        for rec in seg.records:
             max_ts = max(max_ts, rec.ts)
             if rec.seq <= m.last_seq:
                 continue
@@ -403,6 +395,14 @@ def _wal_rows(path: str, m: Manifest) -> tuple[list[tuple], LevelUsage, int]:
                 rows.append((key, seq, ts, exp, value, 0, size))
     rows.sort(key=lambda row: (row[0], -row[1]))
     return rows, usage, max_ts
+
+
+def _size(db: DbStore, path: str) -> int:
+    """The size of a WAL segment (0 if it was deleted since it was read)."""
+    try:
+        return db.storage.size(path)
+    except FileNotFoundError:
+        return 0
 
 
 def space_usage(path: str, now: int | None = None) -> SpaceReport:
@@ -421,7 +421,7 @@ def space_usage(path: str, now: int | None = None) -> SpaceReport:
         for name, ssts in levels(m):
             src = len(usage)
             usage.append(LevelUsage(name, files=len(ssts), size=sum(e.size for e in ssts)))
-            opened = [SstReader(os.path.join(path, "sst", e.name)) for e in ssts]
+            opened = [open_sst(open_store(path).paths.sst(e.name)) for e in ssts]
             readers += opened
             if name == "L0":  # overlapping: each SST is a source of its own
                 sources += [_sst_rows(r, src) for r in opened]
@@ -465,10 +465,10 @@ def space_usage(path: str, now: int | None = None) -> SpaceReport:
 def stored_files(path: str) -> dict[str, tuple[int, int]]:
     """(count, bytes) of the files each directory of the database at `path` holds (manifest, wal, sst),
     referenced or not: what an object store bills for. One listing per directory."""
+    db = open_store(path)
     out = {}
-    for sub in ("manifest", "wal", "sst"):
-        d = os.path.join(path, sub)
-        sizes = list(storage_for(d).list_sizes(d).values())
+    for sub, d in zip(("manifest", "wal", "sst"), db.paths.dirs(), strict=True):
+        sizes = list(db.storage.list_sizes(d).values())
         out[sub] = (len(sizes), sum(sizes))
     return out
 

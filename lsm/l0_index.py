@@ -60,7 +60,7 @@ class L0Index:
         self.gets += 1
         if self.gets <= self.rows:
             return None
-        if not readers[0].local and (self.gets % OBJECT_CHECK_EVERY or not all(r.all_cached() for r in readers)):
+        if not readers[0].mapped and (self.gets % OBJECT_CHECK_EVERY or not all(r.all_cached() for r in readers)):
             # an object store: a block the build would read is a GET (see the module docstring); until
             # every L0 block is cached a point read probes the L0 files' blooms and reads at most one
             # block per file they admit

@@ -1,7 +1,7 @@
 """The manifest store: ``manifest/%020d.manifest``, one immutable file per version.
 
 A new version is published by creating id + 1 if it does not exist (compare-and-swap), through the
-storage seam (`formats.storage.Storage.put_if_absent`). In a local directory the content is written to a
+storage seam (`storage.Storage.put_if_absent`). In a local directory the content is written to a
 temporary file, fsynced, then hard-linked to its final name, which fails if another process got there
 first; on an object store it is one PUT with If-None-Match, which the store refuses if the object exists.
 Either way a version is never seen half-written, and two writers never both win.
@@ -24,35 +24,35 @@ race between that check and the append is described in `lsm.wal` and `lsm.db`).
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 
 from formats import fileio
 from formats import manifest as codec
 from formats.manifest import Manifest
-from formats.storage import TMP_PREFIX, PublishUnknownError, storage_for  # noqa: F401 (re-exported)
-from lsm.fsutil import numbered_files
+from storage import TMP_PREFIX, PublishUnknownError  # noqa: F401 (re-exported)
+from storage.paths import DbStore, manifest_ids, open_store
 
-SUFFIX = ".manifest"
-EPOCH_FILE = "WRITER_EPOCH"
 EPOCH = struct.Struct(">Q")
 
 
 class ManifestStore:
-    """The manifest versions of one database: ``<db>/manifest/%020d.manifest``, each written once."""
+    """The manifest versions of one database: ``<db>/manifest/%020d.manifest``, each written once.
 
-    def __init__(self, db_path: str) -> None:
-        self.dir = os.path.join(db_path, "manifest")
-        self.storage = storage_for(self.dir)
+    Given the `DbStore` the engine resolved at open; a path or URL (a tool's argument) is resolved here."""
+
+    def __init__(self, store: DbStore | str | os.PathLike[str]) -> None:
+        self.db = store if isinstance(store, DbStore) else open_store(store)
+        self.dir = self.db.paths.manifest_dir
+        self.storage = self.db.storage
 
     def path(self, manifest_id: int) -> str:
         """The file of version `manifest_id`."""
-        return os.path.join(self.dir, f"{manifest_id:020d}{SUFFIX}")
+        return self.db.paths.manifest(manifest_id)
 
     def ids(self) -> list[int]:
         """The versions on disk, ascending."""
-        return [i for i, _ in numbered_files(self.dir, SUFFIX)]
+        return [i for i, _ in manifest_ids(self.storage, self.db.paths)]
 
     def read(self, manifest_id: int) -> Manifest:
         """Decode version `manifest_id` (CorruptionError naming the file if it does not decode)."""
@@ -75,9 +75,7 @@ class ManifestStore:
     def stale_tmp(self) -> list[str]:
         """Temporary files of commits that never finished (a crash between write and link): for the
         version set to delete (`lsm.versions.VersionSet.delete_files`) once it owns the store."""
-        if not self.storage.local:  # an object is published whole by one PUT: it leaves no temporaries
-            return []
-        return [os.path.join(self.dir, n) for n in self.storage.list_names(self.dir) if n.startswith(TMP_PREFIX)]
+        return self.storage.stale_temporaries(self.dir)
 
     def prunable(self, keep: int) -> list[str]:
         """The versions but the newest `keep` (readers only ever open the newest): for the version set
@@ -87,71 +85,42 @@ class ManifestStore:
 
 
 class FenceToken:
-    """The shared, memory-mapped copy of the current writer epoch (see module docstring).
+    """The current writer epoch as every writer of the database sees it: a memory cell the backend shares
+    between processes (`Storage.shared_cell`: the mapped WRITER_EPOCH file of a directory), or, where
+    there is none (an object store), this process's own copy, set to 0 once it learns it is fenced (a
+    WAL object id or a manifest version another writer took): the store itself decides fencing there.
 
-    An object-store database has no file to map: its token is this process's own copy (`LocalToken`),
-    and fencing is decided by the store itself (a newer writer's WAL object id or manifest version)."""
+    ``view[0:8] != encode(epoch)`` is the cheapest fence check there is (a memory read)."""
 
-    def __init__(self, manifest_dir: str) -> None:
-        self.path = os.path.join(manifest_dir, EPOCH_FILE)
-        fd = fileio.create(self.path, os.O_RDWR)
-        try:
-            if os.fstat(fd).st_size < EPOCH.size:
-                fileio.pwrite(fd, EPOCH.pack(0), 0, self.path)
-            self._map = mmap.mmap(fd, EPOCH.size)
-        finally:
-            os.close(fd)
+    def __init__(self, store: DbStore) -> None:
+        self.path = store.paths.epoch_file
+        self._map = store.storage.shared_cell(self.path, EPOCH.size)
+        self.shared = self._map is not None  # False: this process's own copy (module docstring)
+        if self._map is None:
+            self._map = bytearray(EPOCH.size)
 
     @property
-    def view(self) -> mmap.mmap:
-        """The mapping itself: ``view[0:8] != encode(epoch)`` is the cheapest fence check there is."""
+    def view(self) -> bytes | bytearray:
+        """The cell itself (`view[0:8]` is the published epoch's encoding)."""
         return self._map
 
     @staticmethod
     def encode(epoch: int) -> bytes:
-        """The token bytes for `epoch` (what `view()[0:8]` holds once it is published)."""
+        """The token bytes for `epoch` (what `view[0:8]` holds once it is published)."""
         return EPOCH.pack(epoch)
 
     def read(self) -> int:
-        """The epoch currently published."""
+        """The epoch currently published (0 for a process's own copy that learned it is fenced)."""
         return EPOCH.unpack_from(self._map, 0)[0]
 
     def publish(self, epoch: int) -> None:
-        """Publish `epoch` as the current writer epoch (every process mapping the token sees it)."""
+        """Publish `epoch` as the current writer epoch (every process sharing the cell sees it; 0 marks
+        this handle fenced)."""
         self._map[0 : EPOCH.size] = EPOCH.pack(epoch)
-        fileio.msync(self._map, self.path)
+        if self.shared:
+            fileio.msync(self._map, self.path)
 
     def close(self) -> None:
-        """Unmap the token."""
-        self._map.close()
-
-
-class LocalToken:
-    """The fence token of an object-store database: our own epoch, or 0 once we learn we are fenced
-    (a WAL object id or a manifest version another writer took). Same interface as `FenceToken`."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray(EPOCH.size)
-
-    @property
-    def view(self) -> bytearray:
-        """The token bytes, as `FenceToken.view`."""
-        return self._buf
-
-    encode = staticmethod(FenceToken.encode)
-
-    def read(self) -> int:
-        """The epoch currently held (0: fenced)."""
-        return EPOCH.unpack_from(self._buf, 0)[0]
-
-    def publish(self, epoch: int) -> None:
-        """Hold `epoch` (0 marks this handle fenced)."""
-        self._buf[0 : EPOCH.size] = EPOCH.pack(epoch)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def fence_token(store: ManifestStore) -> FenceToken | LocalToken:
-    """The fence token of the database whose manifests `store` holds."""
-    return FenceToken(store.dir) if store.storage.local else LocalToken()
+        """Unmap a shared cell."""
+        if self.shared:
+            self._map.close()

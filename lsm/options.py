@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from compaction.policy import POLICIES
 from formats.sst_layout import COMPRESSION_CODES, KNOWN_COMPRESSIONS
-from formats.storage import request_bound_ms
 from lsm.clock import I64_MAX, Clock, SystemClock
 from lsm.events import check_listeners
 from lsm.wal import RECOVERY_MODES
+from storage import request_bound_ms
 
 if TYPE_CHECKING:
     from lsm.snapshot import Snapshot

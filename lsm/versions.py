@@ -41,13 +41,14 @@ from typing import TYPE_CHECKING, TypeVar
 from compaction.merge import OutputSpec
 from formats.manifest import Manifest, SortedRun, SstEntry
 from formats.sst import SstReader
-from formats.storage import storage_for
 from lsm.cache import LruCache
 from lsm.errors import DbFailedError, FencedError, NotADatabaseError
-from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.l0_index import L0Index
-from lsm.manifest import FenceToken, LocalToken, ManifestStore, PublishUnknownError, fence_token
+from lsm.manifest import FenceToken, ManifestStore, PublishUnknownError
 from lsm.options import DbOptions
+from storage import Storage
+from storage.paths import DbStore
+from storage.ssts import open_sst
 
 if TYPE_CHECKING:
     from lsm.memtable import Memtable
@@ -85,17 +86,19 @@ class VersionSet:
 
     def __init__(
         self,
-        path: str,
+        store: DbStore,
         options: DbOptions,
         read_only: bool,
         failure: Callable[[], BaseException | None],
         fail: Callable[[BaseException, bool | None], DbFailedError],
     ) -> None:
-        self.path = path
+        self.db = store  # the database's files: its backend and their names (storage.paths)
+        self.storage = store.storage
+        self.path = store.root
         self.options = options
         self.read_only = read_only
-        self.sst_dir = os.path.join(path, "sst")
-        self.store = ManifestStore(path)
+        self.sst_dir = store.paths.sst_dir
+        self.store = ManifestStore(store)
         self._failure = failure
         self._fail = fail
         self._cache = LruCache(options.block_cache_bytes)
@@ -104,14 +107,14 @@ class VersionSet:
         self.lock = threading.Lock()  # lock order 2: state, next_id, iterator pins, retired files
         self.iter_gens: Counter[int] = Counter()  # state generation -> open iterators reading it
         self.obsolete: list[tuple[int, list[str]]] = []  # (generation retired at, file names)
-        self.token: FenceToken | LocalToken | None = None
+        self.token: FenceToken | None = None
         self.token_bytes: object = None  # the mapped WRITER_EPOCH file (checked by each write)
         self.epoch_bytes = b""  # our epoch as WRITER_EPOCH holds it
         self.manifest_id, self.manifest = self._recover()
         m = self.manifest
         self.writer_epoch = m.writer_epoch
         self.compactor_epoch = m.compactor_epoch
-        self.next_id = max(m.next_sst_id, max_sst_number(self.sst_dir) + 1)
+        self.next_id = max(m.next_sst_id, max_sst_number(self.storage, self.sst_dir) + 1)
         self.state: State | None = None
 
     # -- open / recover -----------------------------------------------------------------------------
@@ -146,11 +149,11 @@ class VersionSet:
                 return mid, man
             # the nonce makes this opener's version its own: two openers bump one version to the same
             # epochs, and an object store decides a create whose response was lost by reading the object
-            # back (formats.objstore), which must then tell their bytes apart
+            # back (storage.objstore), which must then tell their bytes apart
             bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1,
                                  writer_nonce=secrets.randbits(63) | 1)
             if try_create(mid + 1, bumped):
-                self.token = fence_token(store)
+                self.token = FenceToken(self.db)
                 self.token.publish(bumped.writer_epoch)
                 self.token_bytes = self.token.view
                 self.epoch_bytes = self.token.encode(bumped.writer_epoch)
@@ -165,18 +168,16 @@ class VersionSet:
 
     def mark_fenced(self) -> None:
         """Another handle took over (an object-store WAL id or manifest version said so): later writes
-        raise FencedError at their fence check."""
-        self.token.publish(0)
+        raise FencedError at their fence check. (A shared cell holds the newer epoch already.)"""
+        if not self.token.shared:
+            self.token.publish(0)
 
     def fenced_on_store(self) -> bool:
         """Whether another handle has published a manifest version with newer epochs than ours, asked of
         the store now (for an object-store writer that was idle, lsm.wal_object; for an opener after its
         WAL claim): one HEAD of the version after ours, and only if it exists a read of the newest. An
         error reading the store is raised (OSError)."""
-        if self.store.storage.local:
-            _mid, m = self.store.latest()
-            return m is not None and self._fence_error(m) is not None
-        if not self.store.storage.exists(self.store.path(self.manifest_id + 1)):
+        if not self.storage.exists(self.store.path(self.manifest_id + 1)):
             return False
         return self._fence_error(self.store.latest()[1]) is not None
 
@@ -187,7 +188,7 @@ class VersionSet:
     # -- file ids and outputs -------------------------------------------------------------------------
     def sst_path(self, name: str) -> str:
         """The path of SST file `name`."""
-        return os.path.join(self.sst_dir, name)
+        return self.db.paths.sst(name)
 
     def alloc_ids(self, n: int = 1) -> int:
         """Reserve `n` consecutive file ids; return the first."""
@@ -238,7 +239,7 @@ class VersionSet:
                 except OSError as e:
                     # our temporary file was removed: by a newer owner? (a local directory's publication
                     # only: on an object store ENOENT is a missing bucket, and the listing fails as well)
-                    if e.errno == errno.ENOENT and self.store.storage.local:
+                    if e.errno == errno.ENOENT and self.storage.appends:
                         try:
                             fenced = self._fence_error(self.store.latest()[1])
                         except OSError:  # the failed state below, not an error the commit leaks
@@ -289,7 +290,7 @@ class VersionSet:
         """The cached reader of SST `name` (opened on first use)."""
         r = self.readers.get(name)
         if r is None:
-            r = SstReader(self.sst_path(name), cache=self._cache if self.options.block_cache_bytes else None)
+            r = open_sst(self.sst_path(name), storage=self.storage, cache=self._cache if self.options.block_cache_bytes else None)
             self.readers[name] = r
         return r
 
@@ -379,7 +380,7 @@ class VersionSet:
         epochs (it may be a commit of our own, racing this check). A read that fails answers no."""
         if self.read_only or self.token is None or self.is_fenced():
             return False
-        if self.store.storage.local:
+        if self.token.shared:  # every owner publishes its epoch in the cell we read: nothing else to ask
             return True
         try:
             fenced = self.fenced_on_store()
@@ -406,13 +407,21 @@ class VersionSet:
                     f"{self.path}: another handle opened this database; this one is fenced and deletes nothing"
                 )
             return []
-        return [p for p in paths if unlink_quiet(p)]
+        return [p for p in paths if self._delete(p)]
+
+    def _delete(self, path: str) -> bool:
+        """Delete one file no manifest needs; True if it is gone. A failure leaves it for the next gc."""
+        try:
+            self.storage.delete(path)
+        except OSError:
+            return False
+        return True
 
     def collect_garbage(self, grace_ms: int) -> list[str]:
         """Delete the SSTs no manifest names that are older than `grace_ms` (by the store's clock), and
         that no reader of this handle has open: leftovers of failed jobs and crashes. Listing first, then
         the fence (`delete_files`): a fenced handle raises FencedError and deletes nothing. Returns names."""
-        storage = storage_for(self.sst_dir)
+        storage = self.storage
         listing = storage.list_mtimes(self.sst_dir)
         cutoff = storage.now() - grace_ms / 1000
         with self.commit_lock:  # the manifest and the open readers as of one commit
@@ -420,7 +429,7 @@ class VersionSet:
         names = sorted(n for n, mtime in listing.items() if n.endswith(".sst") and n not in live and mtime <= cutoff)
         removed = self.delete_files([self.sst_path(n) for n in names], strict=True)
         if removed:
-            fsync_dir(self.sst_dir)
+            storage.fsync_dir(self.sst_dir)
         return [os.path.basename(p) for p in removed]
 
     def live_files(self) -> set[str]:
@@ -445,10 +454,10 @@ def may_be_published(error: BaseException) -> bool:
     return isinstance(error, DbFailedError) and error.published is not False
 
 
-def max_sst_number(sst_dir: str) -> int:
+def max_sst_number(storage: Storage, sst_dir: str) -> int:
     """The largest leading number of a file name in `sst_dir` (0 if none): new ids start above it."""
     best = 0
-    for n in storage_for(sst_dir).list_names(sst_dir):
+    for n in storage.list_names(sst_dir):
         head = n.split("-", 1)[0].split(".", 1)[0]
         if head.isdigit():
             best = max(best, int(head))

@@ -30,7 +30,7 @@ after it was sent) can be, and then nothing is acknowledged.
 A process that exits normally without closing its database still writes what its writers buffer (an
 ``atexit`` hook); a killed one loses it, as the durability rules above allow.
 
-Failures: an object write that fails (after the store's retries, formats.objstore) breaks the writer
+Failures: an object write that fails (after the store's retries, storage.objstore) breaks the writer
 for good, like a failed append of a local segment: the write waiting for it raises, later appends raise
 the same error, and the DB is in its failed state (at once when the background flusher's write failed:
 `on_broken`). Its object may have landed (a lost response), so no later object may be written after it
@@ -55,9 +55,9 @@ import weakref
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
-from formats.storage import PublishUnknownError, request_bound_ms, storage_for
-from lsm import wal as wal_files
 from lsm.errors import FencedError
+from storage import PublishUnknownError, request_bound_ms
+from storage.paths import DbStore
 
 if TYPE_CHECKING:
     from lsm.options import DbOptions
@@ -73,16 +73,16 @@ class ObjectWal:
 
     held = True  # no segment flock on an object store: fencing is the create-if-absent of each id
 
-    def __init__(self, wal_dir: str, segment_id: int, interval_ms: int | None, flush_bytes: int, *,
+    def __init__(self, store: DbStore, segment_id: int, interval_ms: int | None, flush_bytes: int, *,
                  on_fenced: Callable[[], None] | None = None,
                  check_fence: Callable[[], bool] | None = None, bound: WalBound | None = None,
                  anchor: float | None = None,
                  on_broken: Callable[[OSError], object] | None = None) -> None:
-        self.wal_dir = wal_dir
+        self.paths = store.paths
         self.segment_id = segment_id
         self.next_id = segment_id
-        self.path = wal_files.segment_path(wal_dir, segment_id)
-        self.storage = storage_for(wal_dir)
+        self.path = store.paths.wal(segment_id)
+        self.storage = store.storage
         self.interval = None if interval_ms is None else interval_ms / 1000  # None: no flusher thread
         self.flush_bytes = flush_bytes
         self.on_fenced = on_fenced
@@ -207,7 +207,7 @@ class ObjectWal:
             self._durable = upto
 
     def _put(self, data: bytes) -> None:
-        path = wal_files.segment_path(self.wal_dir, self.next_id)
+        path = self.paths.wal(self.next_id)
         clock, bound = self._clock, self.bound
         sent = clock.monotonic()
         if bound is not None and sent - self._anchor > bound.recheck_ms / 1000:
@@ -240,13 +240,13 @@ class ObjectWal:
         raise FencedError(f"{path}: another handle took over this database's WAL; this handle is fenced")
 
 
-def claim(wal_dir: str, segment_id: int) -> None:
+def claim(store: DbStore, segment_id: int) -> None:
     """Claim WAL object id `segment_id` with an empty object (an open, fencing the writer before it:
     module docstring); FileExistsError if the id is taken. A PUT whose outcome is unknown raises its
     OSError: the next open reads what is there."""
-    path = wal_files.segment_path(wal_dir, segment_id)
+    path = store.paths.wal(segment_id)
     try:
-        created = storage_for(wal_dir).put_if_absent(path, b"")
+        created = store.storage.put_if_absent(path, b"")
     except PublishUnknownError as e:
         raise e.error from None
     if not created:
@@ -302,7 +302,7 @@ class WalBound:
 
 def wal_bound(options: DbOptions) -> WalBound:
     """The WAL's timing for `options`: the grace is `gc_grace_ms`, raised to what one request may take
-    (`formats.storage.request_bound_ms`: the retry window plus the client's timeout) plus the recheck
+    (`storage.request_bound_ms`: the retry window plus the client's timeout) plus the recheck
     window and the clock margin. ValueError if the client options give no bound (checked at open)."""
     request = request_bound_ms(options.object_store_options)
     return WalBound(request, max(options.gc_grace_ms, request + MIN_RECHECK_MS + CLOCK_MARGIN_MS))

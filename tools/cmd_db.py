@@ -231,8 +231,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # -- du ---------------------------------------------------------------------------------------------------
 def cmd_du(args: argparse.Namespace) -> int:
-    from formats.storage import is_url, register
     from lsm.inspect import CATEGORIES, space_usage, stored_files
+    from storage import is_url, register
 
     read_options.warn_deprecated(args)
     # an object-store database: its own client, so the request counters hold exactly what du asked

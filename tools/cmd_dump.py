@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from formats.storage import is_url, path_kind, storage_for
+from storage import is_url, path_kind, storage_for
 from tools import render
 from tools.cmd_write import WRITABLE_NOTE, open_writable
 from tools.common import db_dir

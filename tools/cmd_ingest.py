@@ -180,7 +180,7 @@ class _Progress:
 def cmd_ingest(args: argparse.Namespace) -> int:
     import os
 
-    from formats.storage import is_url, path_kind
+    from storage import is_url, path_kind
 
     fresh = path_kind(args.path) is None if is_url(args.path) else not os.path.lexists(args.path)
     try:
@@ -199,9 +199,9 @@ def _remove_unused_store(path: str) -> None:
     import os
     import shutil
 
-    from formats.storage import is_url, storage_for
     from lsm.errors import LsmError
     from lsm.inspect import DB_ENTRIES, latest_manifest
+    from storage import is_url, storage_for
 
     st = storage_for(path)
     try:

@@ -184,7 +184,7 @@ def advance_line(line: str) -> tuple[int, list[int] | None] | None:
 def local_log_dir(path: str) -> str:
     """`path`, refused (ValueError) if it is an object-store URL: a partitioned log's partitions are files
     appended to in place, which an object (written once) cannot be."""
-    from formats.storage import is_url
+    from storage import is_url
 
     if is_url(path):
         raise ValueError(f"{path}: a partitioned log is a local directory, not an object-store URL (its partitions are appended to)")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from formats import manifest as codec
 from formats.errors import CorruptionError, FormatVersionError
 from formats.manifest import Manifest, SstEntry
-from formats.storage import path_kind, storage_for
+from storage import path_kind, storage_for
 from tools import render
 from tools.cmd_sst import info_json
 from tools.common import db_dir, latest_manifest

@@ -14,8 +14,8 @@ from typing import Any
 from formats.errors import CorruptionError
 from formats.row import RowFeature, RowFlags
 from formats.sst import COMPRESSION_NAMES, FOOTER, TRAILER, SsTableInfo, SstReader
-from formats.storage import is_url, path_kind, storage_for
 from formats.verify import verify_sst
+from storage import is_url, path_kind, ssts, storage_for
 from tools import render
 
 TIME_FIELDS = ("creation_timestamp", "min_ts", "max_ts", "min_expire_ts", "max_expire_ts")
@@ -82,7 +82,7 @@ def open_sst(path: str) -> SstReader:
     usual mistakes."""
     if path_kind(path) == "dir":
         raise ValueError(f"{path}: is a directory, not an SST file")
-    return SstReader(path)
+    return ssts.open_sst(path)
 
 
 def feature_names(features: tuple[int, ...]) -> list[str]:
@@ -274,7 +274,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     files = [(given, p) for given in args.paths for p in sst_files(given)]
     for given, p in files:
         try:
-            with SstReader(p) as r:
+            with open_sst(p) as r:
                 verify_sst(r)
                 results.append(
                     {"path": p, "ok": True, "num_rows": r.info.num_rows, "num_blocks": r.info.num_blocks}

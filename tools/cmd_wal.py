@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from formats.storage import path_kind, storage_for
+from storage import path_kind, storage_for
 from tools import render
 from tools.common import db_dir, latest_manifest
 

@@ -49,10 +49,10 @@ from formats.log import (
     scan_heads,
     scan_records,
 )
-from formats.storage import LOCAL, PublishUnknownError
 from lsm.clock import I64_MIN, check_i64_ms
 from lsm.errors import LsmError, SourceError
 from lsm.sources.protocol import MAX_PARTITION, SourceRecord, check_range, make_record
+from storage import LOCAL, PublishUnknownError
 
 _FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
 CHUNK = 1 << 20  # bytes read at a time while indexing or reading

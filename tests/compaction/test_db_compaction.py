@@ -18,8 +18,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import lsm
 from compaction import scheduler
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision
-from formats.sst import SstReader
-from formats.storage import storage_for
+from storage import storage_for
+from storage.ssts import open_sst
 from tests.compaction._util import fast_tmp, open_db
 
 
@@ -31,7 +31,7 @@ def sst_files(db):
 def rows_on_disk(db):
     out = []
     for name in sst_files(db):
-        with SstReader(db.sst_path(name)) as r:
+        with open_sst(db.sst_path(name)) as r:
             out += list(r)
     return out
 
@@ -541,7 +541,7 @@ class CompactionMachine(RuleBasedStateMachine):
     @invariant()
     def files_match_manifest(self):
         # no open iterators between steps and the flush thread idle: exactly the referenced files
-        self.db._wait_flushed()
+        self.db.engine.flusher.wait_flushed()
         assert sst_files(self.db) == sorted(e.name for e in self.db.manifest.all_ssts())
 
 

@@ -19,7 +19,7 @@ from compaction.filter import (
     FilterContext,
     Reason,
 )
-from formats.sst import SstReader
+from storage.ssts import open_sst
 from tests.compaction._util import open_db
 
 
@@ -27,7 +27,7 @@ def rows_on_disk(db):
     out = []
     d = os.path.join(db.path, "sst")
     for name in sorted(os.listdir(d)):
-        with SstReader(os.path.join(d, name)) as r:
+        with open_sst(os.path.join(d, name)) as r:
             out += list(r)
     return out
 

@@ -28,7 +28,8 @@ from compaction.merge import (
     SstOutput,
     run_job,
 )
-from formats.sst import SstReader, SstWriter, write_sst
+from formats.sst import SstWriter, write_sst
+from storage.ssts import open_sst
 
 TICK = 1_000
 K = b"k"
@@ -314,7 +315,7 @@ def _out_rows(job, result):
     rows = []
     for name, info in result.outputs:
         assert info.creation_timestamp == job.tick
-        with SstReader(os.path.join(job.output.directory, name)) as r:
+        with open_sst(os.path.join(job.output.directory, name)) as r:
             rows += list(r)
     return rows
 
@@ -373,7 +374,7 @@ def test_sst_output_splits_at_target_and_never_splits_a_key(tmp_path):
     files = []
     for name, info in outputs:
         assert info.creation_timestamp == 77
-        with SstReader(tmp_path / name) as r:
+        with open_sst(tmp_path / name) as r:
             files.append(list(r))
     # all rows, in order, nothing lost or duplicated
     assert [row for f in files for row in f] == rows
@@ -407,7 +408,7 @@ def test_sst_output_one_key_bigger_than_target_stays_in_one_file(tmp_path):
     outputs = SstOutput(spec, creation_timestamp=1).write(iter(rows))
     holding_big = [n for n, i in outputs if i.first_key <= b"big" <= i.last_key]
     assert len(holding_big) == 1
-    with SstReader(tmp_path / holding_big[0]) as r:
+    with open_sst(tmp_path / holding_big[0]) as r:
         assert sum(1 for row in r if row[0] == b"big") == 50
 
 
@@ -459,7 +460,7 @@ def test_failing_factory_leaves_no_output_files(tmp_path):
 def test_a_failed_output_on_an_object_store_leaves_no_object():
     # a Spark task or a bulk-load task writing into an s3:// database removes its objects on failure
     # (memory:// here: the same ObjectStorage code, no server)
-    from formats.storage import storage_for
+    from storage import storage_for
 
     directory = f"memory://output-{os.getpid()}-{id(object())}/db/sst"
 

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compaction.stream as stream_mod
+import storage.ssts
 from compaction.filter import Reason, TtlFilter
 from compaction.merge import (
     CompactionJob,
@@ -34,6 +35,7 @@ from compaction.merge import (
 )
 from formats.errors import CorruptionError
 from formats.sst import SstReader, SstWriter
+from storage.ssts import open_sst
 
 TICK = 10_000
 
@@ -139,7 +141,7 @@ def _job(tmp_path, srcs_paths, last=True) -> CompactionJob:
     infos = []
     for paths in srcs_paths:
         for p in paths:
-            with SstReader(p) as r:
+            with SstReader(p) as r:  # local files: the codec maps them itself
                 infos.append(r.info)
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
@@ -184,7 +186,7 @@ def test_full_compaction_opens_one_sst_per_source_at_a_time(tmp_path, monkeypatc
             live["now"] -= 1
             super().close()
 
-    monkeypatch.setattr(stream_mod, "SstReader", Counting)
+    monkeypatch.setattr(storage.ssts, "SstReader", Counting)  # what open_sst builds
     result = run_job(_job(tmp_path, srcs))
     assert live["now"] == 0
     assert live["opened"] == sum(map(len, srcs))  # each of the 12 input files opened exactly once
@@ -192,7 +194,7 @@ def test_full_compaction_opens_one_sst_per_source_at_a_time(tmp_path, monkeypatc
     assert result.stats.rows_in == result.stats.rows_out == 3 * 4 * 50
     rows = []
     for name, _ in result.outputs:
-        with SstReader(os.path.join(tmp_path / "out", name)) as r:
+        with open_sst(os.path.join(tmp_path / "out", name)) as r:
             rows += list(r)
     assert [r[0] for r in rows] == sorted(r[0] for r in rows)
 
@@ -208,7 +210,7 @@ def test_input_readers_are_freed_without_the_cyclic_collector(tmp_path, monkeypa
             super().__init__(*a, **kw)
             refs.append(weakref.ref(self))
 
-    monkeypatch.setattr(stream_mod, "SstReader", Tracked)
+    monkeypatch.setattr(storage.ssts, "SstReader", Tracked)  # what open_sst builds
     gc.disable()
     try:
         run_job(_job(tmp_path, srcs))

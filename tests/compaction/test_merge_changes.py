@@ -21,7 +21,7 @@ from compaction.merge import (
     merge_sources,
     run_job,
 )
-from formats.sst import SstReader
+from storage.ssts import open_sst
 from tests.compaction.test_merge import TICK, _job, expired, key_history, tomb, val
 from tests.compaction.test_merge_batches import blocks, resolver_kwargs
 from tests.compaction.test_merge_batches import sources as batch_sources
@@ -55,7 +55,7 @@ def test_reporter_keeps_what_the_resolver_keeps_and_names_the_newest_change(vers
 def _rows(job, result):
     rows = []
     for name, _info in result.outputs:
-        with SstReader(os.path.join(job.output.directory, name)) as r:
+        with open_sst(os.path.join(job.output.directory, name)) as r:
             rows += list(r)
     return rows
 

@@ -23,7 +23,8 @@ import compaction.output as output_mod
 from compaction.filter import Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from compaction.output import SstOutput
-from formats.sst import SstReader, SstWriter
+from formats.sst import SstWriter
+from storage.ssts import open_sst
 from tests.formats._records import records_of
 
 TICK = 10_000
@@ -123,7 +124,7 @@ def test_columnar_merge_writes_the_bytes_and_stats_of_the_row_merge(
     infos = []
     for ps in paths:
         for p in ps:
-            with SstReader(p) as r:
+            with open_sst(p) as r:
                 infos.append(r.info)
     job = CompactionJob(
         sources=paths,
@@ -163,7 +164,7 @@ def test_alike_inputs_take_the_columnar_path(tmp_path, monkeypatch):
     old = _alike_run(root, "old.sst", range(6000), 100, exp_every=5)
     infos = []
     for p in (new, old):
-        with SstReader(p) as r:
+        with open_sst(p) as r:
             infos.append(r.info)
     calls = {"rounds": 0, "rows": 0}
     real = columnar_mod.resolve_round

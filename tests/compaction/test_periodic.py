@@ -18,7 +18,7 @@ import lsm
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Reason
 from compaction.scheduler import SchedulerOptions, is_due, pick, pick_periodic
 from formats.manifest import SortedRun, SstEntry
-from formats.sst import SstReader
+from storage.ssts import open_sst
 from tests.compaction._util import fake_sst
 
 P = 1_000  # the periodic interval (ms) of the unit tests
@@ -212,7 +212,7 @@ def _rows_on_disk(db):
     sst_dir = os.path.join(db.path, "sst")
     for name in os.listdir(sst_dir):
         if name.endswith(".sst"):
-            with SstReader(os.path.join(sst_dir, name)) as r:
+            with open_sst(os.path.join(sst_dir, name)) as r:
                 rows += [(name, r.info.creation_timestamp, row) for row in r]
     return rows
 

@@ -16,8 +16,9 @@ import lsm
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision, Reason
 from compaction.scheduler import Plan
 from compaction.trivial_move import DistinctKeys, movable, sst_has_distinct_keys
-from formats.sst import SstReader, write_sst
+from formats.sst import write_sst
 from lsm.events import EventListener
+from storage.ssts import open_sst
 from tests.compaction._util import fake_sst, open_db
 from tests.tools._cli import run_lsm
 
@@ -196,7 +197,7 @@ def test_a_released_snapshots_versions_are_collapsed_not_moved(db_dir):
         stats = db.compact()
         assert stats.moved_files == 0 and stats.versions_dropped == 1
         assert db.get(b"a") == b"new"
-        with SstReader(db.sst_path(db.manifest.runs[0].ssts[0].name)) as r:
+        with open_sst(db.sst_path(db.manifest.runs[0].ssts[0].name)) as r:
             assert [row[0] for row in r].count(b"a") == 1
 
 
@@ -321,7 +322,7 @@ def _periodic_run(path, seed):
             db.flush()
             db.compact()
             for e in db.manifest.all_ssts():
-                with SstReader(db.sst_path(e.name)) as r:
+                with open_sst(db.sst_path(e.name)) as r:
                     for key, _seq, _ts, exp, _v in r:
                         assert exp is None or exp + interval >= now, f"{key!r} expired at {exp}, now {now}"
     return {(i.reason, i.executor) for k, i in ev.seen if k == "begin"}

@@ -12,8 +12,8 @@ import pytest
 
 import lsm
 from formats.row import RowFeature
-from formats.sst import SstReader
-from formats.storage import storage_for
+from storage import storage_for
+from storage.ssts import open_sst
 
 T0 = 1_700_000_000_000
 
@@ -41,7 +41,7 @@ def files(db):
     d = os.path.join(db.path, "sst")
     out = {}
     for name in sorted(storage_for(d).list_names(d)):
-        with SstReader(os.path.join(d, name)) as r:
+        with open_sst(os.path.join(d, name)) as r:
             out[name] = list(r)
     return out
 
@@ -131,7 +131,7 @@ def test_expired_row_becomes_tombstone_keeping_ts_when_not_into_oldest_run(db_di
         new_run = db.manifest.runs[0]
         rows = []
         for e in new_run.ssts:
-            with SstReader(db.sst_path(e.name)) as r:
+            with open_sst(db.sst_path(e.name)) as r:
                 rows += [row for row in r if row[0] == b"base0007"]
                 if rows:
                     assert r.info.num_tombstones >= 1

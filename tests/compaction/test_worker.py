@@ -13,7 +13,8 @@ from compaction import local
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision, Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from compaction.worker import Worker, WorkerDied
-from formats.sst import SstReader, write_sst
+from formats.sst import write_sst
+from storage.ssts import open_sst
 
 
 class Boom(CompactionFilter):
@@ -58,7 +59,7 @@ def _job(tmp_path, name: str, filters=()) -> CompactionJob:
         paths.append(str(p))
     out = tmp_path / name
     out.mkdir()
-    infos = tuple(SstReader(p).info for p in paths)
+    infos = tuple(open_sst(p).info for p in paths)
     return CompactionJob(
         tuple((p,) for p in paths), infos, True, 10_000, Reason.MANUAL, OutputSpec(str(out), "o", target_bytes=4096), filters
     )
@@ -67,7 +68,7 @@ def _job(tmp_path, name: str, filters=()) -> CompactionJob:
 def _rows(outputs, directory) -> list[tuple]:
     rows = []
     for name, _info in outputs:
-        with SstReader(os.path.join(directory, name)) as r:
+        with open_sst(os.path.join(directory, name)) as r:
             rows += list(r)
     return rows
 

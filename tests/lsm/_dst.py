@@ -1,4 +1,4 @@
-"""Deterministic simulation of the whole engine on a simulated object store (formats.simstore), from one seed.
+"""Deterministic simulation of the whole engine on a simulated object store (storage.simstore), from one seed.
 
 One seed is one run: a sequence of writer sessions (each a writable open, which fences the one before it
 without telling it), a read-only reader and their operations (puts, deletes, batches, sync and plain
@@ -29,13 +29,13 @@ import random
 import tempfile
 
 import lsm
-from formats.objstore import ObjectStorage
-from formats.simstore import Faults, SimClient, SimTime, SimWorld
-from formats.storage import attach, detach
 from lsm.errors import DbFailedError, FencedError, LsmError
 from lsm.sources import LogWriter, PartitionedLog
+from storage import attach, detach
+from storage.objstore import ObjectStorage
+from storage.simstore import Faults, SimClient, SimTime, SimWorld
 
-# what the simulated network does to requests (formats.simstore.Faults): a few percent fail or lose
+# what the simulated network does to requests (storage.simstore.Faults): a few percent fail or lose
 # their response, and one in fifty is held in flight for seconds, landing after later requests
 FAULTS = Faults(fail=0.03, lost=0.02, hold=0.02, hold_s=(5.0, 25.0), latency_s=(0.002, 0.030), timeout_s=30.0)
 # the client side of the same network: retries within 5 s, a request may take up to 30 s
@@ -356,14 +356,8 @@ class Run:
 def abandon(db: lsm.DB) -> None:
     """Drop a handle as a killed process would: its buffered WAL records are never written (not at exit
     either), its files are released."""
-    wal = db._wal
-    if wal is not None and hasattr(wal, "_closed"):
-        wal._closed.set()
-        from lsm.wal_object import _open_writers
-
-        _open_writers.discard(wal)
-    db._closed = True
-    db._vs.close()
+    if not db.closed:
+        db.engine.crash()
 
 
 def missing_file(e: BaseException | None) -> bool:

@@ -27,10 +27,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lsm
-from formats.sst import SstReader
 from lsm.manifest import ManifestStore
 from lsm.seq_tracker import Round, SeqTracker
 from lsm.time_seq import TimeSeq
+from storage.ssts import open_sst
 from tests.lsm._lsm_proc import Served
 from tools.render import rfc3339
 
@@ -301,7 +301,7 @@ def test_bad_as_of_times_are_rejected(tmp_path):
 def sst_rows(db: lsm.DB, path) -> set[tuple[bytes, int]]:
     rows = set()
     for e in db.manifest.all_ssts():
-        with SstReader(os.path.join(path, "sst", e.name)) as r:
+        with open_sst(os.path.join(path, "sst", e.name)) as r:
             rows.update((row[0], row[1]) for row in r)
     return rows
 

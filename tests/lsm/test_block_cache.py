@@ -6,8 +6,9 @@ from __future__ import annotations
 import gc
 
 import lsm
-from formats.sst import SstReader, write_sst
+from formats.sst import write_sst
 from lsm.cache import LruCache
+from storage.ssts import open_sst
 
 
 class Blk:
@@ -50,7 +51,7 @@ def test_an_evicted_block_is_not_kept_alive_by_its_reader(tmp_path):
     rows = [(b"k%04d" % i, 1000 - i, 7, None, b"v" * 50) for i in range(400)]
     info = write_sst(tmp_path / "t.sst", rows, block_bytes=256, sync=False)
     cache = LruCache(4 * 1024)  # a few blocks of this file
-    with SstReader(tmp_path / "t.sst", cache=cache) as r:
+    with open_sst(tmp_path / "t.sst", cache=cache) as r:
         for _ in range(2):
             assert [r.get(row[0]) for row in rows] == rows
         gc.collect()
@@ -94,7 +95,7 @@ def test_a_point_read_key_index_is_charged_to_its_block(tmp_path):
     rows = [(b"k%04d" % i, 1000 - i, 7, None, b"v" * 50) for i in range(400)]
     write_sst(tmp_path / "t.sst", rows, block_bytes=256, sync=False)
     cache = LruCache(1 << 20)
-    with SstReader(tmp_path / "t.sst", cache=cache) as r:
+    with open_sst(tmp_path / "t.sst", cache=cache) as r:
         list(r)  # every block cached, no key index yet
         plain = cache.used
         for row in rows:

@@ -22,7 +22,7 @@ import signal
 import time
 
 import lsm
-from formats.sst import SstReader
+from storage.ssts import open_sst
 from tests.lsm._lsm_proc import Forks
 
 KEYS_PER_BATCH = 4
@@ -109,7 +109,7 @@ def check(path, acked_ever: set[int]) -> int:
         missing = acked_ever - set(batches)
         assert not missing, f"acknowledged batches lost: {sorted(missing)[:10]}"
         for e in db.manifest.all_ssts():  # every SST the manifest names is whole
-            with SstReader(os.path.join(path, "sst", e.name)) as r:
+            with open_sst(os.path.join(path, "sst", e.name)) as r:
                 r.verify()
         return newest
 

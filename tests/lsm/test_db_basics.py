@@ -11,9 +11,9 @@ import pytest
 
 import lsm
 from formats import wal as wal_codec
-from formats.sst import SstReader
 from lsm.manifest import ManifestStore
 from lsm.versions import VersionSet
+from storage.ssts import open_sst
 from tests.lsm._lsm_proc import Served
 
 T0 = 1_700_000_000_000
@@ -325,7 +325,7 @@ def test_flush_writes_an_l0_sst_into_the_manifest_and_retires_the_wal(tmp_path):
     assert man.runs == () and man.last_seq == db.seq == 2
     sst = os.path.join(path, "sst", entry.name)
     assert os.listdir(os.path.join(path, "sst")) == [entry.name]
-    with SstReader(sst) as r:
+    with open_sst(sst) as r:
         assert r.info == entry.info
         assert [(row[0], row[1], row[4]) for row in r] == [(b"a", 1, b"1"), (b"b", 2, None)]
     assert (entry.info.min_seq, entry.info.max_seq, entry.info.num_rows) == (1, 2, 2)
@@ -380,7 +380,7 @@ def test_v0_and_v1_ssts_in_one_database(db_root):
         infos = {e.info.format_version: e for e in db.manifest.l0}
         assert sorted(infos) == [0, 1]
         assert infos[0].info.row_features == () and infos[1].info.row_features
-        with SstReader(os.path.join(path, "sst", infos[0].name)) as r:
+        with open_sst(os.path.join(path, "sst", infos[0].name)) as r:
             # v0 rows carry no ts/expire_ts/seq: the reader reports ts None and the file's max_seq
             assert list(r) == [
                 (b"a", v0_max_seq, None, None, b"v0-a"),

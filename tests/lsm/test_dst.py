@@ -81,8 +81,8 @@ def test_the_simulation_finds_the_defects_it_was_built_for(rule, monkeypatch):
 
         # the old rule: WAL objects deleted once gc_grace_ms old (at least 10 s), whatever a request may
         # take, and a writer that never checks how long its PUT took
-        monkeypatch.setattr("lsm.db.wal_bound", lambda o: WalBound(0, 10**12))
-        monkeypatch.setattr("lsm.db_write.wal_grace_ms", lambda o: max(o.gc_grace_ms, 10_000))
+        monkeypatch.setattr("lsm.wal_manager.wal_bound", lambda o: WalBound(0, 10**12))
+        monkeypatch.setattr("lsm.wal_manager.wal_grace_ms", lambda o: max(o.gc_grace_ms, 10_000))
         expect = ("acknowledged write lost",)
     for seed in range(400):
         r = run_seed(seed)

@@ -279,9 +279,7 @@ def crash(db: lsm.DB) -> None:
     """Drop the handle as a killed process would: no final WAL sync, no flush, no manifest commit."""
     if db.closed:
         return
-    if db._wal is not None and db._wal.broken is None:
-        db._wal.broken = OSError("simulated crash")  # _release skips the final sync of a broken writer
-    db._release()
+    db.engine.crash()
 
 
 def one_case(tmp, w: Workload, kind: str | None, nth: int) -> tuple[int, fileio.FaultPlan]:

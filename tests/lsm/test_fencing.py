@@ -12,6 +12,7 @@ import threading
 import pytest
 
 import lsm
+from lsm.events import EventListener
 from tests.lsm._lsm_proc import Forks, Served
 
 T0 = 1_700_000_000_000
@@ -86,17 +87,16 @@ def test_flush_in_flight_when_fenced_cannot_clobber_the_new_handle(tmp_path):
     delete a file of the new one when its commit fails.
     """
     path = tmp_path / "db"
-    a = lsm.DB.open(path, opts(memtable_bytes=1024))
     release = threading.Event()
     started = threading.Event()
-    real_flush = a._flush_memtable
 
-    def slow_flush(mem):
-        started.set()
-        release.wait(10)
-        return real_flush(mem)
+    class SlowFlush(EventListener):
+        def on_flush_begin(self, info) -> None:  # runs in the flush thread, before the SST is written
+            if not started.is_set():
+                started.set()
+                release.wait(10)
 
-    a._flush_memtable = slow_flush  # the flush thread looks it up on the instance
+    a = lsm.DB.open(path, opts(memtable_bytes=1024, event_listeners=[SlowFlush()]))
     i = 0
     while not a.lsm_shape()["immutable_memtables"]:  # until the first memtable is frozen
         a.put(b"a%04d" % i, b"x" * 64)

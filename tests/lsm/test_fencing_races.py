@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 import lsm
-from formats.objstore import ObjectStorage
-from formats.simstore import NO_FAULTS, Fate, Faults, SimClient, SimTime, SimWorld
-from formats.storage import attach, detach, storage_for
 from lsm.events import EventListener
+from storage import attach, detach, storage_for
+from storage.objstore import ObjectStorage
+from storage.simstore import NO_FAULTS, Fate, Faults, SimClient, SimTime, SimWorld
 from tests.lsm._dst import STORE_OPTIONS, SimClock, abandon
 
 SYNC = lsm.WriteOptions(sync=True)

@@ -13,7 +13,6 @@ from compaction.flush import FlushJob, SegmentMismatch
 from compaction.merge import OutputSpec, flush_rows
 from compaction.worker import WorkerDied
 from formats import fileio
-from lsm import wal as wal_files
 from lsm.inspect import check_database
 
 T0 = 1_700_000_000_000
@@ -22,7 +21,7 @@ T0 = 1_700_000_000_000
 @pytest.fixture(autouse=True)
 def every_flush_in_the_worker(monkeypatch):
     """The DB flushes small memtables in its thread; these tests want the worker for every flush."""
-    monkeypatch.setattr("lsm.db_write.FLUSH_PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr("lsm.flusher.FLUSH_PROCESS_MIN_BYTES", 0)
 
 
 def opts(**kw) -> lsm.DbOptions:
@@ -88,7 +87,7 @@ def test_a_worker_that_cannot_flush_falls_back_to_the_thread(tmp_path, monkeypat
         open(os.path.join(job.output.directory, job.output.prefix + "-0000.sst"), "wb").write(b"half")
         raise WorkerDied("killed")
 
-    monkeypatch.setattr("lsm.db_write.run_flush_in_worker", dies)
+    monkeypatch.setattr("lsm.flusher.run_flush_in_worker", dies)
     path = tmp_path / "db"
     with lsm.DB.open(path, opts()) as db:
         for i in range(200):
@@ -125,8 +124,8 @@ def test_flush_job_checks_the_segment_holds_the_memtable(tmp_path):
     with lsm.DB.open(path, opts(memtable_bytes=1 << 20)) as db:
         for i in range(50):
             db.put(b"k%02d" % (i % 20), b"v%d" % i)
-        mem = db._vs.state.mem
-        seg = wal_files.segment_path(str(path / "wal"), mem.segment_id)
+        mem = db.engine.versions.state.mem
+        seg = db.store.paths.wal(mem.segment_id)
         out = tmp_path / "out"
         out.mkdir()
         spec = OutputSpec(str(out), "x", target_bytes=None)
@@ -142,9 +141,9 @@ def test_flush_job_checks_the_segment_holds_the_memtable(tmp_path):
 
 
 def test_small_memtables_are_flushed_in_the_thread(tmp_path, monkeypatch):
-    monkeypatch.setattr("lsm.db_write.FLUSH_PROCESS_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr("lsm.flusher.FLUSH_PROCESS_MIN_BYTES", 1 << 20)
     calls = []
-    monkeypatch.setattr("lsm.db_write.run_flush_in_worker", lambda job: calls.append(job))
+    monkeypatch.setattr("lsm.flusher.run_flush_in_worker", lambda job: calls.append(job))
     with lsm.DB.open(tmp_path / "db", opts()) as db:
         for i in range(100):
             db.put(b"k%03d" % i, b"x" * 64)
@@ -185,8 +184,7 @@ def test_fault_sweep_of_worker_flushes(tmp_path, kind):
                 with pytest.raises(lsm.DbFailedError):
                     db.flush()
         fired += plan.fired
-        db._wal.broken = OSError("simulated crash")  # drop the handle as kill -9 would
-        db._release()
+        db.engine.crash()  # drop the handle as kill -9 would
         with lsm.DB.open(path, opts()) as db2:
             for k, v in acked.items():
                 assert db2.get(k) == v, (nth, k)

@@ -11,9 +11,9 @@ import shutil
 import threading
 
 import lsm
-from formats.sst import SstReader
-from lsm import wal as wal_files
+from storage.ssts import open_sst
 from tests.compaction._util import fast_tmp
+from tests.lsm import _wal
 
 T0 = 1_700_000_000_000
 
@@ -30,10 +30,10 @@ def keys_on_disk(path) -> set[bytes]:
     sst_dir = os.path.join(path, "sst")
     for name in os.listdir(sst_dir):
         if name.endswith(".sst"):
-            with SstReader(os.path.join(sst_dir, name)) as r:
+            with open_sst(os.path.join(sst_dir, name)) as r:
                 keys.update(row[0] for row in r)
-    for _sid, p in wal_files.list_segments(os.path.join(path, "wal")):
-        records, _torn = wal_files.read_segment(p)
+    for _sid, p in _wal.segments(path):
+        records, _torn = _wal.records(path, p)
         keys.update(row[0] for rec in records for row in rec.rows)
     return keys
 
@@ -48,7 +48,7 @@ def test_full_memtable_is_flushed_in_the_writing_thread(tmp_path):
             db.put(b"k%04d" % n, b"v" * 40)
             n += 1
         assert db.lsm_shape()["immutable_memtables"] == 0 and db.lsm_shape()["memtable_rows"] == 0
-        with SstReader(db.sst_path(db.manifest.l0[0].name)) as r:
+        with open_sst(db.sst_path(db.manifest.l0[0].name)) as r:
             assert r.info.num_rows == n
         assert all(db.get(b"k%04d" % i) == b"v" * 40 for i in range(n))
         db.put(b"tail", b"t")
@@ -71,8 +71,8 @@ def test_idle_flush_waits_for_the_interval_then_empties_memtable_and_wal(tmp_pat
         db.compact()
         assert len(db.manifest.l0) == 1 and db.lsm_shape()["memtable_rows"] == 0
         assert keys_on_disk(tmp_path / "db") == {b"a", b"b"}  # in the SST only
-        segs = wal_files.list_segments(os.path.join(tmp_path, "db", "wal"))
-        assert all(wal_files.read_segment(p)[0] == [] for _i, p in segs)  # no row is left in a WAL
+        db_path = os.path.join(tmp_path, "db")
+        assert all(_wal.records(db_path, p)[0] == [] for _i, p in _wal.segments(db_path))  # no row is left in a WAL
         assert db.get(b"a") == b"1"
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import random
 
 import lsm
-from formats.sst import SstReader, write_sst
+from formats.sst import SstReader
 from lsm.l0_index import L0Index
+from storage.ssts import open_sst, write_sst
 
 T0 = 1_700_000_000_000
 
@@ -17,7 +18,7 @@ def readers_of(tmp_path, files: list[list[tuple]]) -> list[SstReader]:
     for i, rows in enumerate(files):
         path = tmp_path / f"{i}.sst"
         write_sst(path, rows)
-        out.append(SstReader(str(path)))
+        out.append(open_sst(str(path)))
     return out
 
 
@@ -73,9 +74,9 @@ def test_gets_through_the_index_equal_the_model_at_the_head_and_at_snapshots(tmp
 
 
 def test_on_an_object_store_the_index_is_built_only_from_cached_blocks_and_costs_no_request(s3_server):
-    from formats.storage import storage_for
     from lsm.cache import LruCache
     from lsm.l0_index import OBJECT_CHECK_EVERY
+    from storage import storage_for
 
     url = s3_server.new_url()
     st = storage_for(url)
@@ -83,7 +84,7 @@ def test_on_an_object_store_the_index_is_built_only_from_cached_blocks_and_costs
     for f, rows in enumerate(files):
         write_sst(f"{url}/{f}.sst", rows, block_bytes=512)
     cache = LruCache(64 << 20)
-    readers = [SstReader(f"{url}/{f}.sst", cache=cache, cache_id=f) for f in range(3)]
+    readers = [open_sst(f"{url}/{f}.sst", cache=cache, cache_id=f) for f in range(3)]
     index = L0Index()
     st.reset_stats()
     reads = 0

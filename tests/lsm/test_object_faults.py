@@ -11,10 +11,10 @@ import time
 import pytest
 
 import lsm
-from formats import objstore
-from formats.storage import register
-from lsm import wal as wal_files
 from lsm.wal_object import claim
+from storage import objstore, register
+from storage.paths import open_store
+from tests.lsm import _wal
 from tests.s3proxy import FaultProxy
 
 TRANSIENT = ["500", "503", "reset"]
@@ -36,8 +36,8 @@ def wal_seqs(url: str, s3_server) -> list[int]:
     """The seq of every record in the WAL objects of `url` (read straight from the server)."""
     register(url, s3_server.options())
     seqs = []
-    for _sid, path in wal_files.list_segments(url + "/wal"):
-        records, _ = wal_files.read_segment(path)
+    for _sid, path in _wal.segments(url):
+        records, _ = _wal.records(url, path)
         seqs += [r.seq for r in records]
     return seqs
 
@@ -222,11 +222,11 @@ def test_a_background_wal_put_whose_outcome_is_unknown_fails_the_handle(s3_serve
     db = open_db(url, s3_server, s3_proxy, retries=1, interval_ms=20)
     db.put(b"a", b"1", options=SYNC)
     if not reported:
-        db.engine._db._wal.on_broken = None
+        db.engine.wal.writer.on_broken = None
     s3_proxy.unknowable("/wal/", landed=True)
     db.put(b"b", b"2")  # acknowledged from the buffer; the flusher writes it
     deadline = time.monotonic() + 10
-    while db.engine._db._wal.broken is None and time.monotonic() < deadline:
+    while db.engine.wal.writer.broken is None and time.monotonic() < deadline:
         time.sleep(0.01)
     if reported:
         assert isinstance(db.failure, lsm.DbFailedError) and "/wal/" in (db.failure.file or "")
@@ -391,7 +391,7 @@ def test_two_claims_of_one_wal_id_do_not_both_win(s3_server) -> None:
     # two openers claim the id after the last WAL object with the same empty object: the second is
     # refused (and claims the next id), although the bytes there are the same as its own
     url = s3_server.new_url()
-    register(url, s3_server.options())
-    claim(url + "/wal", 5)
+    store = open_store(url, s3_server.options())
+    claim(store, 5)
     with pytest.raises(FileExistsError):
-        claim(url + "/wal", 5)
+        claim(store, 5)

@@ -9,10 +9,10 @@ import random
 import time
 
 import lsm
-from formats.objcache import cache_for
-from formats.objstore import READAHEAD_BYTES, TAIL_BYTES
-from formats.sst import SstReader
-from formats.storage import storage_for
+from storage import storage_for
+from storage.objcache import cache_for
+from storage.objstore import READAHEAD_BYTES, TAIL_BYTES
+from storage.ssts import open_sst
 
 ROUNDS = 4
 KEYS = 150
@@ -49,7 +49,7 @@ def _gets(db: lsm.DB) -> int:
 def test_a_cold_point_read_costs_at_most_one_get_per_sst_probed(s3_url) -> None:
     model = _write_ssts(s3_url)
     with lsm.DB.open(s3_url, _options()) as db:  # every SST is opened here: tail, index and bloom
-        readers = [SstReader(db.sst_path(e.name)) for e in db.manifest.l0]
+        readers = [open_sst(db.sst_path(e.name)) for e in db.manifest.l0]
         puts = db.object_store_stats()["put"]
         present = [_key(r, i) for r in range(ROUNDS) for i in range(0, KEYS, 7)]
         absent = [_key(r, i) + b"-absent" for r in range(ROUNDS) for i in range(3, KEYS, 11)]

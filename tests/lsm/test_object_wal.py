@@ -15,10 +15,10 @@ import pytest
 
 import lsm
 from formats.fileio import FileOpError
-from formats.storage import PublishUnknownError, storage_for
-from lsm import wal as wal_files
 from lsm.events import EventListener
 from lsm.wal_object import CLOCK_MARGIN_MS, WalBound
+from storage import PublishUnknownError, storage_for
+from tests.lsm import _wal
 
 SYNC = lsm.WriteOptions(sync=True)
 # a group commit interval no test waits out: only sync writes, full buffers and rotations write objects
@@ -30,7 +30,7 @@ def opts(**kw) -> lsm.DbOptions:
 
 
 def wal_ids(url: str) -> list[int]:
-    return [i for i, _ in wal_files.list_segments(os.path.join(url, "wal"))]
+    return [i for i, _ in _wal.segments(url)]
 
 
 def visible(url: str) -> dict[bytes, bytes]:
@@ -154,14 +154,14 @@ def test_close_after_a_flush_lost_to_a_new_owner_releases_the_handle(s3_url):
 def test_an_idle_writer_reads_the_manifest_before_writing_again(s3_url, monkeypatch):
     # a recheck window of 0 (lsm.wal_object.WalBound): every object write of a writer idle for any time
     # first checks the manifest's writer epoch
-    monkeypatch.setattr("lsm.db.wal_bound", lambda options: WalBound(10**9, 10**9 + CLOCK_MARGIN_MS))
+    monkeypatch.setattr("lsm.wal_manager.wal_bound", lambda options: WalBound(10**9, 10**9 + CLOCK_MARGIN_MS))
     a = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER))
     try:
         a.put(b"acked", b"1", options=SYNC)
         b = lsm.DB.open(s3_url, opts())
         b.close()
         # the claim b wrote is gone (its grace is over): only the manifest tells a it is fenced
-        claim = wal_files.segment_path(os.path.join(s3_url, "wal"), wal_ids(s3_url)[-1])
+        claim = _wal.segment_path(s3_url, wal_ids(s3_url)[-1])
         storage_for(s3_url).delete(claim)
         time.sleep(0.01)
         with pytest.raises(lsm.FencedError):
@@ -181,7 +181,7 @@ def test_recovery_replays_the_objects_from_the_replay_point_only(s3_url):
         db.put(b"after2", b"3", options=SYNC)
         assert len([i for i in wal_ids(s3_url) if i >= first_live]) == 2
         # below the replay point: an object no recovery may read (it would not decode)
-        junk = wal_files.segment_path(os.path.join(s3_url, "wal"), first_live - 1)
+        junk = _wal.segment_path(s3_url, first_live - 1)
         storage_for(s3_url).write_file(junk, (b"junk",))
         # a read-only open recovers as a writable one does, in memory: the SST, then the live objects
         assert visible(s3_url) == {b"flushed": b"1", b"after": b"2", b"after2": b"3"}

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 import lsm
 from formats.row import FORMAT_V1
-from formats.sst import ROW_INDEX_BYTES, SstReader, write_sst
+from formats.sst import ROW_INDEX_BYTES, write_sst
 from lsm.cache import LruCache
 from lsm.l0_index import CACHED_BUILD_DIVISOR, L0Index
+from storage.ssts import open_sst
 from tests.formats.test_sst import expected_get, sst_rows
 
 T0 = 1_700_000_000_000
@@ -35,7 +36,7 @@ def test_point_reads_through_the_lru_match_the_model_with_and_without_room(data,
         cache = LruCache(1 << 20)
         if not room:  # nearly full: a block read once keeps no index
             cache.put("ballast", object(), (1 << 20) - 8)
-        with SstReader(path, cache=cache) as r:
+        with open_sst(path, cache=cache) as r:
             for _ in range(3):
                 for k in probes:
                     for s in seqs:
@@ -46,14 +47,14 @@ def test_a_block_a_point_read_loads_gets_its_index_at_once_while_the_lru_has_roo
     rows = [(b"k%04d" % i, 1000 - i, 7, None, b"v" * 50) for i in range(400)]
     write_sst(tmp_path / "t.sst", rows, block_bytes=256, sync=False)
     cache = LruCache(1 << 20)
-    with SstReader(tmp_path / "t.sst", cache=cache) as r:
+    with open_sst(tmp_path / "t.sst", cache=cache) as r:
         assert r.get(rows[0][0]) == rows[0]
         blk = cache.get((r.cache_id, 0))
         assert blk.index is not None and rows[0][0] in blk.index  # indexed on its first read
         assert cache.used == len(blk.data) + 4 * len(blk.offsets) + 4 + (8 + ROW_INDEX_BYTES) * len(blk.offsets)
     tight = LruCache(1 << 20)
     tight.put("ballast", object(), (1 << 20) - 4096)
-    with SstReader(tmp_path / "t.sst", cache=tight) as r:
+    with open_sst(tmp_path / "t.sst", cache=tight) as r:
         assert r.get(rows[0][0]) == rows[0]
         blk = tight.get((r.cache_id, 0))
         assert blk is not None and blk.index is None  # a nearly full cache: searched, not indexed
@@ -68,7 +69,7 @@ def test_with_a_block_cache_the_l0_index_is_built_after_a_sixteenth_of_the_rows_
         write_sst(tmp_path / f"{f}.sst", rows, block_bytes=128, sync=False)
         files.append(rows)
     cache = LruCache(1 << 20)
-    readers = [SstReader(tmp_path / f"{f}.sst", cache=cache, cache_id=f) for f in range(3)]
+    readers = [open_sst(tmp_path / f"{f}.sst", cache=cache, cache_id=f) for f in range(3)]
     index = L0Index()
     total = sum(len(rows) for rows in files)
     for _ in range(total // CACHED_BUILD_DIVISOR):

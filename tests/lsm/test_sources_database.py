@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lsm
-from formats.storage import storage_for
 from formats.wal import encode_record
 from lsm import HistoryUnavailableError, NotADatabaseError
 from lsm.history import open_view
 from lsm.sources import DatabaseLog, Source, SourceRecord
 from lsm.syskeys import SYSTEM_PREFIX
+from storage import storage_for
 
 PRODUCER = str(Path(__file__).with_name("_log_producer.py"))
 T0 = 1_700_000_000_000

@@ -12,7 +12,7 @@ import pytest
 
 import lsm
 from formats.row import RowFeature
-from formats.sst import SstReader
+from storage.ssts import open_sst
 
 T0 = 1_700_000_000_000
 WHERE = ["memtable", "sst", "reopened"]
@@ -37,7 +37,7 @@ class Store:
     def sst_rows(self) -> list[tuple]:
         rows = []
         for e in self.db.manifest.l0:
-            with SstReader(os.path.join(self.path, "sst", e.name)) as r:
+            with open_sst(os.path.join(self.path, "sst", e.name)) as r:
                 rows += list(r)
         return rows
 

@@ -35,7 +35,7 @@ def fill(db, flushes: int = 3) -> dict[bytes, bytes]:
 @pytest.mark.parametrize("how", ["pin", "pin_with"])
 def test_a_pin_keeps_the_files_a_compaction_replaced_until_its_unpin(tmp_path, how):
     with open_db(tmp_path / "db") as db:
-        vs = db._vs
+        vs = db.engine.versions
         model = fill(db)
         inputs = sst_files(db)
         if how == "pin":
@@ -66,7 +66,7 @@ def test_a_pin_with_whose_read_raises_pins_nothing(tmp_path):
             raise RuntimeError("boom")
 
         with pytest.raises(RuntimeError, match="boom"):
-            db._vs.pin_with(read)
+            db.engine.versions.pin_with(read)
         db.compact(full=True)
         assert not inputs & sst_files(db)
 

@@ -8,6 +8,7 @@ import time
 
 import lsm
 from lsm.wal_lock import IdleReleaser
+from lsm.write_path import WritePath
 
 
 def _until(cond, timeout: float = 5.0) -> bool:
@@ -23,10 +24,8 @@ def test_the_lock_is_released_after_each_idle_spell_and_the_idle_thread_sleeps(t
     with lsm.DB.open(tmp_path / "db") as db:
         engine = db.engine
         calls = []
-        real = type(engine).release_idle_lock
-        monkeypatch.setattr(
-            type(engine), "release_idle_lock", lambda self, last: calls.append(1) or real(self, last)
-        )
+        real = WritePath.release_idle_lock  # the writer host the idle releaser ticks (lsm.wal_lock)
+        monkeypatch.setattr(WritePath, "release_idle_lock", lambda self, last: calls.append(1) or real(self, last))
         for round_ in range(3):
             db.put(b"k%d" % round_, b"v")
             assert engine.segment_lock_held()  # a write takes it and keeps it across writes

@@ -29,9 +29,8 @@ def crashed_store(path) -> str:
     db.put(b"a", b"1")
     db.put(b"b", b"2")
     db.delete(b"a")
-    seg = db._wal.path
-    db._wal.broken = OSError("simulated crash")  # no final sync, no flush: like kill -9
-    db._release()
+    seg = db.engine.wal.writer.path
+    db.engine.crash()  # no final sync, no flush: like kill -9
     return seg
 
 

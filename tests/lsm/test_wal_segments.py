@@ -1,4 +1,4 @@
-"""lsm.wal.live_segments: the one listing of the WAL segments not yet flushed (id >= the manifest's
+"""lsm.wal_replay.live_segments: the one listing of the WAL segments not yet flushed (id >= the manifest's
 wal_replay_from), which recovery, the history readers, `lsm check`/`lsm du` and the simulator share."""
 
 from __future__ import annotations
@@ -9,33 +9,36 @@ import shutil
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsm import wal as wal_files
+from lsm.wal_replay import live_segments
+from storage.paths import open_store, wal_ids
 from tests.compaction._util import fast_tmp, open_db
 
 
-def make_segments(wal_dir: str, ids) -> None:
-    os.makedirs(wal_dir, exist_ok=True)
+def make_segments(db_dir: str, ids) -> None:
+    paths = open_store(db_dir).paths
+    os.makedirs(paths.wal_dir, exist_ok=True)
     for i in ids:
-        with open(wal_files.segment_path(wal_dir, i), "wb"):
+        with open(paths.wal(i), "wb"):
             pass
 
 
+def live(db_dir: str, replay_from: int) -> list[tuple[int, str]]:
+    return live_segments(open_store(db_dir), replay_from)
+
+
 def test_segments_from_the_replay_point_ascending(tmp_path):
-    wal_dir = str(tmp_path / "wal")
-    make_segments(wal_dir, [12, 3, 7, 10, 1])
+    db_dir = str(tmp_path)
+    make_segments(db_dir, [12, 3, 7, 10, 1])
     for stray in ("notes.txt", "00000000000000000009.wal.tmp", "x0000000000000000005.wal"):
         (tmp_path / "wal" / stray).write_bytes(b"")
-    assert wal_files.live_segments(wal_dir, 7) == [
-        (7, wal_files.segment_path(wal_dir, 7)),
-        (10, wal_files.segment_path(wal_dir, 10)),
-        (12, wal_files.segment_path(wal_dir, 12)),
-    ]
-    assert [i for i, _ in wal_files.live_segments(wal_dir, 1)] == [1, 3, 7, 10, 12]
-    assert wal_files.live_segments(wal_dir, 13) == []
+    paths = open_store(db_dir).paths
+    assert live(db_dir, 7) == [(7, paths.wal(7)), (10, paths.wal(10)), (12, paths.wal(12))]
+    assert [i for i, _ in live(db_dir, 1)] == [1, 3, 7, 10, 12]
+    assert live(db_dir, 13) == []
 
 
 def test_a_missing_wal_directory_has_no_segments(tmp_path):
-    assert wal_files.live_segments(str(tmp_path / "absent"), 1) == []
+    assert live(str(tmp_path / "absent"), 1) == []
 
 
 @settings(max_examples=40, deadline=None)
@@ -43,10 +46,9 @@ def test_a_missing_wal_directory_has_no_segments(tmp_path):
 def test_exactly_the_segments_at_or_after_the_replay_point(ids, replay_from):
     d = fast_tmp("lsm-wal-segments-")
     try:
-        wal_dir = os.path.join(d, "wal")
-        make_segments(wal_dir, ids)
-        got = wal_files.live_segments(wal_dir, replay_from)
-        assert got == [(i, wal_files.segment_path(wal_dir, i)) for i in sorted(ids) if i >= replay_from]
+        make_segments(d, ids)
+        got = live(d, replay_from)
+        assert got == [(i, open_store(d).paths.wal(i)) for i in sorted(ids) if i >= replay_from]
     finally:
         shutil.rmtree(d)
 
@@ -59,9 +61,8 @@ def test_a_flushed_segment_is_not_live(tmp_path):
         db.put(b"a", b"1")
         db.flush()
         db.put(b"b", b"2")
-        wal_dir = os.path.join(path, "wal")
         replay_from = db.manifest.wal_replay_from
-        make_segments(wal_dir, [replay_from - 1])  # a flushed segment its flush has not deleted yet
-        live = wal_files.live_segments(wal_dir, replay_from)
-        assert [i for i, _ in live] == [replay_from]
-        assert (replay_from - 1) in [i for i, _ in wal_files.list_segments(wal_dir)]
+        make_segments(path, [replay_from - 1])  # a flushed segment its flush has not deleted yet
+        assert [i for i, _ in live(path, replay_from)] == [replay_from]
+        store = open_store(path)
+        assert (replay_from - 1) in [i for i, _ in wal_ids(store.storage, store.paths)]

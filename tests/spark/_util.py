@@ -10,9 +10,9 @@ from typing import Any
 
 import lsm
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision
-from formats.sst import SstReader
 from lsm.manifest import ManifestStore
 from lsm.options import ReadOptions
+from storage.ssts import open_sst
 
 T0 = 1_700_000_000_000
 TASK_MARK = re.compile(r"-t(\d{4})-[0-9a-f]{8}-\d{4}\.sst$")
@@ -154,12 +154,12 @@ def stored_runs(db: lsm.DB) -> list[list[tuple]]:
     m = db.manifest
     out = []
     for e in m.l0:
-        with SstReader(db.sst_path(e.name)) as r:
+        with open_sst(db.sst_path(e.name)) as r:
             out.append(list(r))
     for run in m.runs:
         rows: list[tuple] = []
         for e in run.ssts:
-            with SstReader(db.sst_path(e.name)) as r:
+            with open_sst(db.sst_path(e.name)) as r:
                 rows += list(r)
         out.append(rows)
     return out

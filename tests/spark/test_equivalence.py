@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from formats.sst import SstReader
+from storage.ssts import open_sst
 from tests.spark._util import (
     RewriteFactory,
     build_db,
@@ -54,7 +54,7 @@ def test_spark_compaction_equals_local(spark, tmp_path, seed, retention):
         tick = local.manifest.runs[0].ssts[0].info.creation_timestamp
         for e in remote.manifest.runs[0].ssts:
             assert e.info.creation_timestamp == tick
-            with SstReader(remote.sst_path(e.name)) as r:
+            with open_sst(remote.sst_path(e.name)) as r:
                 r.verify()
                 assert r.info == e.info
     finally:

@@ -21,8 +21,8 @@ import pytest
 
 import lsm
 from compaction.spark import SparkJobError
-from formats.storage import key_of, storage_for
 from lsm.sources import PartitionedLog
+from storage import key_of, storage_for
 from tests.lsm._bulk_util import contents, open_db, write_log
 from tests.spark._util import RewriteFactory, build_db, manifest_files, stored_runs, task_marks, visible
 from tests.spark.test_cli import make_db, read_back

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from compaction.filter import Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from compaction.spark import SparkExecutor, SparkJobError, check_outputs, observe_jobs, plan_ranges
-from formats.sst import SstReader, write_sst
+from formats.sst import write_sst
+from storage.ssts import open_sst
 from tests.spark._util import task_marks
 
 
@@ -54,7 +55,7 @@ def blocks_of(job: CompactionJob) -> list[tuple[bytes, bytes, int]]:
     out = []
     for paths in job.sources:
         for p in paths:
-            with SstReader(p) as r:
+            with open_sst(p) as r:
                 out += [(b.first_key, b.last_key, b.size) for b in r.blocks]
     return out
 
@@ -62,7 +63,7 @@ def blocks_of(job: CompactionJob) -> list[tuple[bytes, bytes, int]]:
 def read_rows(directory: str, names) -> list[tuple]:
     rows = []
     for n in names:
-        with SstReader(os.path.join(directory, n)) as r:
+        with open_sst(os.path.join(directory, n)) as r:
             rows += list(r)
     return rows
 

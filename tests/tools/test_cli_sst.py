@@ -7,7 +7,8 @@ from pathlib import Path
 
 import xxhash
 
-from formats.sst import FOOTER, FOOTER_BODY, SstReader, write_sst
+from formats.sst import FOOTER, FOOTER_BODY, write_sst
+from storage.ssts import open_sst
 from tests.tools._cli import GOLDEN_ROWS, T0, check_golden, one_line_error, run_lsm
 
 
@@ -103,7 +104,7 @@ def test_show_table(golden_sst: Path) -> None:
     assert props["min_seq"] == "1" and props["max_seq"] == "9"
     assert props["first_key"] == "apple" and props["last_key"] == "0xff0062696e"
     assert props["compression"] == "none"
-    assert props["num_blocks"] == str(SstReader(golden_sst).info.num_blocks)
+    assert props["num_blocks"] == str(open_sst(golden_sst).info.num_blocks)
 
 
 def test_layout_golden_and_table(golden_sst: Path) -> None:
@@ -152,7 +153,7 @@ def _flip(path: Path, offset: int) -> None:
 
 
 def test_corrupt_data_block_exact_error(golden_sst: Path) -> None:
-    with SstReader(golden_sst) as rd:
+    with open_sst(golden_sst) as rd:
         block = rd.blocks[2]
     _flip(golden_sst, block.offset + 3)
     expected = f"lsm: error: {golden_sst}: corruption at offset {block.offset}: block checksum mismatch"

@@ -9,7 +9,7 @@ import os
 import obstore
 import pytest
 
-from formats.storage import STAT_KEYS, key_of, storage_for
+from storage import STAT_KEYS, key_of, storage_for
 from tests.tools._cli import ROOT, one_line_error, run_lsm
 from tests.tools.test_simulate import _write_spec, small_spec
 from tools import simulate

@@ -128,13 +128,13 @@ def timed_compaction(path: str, executor: str, tick: int, session: Any, tasks: i
 
 def rows_of(path: str) -> Iterator[tuple]:
     """Every row of the sorted runs of the database at `path`, in run then key order (for --verify)."""
-    from formats.sst import SstReader
     from lsm.manifest import ManifestStore
+    from storage.ssts import open_sst
 
     _, m = ManifestStore(path).latest()
     for run in m.runs:
         for e in run.ssts:
-            with SstReader(os.path.join(path, "sst", e.name)) as r:
+            with open_sst(os.path.join(path, "sst", e.name)) as r:
                 yield from r
 
 
@@ -460,7 +460,7 @@ def isolated_runs(a: argparse.Namespace, root: str, base: str, tick: int, report
 def upload(base: str, url: str) -> int:
     """Copy the local database `base` to the object-store URL `url` (its manifest, WAL and SST files; not
     the local-only WRITER_EPOCH token); return the bytes copied."""
-    from formats.storage import storage_for
+    from storage import storage_for
 
     st = storage_for(url)
     n = 0
@@ -569,7 +569,7 @@ def _share(growth: float | None) -> str:
 def server_rate(bucket: str) -> float:
     """MiB/s the S3 server moves for requests like a compaction's, one at a time: four 8 MiB PUTs and
     32 ranged GETs of 1 MiB (the figure that bounds a compaction on it from below)."""
-    from formats.storage import storage_for
+    from storage import storage_for
     from tools.bench import s3
 
     url = s3.fresh_prefix(bucket, "rate")

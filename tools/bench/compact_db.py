@@ -170,8 +170,8 @@ def build_rocksdb(lsm_path: str, path: str) -> dict[str, Any]:
     more work, not less)."""
     import rocksdict
 
-    from formats.sst import SstReader
     from lsm.manifest import ManifestStore
+    from storage.ssts import open_sst
 
     _, m = ManifestStore(lsm_path).latest()
     db = rocksdict.Rdict(path, rocksdb_options())
@@ -179,7 +179,7 @@ def build_rocksdb(lsm_path: str, path: str) -> dict[str, Any]:
     try:
         for run in reversed(m.runs):  # oldest first: RocksDB gives later writes higher seqs
             for e in run.ssts:
-                with SstReader(os.path.join(lsm_path, "sst", e.name)) as r:
+                with open_sst(os.path.join(lsm_path, "sst", e.name)) as r:
                     for block in r.iter_blocks():
                         wb = rocksdict.WriteBatch(raw_mode=True)
                         for key, _seq, _ts, _exp, value in block:

@@ -59,11 +59,12 @@ import numpy as np
 
 from formats.manifest import Manifest, SstEntry
 from formats.row import codec_for
-from formats.sst import SsTableInfo, SstReader
-from formats.storage import numbered, storage_for
+from formats.sst import SsTableInfo
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm import wal as wal_files
 from lsm.events import CompactionInfo, EventListener, FlushInfo
+from storage import numbered, storage_for
+from storage.ssts import open_sst
 from tools.simulate.workload import key_bytes, key_index
 
 CLASSES = ("live", "expired", "tombstone")
@@ -397,7 +398,7 @@ class DiskAccount(EventListener):
 
     def _rows_of(self, name: str) -> Iterable[tuple[bytes, int, int | None, int | None, bytes | None]]:
         # callers read every row before the engine runs again, so the requests in here are the account's
-        with self._io(), SstReader(os.path.join(self.sst_dir, name)) as r:
+        with self._io(), open_sst(os.path.join(self.sst_dir, name)) as r:
             for i in range(len(r.blocks)):
                 yield from r.block_rows(i)
         self.ssts_read += 1

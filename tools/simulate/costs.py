@@ -2,7 +2,7 @@
 
 A spec may run its simulations on an object store (``store = "memory"`` or an ``s3://`` URL; the
 default ``"local"`` is a temporary directory). The engine then counts every request it makes
-(`formats.objstore.ObjectStorage.stats`), and the simulation reads the counters at every simulated
+(`storage.objstore.ObjectStorage.stats`), and the simulation reads the counters at every simulated
 midnight: one `DAY_FIELDS` row per simulated day (the last one may be partial), priced with the spec's
 ``[prices]`` table (`Prices`, defaults: AWS S3 Standard list prices, us-east-1):
 
@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from formats.storage import STAT_KEYS
+from storage import STAT_KEYS
 
 DAY_MS = 86_400_000
 MONTH_DAYS = 30

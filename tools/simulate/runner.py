@@ -41,9 +41,9 @@ import numpy as np
 import lsm
 from compaction.drop import is_expired
 from compaction.filter import Reason
-from formats.storage import register
 from lsm.events import CompactionInfo, EventListener, FlushInfo
 from lsm.options import NO_TTL
+from storage import register
 from tools.simulate import costs
 from tools.simulate.accounting import DiskAccount
 from tools.simulate.spec import Policy, Spec

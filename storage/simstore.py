@@ -8,13 +8,13 @@ an object store whose every request is an event on a simulated clock, scheduled 
   event off its queue, moves the clock to it and carries it out. Every choice (latencies, which requests
   fail, which are held in flight) comes from the world's `random.Random(seed)`, so one seed is one
   interleaving, reproduced exactly by running it again.
-* `SimClient` is the object store: the `formats.objclient.Client` that `formats.objstore.ObjectStorage`
+* `SimClient` is the object store: the `storage.objclient.Client` that `storage.objstore.ObjectStorage`
   sends its requests to. A request *lands* (is applied to the objects, atomically: a create-if-absent
   tests for the object at that moment) some time after it is sent, and its response reaches the sender
   some time after that. `Faults` says how often a request fails before landing (a 503, a reset), lands
   but loses its response, or is held in flight for seconds (a network partition: it lands after requests
   sent later, possibly after the client gave up on it, as a real delayed PUT does).
-* `SimTime` is the world's clock as the `formats.storage.RealTime` interface (`time`, `monotonic`,
+* `SimTime` is the world's clock as the `storage.RealTime` interface (`time`, `monotonic`,
   `sleep`): object ages and the storage's retry backoff run on simulated time.
 
 A call from a thread that is not an actor (a test's set-up or its final check) is carried out at once,
@@ -273,7 +273,7 @@ class SimWorld:
 
 
 class SimTime:
-    """A world's clock as the storage seam's clocks (`formats.storage.RealTime`'s interface)."""
+    """A world's clock as the storage seam's clocks (`storage.RealTime`'s interface)."""
 
     def __init__(self, world: SimWorld | None = None, now: Callable[[], float] | None = None) -> None:
         self.world = world
@@ -303,7 +303,7 @@ class SimObject:
 
 
 class SimClient:
-    """The simulated object store (module docstring): `formats.objclient.Client` over a dict of objects."""
+    """The simulated object store (module docstring): `storage.objclient.Client` over a dict of objects."""
 
     def __init__(self, world: SimWorld | None = None, clock: Callable[[], float] | None = None) -> None:
         self.world = world

@@ -1,12 +1,12 @@
 """What the `lsm` command line asks of a path on either backend: the entries one level down, the sizes
-in one listing, and whether a path is a directory, a file or nothing (formats.storage)."""
+in one listing, and whether a path is a directory, a file or nothing (storage)."""
 
 from __future__ import annotations
 
 import os
 
-from formats.storage import path_kind, storage_for
-from tests.formats.test_storage import root  # noqa: F401 (the fixture: a directory, an S3 prefix, memory://)
+from storage import path_kind, storage_for
+from tests.storage.test_storage import root  # noqa: F401 (the fixture: a directory, an S3 prefix, memory://)
 
 
 def test_entries_sizes_and_what_a_path_is(root: str) -> None:  # noqa: F811

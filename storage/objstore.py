@@ -1,4 +1,4 @@
-"""The object-store backend of the storage seam (formats.storage), built on obstore.
+"""The object-store backend of the storage seam (storage), built on obstore.
 
 obstore is the Python binding of the Rust ``object_store`` crate (the one SlateDB uses): S3 and every
 S3-compatible server, and an in-process memory store. A database at ``s3://bucket/prefix`` keeps each
@@ -39,20 +39,20 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, PreconditionError
 
 from formats.fileio import FileOpError
-from formats.objcache import ObjectCache
-from formats.objclient import Client, ObstoreClient
-from formats.storage import (
+from storage.base import (
     BACKOFF_MAX_MS,
     PUT_DIRS,
     REAL_TIME,
     RETRY_TIMEOUT_MS,
     STAT_KEYS,
-    URL_MARK,
     PublishUnknownError,
     RealTime,
     Storage,
     file_buffer,
 )
+from storage.objcache import ObjectCache
+from storage.objclient import Client, ObstoreClient
+from storage.registry import URL_MARK
 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
 MULTIPART_MIN = 16 << 20
@@ -142,12 +142,14 @@ class ObjectStorage(Storage):
     """The files of URLs under `root` as objects (module docstring)."""
 
     local = False
+    appends = False  # an object is written once, whole
+    uploads = True
 
     def __init__(self, root: str, options: dict[str, Any] | None = None, *, client: Client | None = None,
                  clock: RealTime = REAL_TIME) -> None:
         self.root = root.rstrip("/")
         # memory:// lives in this process only: worker processes and Spark executors cannot see it; nor
-        # does a store given its own client (a simulation, formats.simstore)
+        # does a store given its own client (a simulation, storage.simstore)
         self.shared = client is None and not self.root.startswith("memory" + URL_MARK)
         self.options = dict(options or {})
         self.client: Client = client if client is not None else ObstoreClient(make_store(self.root, options))
@@ -162,7 +164,7 @@ class ObjectStorage(Storage):
         self._stats = dict.fromkeys(STAT_KEYS, 0)
         self.max_retries = int(self.options.get("max_retries", MAX_RETRIES))
         self.retry_timeout = int(self.options.get("retry_timeout_ms", RETRY_TIMEOUT_MS)) / 1000
-        # the local disk cache of SST ranges (formats.objcache), set by DB.open from
+        # the local disk cache of SST ranges (storage.objcache), set by DB.open from
         # DbOptions.object_cache_dir; None: nothing of this store is written locally
         self.cache: ObjectCache | None = None
 
@@ -295,6 +297,12 @@ class ObjectStorage(Storage):
         except FileNotFoundError:
             return False
         return True
+
+    def nothing_there(self, path: str) -> str:
+        """No object under the URL (a memory:// store is seen only by the process that made it)."""
+        if not self.shared:
+            return "no object under this URL (a memory:// store exists only inside the process that created it)"
+        return "no object under this URL"
 
     def list_entries(self, directory: str) -> list[str]:
         """Names of the objects and of the "subdirectories" (common prefixes) directly under

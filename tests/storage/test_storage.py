@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from formats.objstore import READAHEAD_BYTES, TAIL_BYTES
-from formats.storage import LOCAL, register, storage_for
+from storage import LOCAL, register, storage_for
+from storage.objstore import READAHEAD_BYTES, TAIL_BYTES
 
 
 @pytest.fixture(params=["local", "s3", "memory"])
@@ -139,12 +139,12 @@ def test_an_unreachable_store_is_an_os_error_naming_the_object(s3_server) -> Non
 
 
 def test_an_open_sst_keeps_only_its_data_bytes_of_the_tail_and_still_reads_everything(s3_server) -> None:
-    from formats.sst import SstReader, write_sst
+    from storage.ssts import open_sst, write_sst
 
     url = s3_server.new_url()
     rows = [(b"k%05d" % i, i + 1, 1_700_000_000_000, None, b"v" * 30) for i in range(3000)]
     write_sst(f"{url}/sst/a.sst", rows, block_bytes=1024)
-    r = SstReader(f"{url}/sst/a.sst")
+    r = open_sst(f"{url}/sst/a.sst")
     m = r._map
     assert m._tail_at + len(m._tail) <= r.info.data_size  # metadata, index and filter bytes dropped
     assert [row[0] for row in r] == [row[0] for row in rows]
@@ -156,13 +156,13 @@ def test_an_open_sst_keeps_only_its_data_bytes_of_the_tail_and_still_reads_every
 def test_a_reader_with_a_block_cache_keeps_none_of_the_tail_and_still_reads_everything(s3_server) -> None:
     """A database's reader: what it reads again is the block cache's (bounded), so open SSTs hold no
     tail bytes however many are open."""
-    from formats.sst import SstReader, write_sst
     from lsm.cache import LruCache
+    from storage.ssts import open_sst, write_sst
 
     url = s3_server.new_url()
     rows = [(b"k%05d" % i, i + 1, 1_700_000_000_000, None, b"v" * 30) for i in range(3000)]
     write_sst(f"{url}/sst/a.sst", rows, block_bytes=1024)
-    r = SstReader(f"{url}/sst/a.sst", cache=LruCache(1 << 20))
+    r = open_sst(f"{url}/sst/a.sst", cache=LruCache(1 << 20))
     assert r._map._tail == b""
     assert r.get(b"k02999")[4] == b"v" * 30  # the last block, which the tail held at open
     assert [row[0] for row in r] == [row[0] for row in rows]
@@ -172,7 +172,7 @@ def test_a_reader_with_a_block_cache_keeps_none_of_the_tail_and_still_reads_ever
 def test_sequential_readers_refill_two_pooled_windows_and_give_them_back(s3_server) -> None:
     """Read-ahead windows come from one pool and are refilled, not allocated per GET; a closed reader
     gives its windows back, and the next reader refills them."""
-    from formats.objstore import READAHEAD_BYTES, WINDOWS
+    from storage.objstore import READAHEAD_BYTES, WINDOWS
 
     st = storage_for(s3_server.new_url())
     data = os.urandom(6 * READAHEAD_BYTES)
@@ -195,7 +195,7 @@ def test_sequential_readers_refill_two_pooled_windows_and_give_them_back(s3_serv
 def test_a_sequential_reader_gets_every_byte_right_across_windows_fetched_ahead(s3_server) -> None:
     import random
 
-    from formats.objstore import READAHEAD_BYTES
+    from storage.objstore import READAHEAD_BYTES
 
     st = storage_for(s3_server.new_url())
     p = st.root + "/sst/seq.sst"

@@ -1,13 +1,13 @@
-"""The local disk cache of SST ranges (formats.objcache): what it serves, what it refuses, its bound."""
+"""The local disk cache of SST ranges (storage.objcache): what it serves, what it refuses, its bound."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 
-from formats.objcache import HEADER, ObjectCache
-from formats.objstore import TAIL_BYTES
-from formats.storage import register
+from storage import register
+from storage.objcache import HEADER, ObjectCache
+from storage.objstore import TAIL_BYTES
 
 DATA = bytes(range(256)) * ((TAIL_BYTES * 2) // 256)
 

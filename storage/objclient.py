@@ -1,15 +1,15 @@
-"""What `formats.objstore.ObjectStorage` asks of an object store, one request per call, and the time it
+"""What `storage.objstore.ObjectStorage` asks of an object store, one request per call, and the time it
 waits by.
 
 `ObstoreClient` sends each call as one request through obstore (S3, or obstore's in-process memory
-store). `formats.simstore.SimClient` answers the same calls from a simulated object store whose
+store). `storage.simstore.SimClient` answers the same calls from a simulated object store whose
 latencies, reorderings, lost responses and failures come from a seeded scheduler, so the engine above
 (`ObjectStorage` with its retries, its create-if-absent read-back, the WAL, the manifest, gc) runs
 unchanged against it. Errors are obstore's own exception classes (`NotFoundError`, `AlreadyExistsError`,
 `PreconditionError`, `GenericError` carrying the HTTP status in its message), whoever raises them, so
 `ObjectStorage` tells transient from final failures in one way.
 
-The time an `ObjectStorage` waits by is the seam's own (`formats.storage.RealTime`, or a simulation's).
+The time an `ObjectStorage` waits by is the seam's own (`storage.RealTime`, or a simulation's).
 """
 
 from __future__ import annotations

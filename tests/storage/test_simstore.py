@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from obstore.exceptions import GenericError, NotFoundError, PreconditionError
 
-from formats.objstore import ObjectStorage
-from formats.simstore import Fate, Faults, SimClient, SimTime, SimWorld
+from storage.objstore import ObjectStorage
+from storage.simstore import Fate, Faults, SimClient, SimTime, SimWorld
 
 
 def _run(world: SimWorld, **actors) -> None:

@@ -10,10 +10,9 @@ import time
 import pytest
 from obstore.exceptions import GenericError, NotFoundError
 
-from formats import objstore
 from formats.fileio import FileOpError
-from formats.objstore import ObjectStorage
-from formats.storage import PublishUnknownError, register
+from storage import PublishUnknownError, objstore, register
+from storage.objstore import ObjectStorage
 from tests.s3proxy import FaultProxy
 
 TRANSIENT = ["500", "503", "reset"]

@@ -21,13 +21,12 @@ import xxhash
 from formats import bloom, fileio
 from formats.errors import CorruptionError, FormatVersionError
 from formats.row import (
-    FORMAT_V1,
     SUPPORTED_FORMAT_VERSIONS,
-    RowFeature,
     codec_for,
     normalize_features,
 )
 from formats.row_array import RowArray
+from formats.sst_groups import group_batch
 from formats.sst_index import FENCE, FENCE_SHIFT, BlockIndex, parse_fixed, parse_general
 from formats.sst_layout import (
     COMPRESSION_NAMES,
@@ -481,7 +480,7 @@ class SstReader:
             n += entry(i)[2]
             if n < min_rows and i != last:
                 continue
-            batch = self._group_batch(group, n, tombstones)
+            batch = group_batch(self, group, n, tombstones)
             if trim_start and group[0] == first:
                 batch = batch[bisect.bisect_left(_keys_of(batch), start) :]
             if trim_end and i == last:
@@ -490,139 +489,19 @@ class SstReader:
             group = []
             n = 0
 
-    def _group_batch(self, group: list[int], n: int, tombstones: bool = False) -> list[tuple] | RowArray:
-        """The rows of blocks `group` (`n` rows by the index): a `RowArray` when they are all alike
-        (with `tombstones`, alike but for tombstones), else their decoded rows (which name the block of
-        any fault)."""
-        if tombstones and self.cache is None:  # the compaction's reader: the group read at once
-            arr = self._group_records(group, n)
-            if arr is not None:
-                return arr
-        blks = list(map(self._load, group))
-        data = blks[0].data if len(blks) == 1 else b"".join([b.data for b in blks])
-        arr = self.codec.rows_array(data)
-        if arr is not None and len(arr) == n:
-            size = arr.arr.itemsize  # each block holds whole rows (the joined area might not say so)
-            if all(len(b.data) == size * len(b.offsets) for b in blks):
-                return arr
-        elif tombstones and n and sum(len(b.offsets) for b in blks) == n:
-            import numpy as np
-
-            starts = np.empty(n, np.int64)
-            nexts = np.empty(n, np.int64)
-            at = base = 0
-            for b in blks:
-                k = len(b.offsets)
-                starts[at : at + k] = b.offsets
-                starts[at : at + k] += base
-                nexts[at : at + k - 1] = starts[at + 1 : at + k]
-                base += len(b.data)
-                nexts[at + k - 1] = base
-                at += k
-            if all(b.offsets and b.offsets[0] == 0 for b in blks):
-                ragged = self.codec.rows_array_ragged(data, starts, nexts)
-                if ragged is not None:
-                    return ragged
-        rows: list[tuple] = []
-        for i in group:
-            rows += self.block_rows(i)
-        return rows
-
-    def _group_records(self, group: list[int], n: int) -> RowArray | None:
-        """`_group_batch` for a reader without a cache (the compaction's): the group's stored blocks (one
-        after the other in the file) copied in one slice, each block's checksum checked on a view of it
-        and its offset array read by numpy, and every row's record gathered from that slice at its
-        offset (`RowCodec.rows_array_ragged`: the checks of `decode_block`, column-wise), instead of a
-        payload, a trailer parse and two more copies per block. None when a block is compressed, its
-        trailer is not as the index says, or the rows are not alike but for tombstones: the block by
-        block path then decodes them, or names the fault."""
-        import numpy as np
-
-        handles = list(map(self.blocks.entry, group))  # (offset, size, rows) of each
-        lo = handles[0][0]
-        hi = handles[-1][0] + handles[-1][1]
-        if hi > len(self._map):
-            return None
-        buf = self._map[lo:hi]
-        view = memoryview(buf)
-        verify = self.verify_checksums
-        rels, tails, counts, offset_arrays = [], [], [], []
-        for offset, size, num_rows in handles:
-            rel = offset - lo
-            code_at = rel + size - TRAILER.size  # the block's compression byte, then its checksum
-            if size < TRAILER.size + 4 or buf[code_at] != COMPRESSION_NONE:
-                return None
-            if verify and _xxh3(view[rel : code_at + 1]) != _CHECKSUM.unpack_from(buf, code_at + 1)[0]:
-                return None
-            (k,) = U32.unpack_from(buf, code_at - 4)
-            tail = code_at - 4 - 4 * k  # the row offsets, after the rows
-            if k != num_rows or not k or tail < rel:
-                return None
-            rels.append(rel)
-            tails.append(tail)
-            counts.append(k)
-            offset_arrays.append(view[tail : tail + 4 * k])
-        if sum(counts) != n:
-            return None
-        ends = np.cumsum(counts)  # each block's rows end at this row number
-        starts = np.frombuffer(b"".join(offset_arrays), ">u4").astype(np.int64)
-        if starts[ends - counts].any():  # a block's first row starts its block
-            return None
-        starts += np.repeat(np.array(rels, np.int64), counts)
-        nexts = np.empty(n, np.int64)
-        nexts[:-1] = starts[1:]
-        nexts[ends - 1] = tails  # a block's last row ends where its offsets begin
-        arr = self.codec.rows_array_ragged(buf, starts, nexts)
-        if arr is not None and not (arr.arr["flags"] & 1).any():
-            arr.ragged = False  # no tombstone after all: an array as `rows_array` makes them
-        return arr
-
     def __iter__(self) -> Iterator[tuple]:
         return itertools.chain.from_iterable(map(self.block_rows, range(len(self.blocks))))
 
     def verify(self) -> None:
-        """Check every block checksum, the key order and the metadata against the content.
+        """Check every block checksum, the key order and the metadata against the content (formats.verify).
 
         Raises CorruptionError naming the offset of the first problem. O(file).
         """
-        info = self.info
-        prev: tuple | None = None
-        count = tombstones = expiring = 0
-        min_seq = max_seq = None
-        for i, h in enumerate(self.blocks):
-            rows = self.block_rows(i)
-            if rows and (rows[0][0] != h.first_key or rows[-1][0] != h.last_key):
-                raise CorruptionError(self.path, h.offset, "block keys disagree with the index")
-            for row in rows:
-                if prev is not None:
-                    if row[0] < prev[0] or (
-                        row[0] == prev[0] and info.format_version == FORMAT_V1 and row[1] >= prev[1]
-                    ):
-                        raise CorruptionError(self.path, h.offset, f"key {row[0]!r} is out of order")
-                prev = row
-                count += 1
-                if row[4] is None:
-                    tombstones += 1
-                if row[3] is not None:
-                    expiring += 1
-                if info.format_version == FORMAT_V1:
-                    s = row[1]
-                    min_seq = s if min_seq is None or s < min_seq else min_seq
-                    max_seq = s if max_seq is None or s > max_seq else max_seq
-        problems = []
-        if count != info.num_rows:
-            problems.append(f"metadata says {info.num_rows} rows, found {count}")
-        if tombstones != info.num_tombstones:
-            problems.append(f"metadata says {info.num_tombstones} tombstones, found {tombstones}")
-        if expiring != info.num_expiring:
-            problems.append(f"metadata says {info.num_expiring} rows with expire_ts, found {expiring}")
-        if RowFeature.Seq in self.codec.features and (min_seq, max_seq) != (info.min_seq, info.max_seq):
-            problems.append("metadata seq range disagrees with the rows")
-        if problems:
-            raise CorruptionError(self.path, self.info.filter_offset + self.info.filter_size, "; ".join(problems))
+        from formats.verify import check_blocks  # formats.verify reads through this reader
+
+        check_blocks(self)
 
 
-_CHECKSUM = struct.Struct(">Q")  # a block trailer's checksum
 
 # Rows per batch of `SstReader.iter_batches` (at least; whole blocks): numpy's fixed cost per call is a few
 # microseconds, so a forward scan's columns are built over many blocks at once (~2k rows, ~270 KiB).

@@ -11,8 +11,50 @@ every stored key (a key the filter denies would be unreadable). Used by ``lsm ss
 from __future__ import annotations
 
 from formats.errors import CorruptionError
-from formats.row import RowFeature
+from formats.row import FORMAT_V1, RowFeature
 from formats.sst import SstReader
+
+
+def check_blocks(r: SstReader) -> None:
+    """Check every block checksum, the key order and the metadata against the content.
+
+    Raises CorruptionError naming the offset of the first problem. O(file).
+    """
+    info = r.info
+    prev: tuple | None = None
+    count = tombstones = expiring = 0
+    min_seq = max_seq = None
+    for i, h in enumerate(r.blocks):
+        rows = r.block_rows(i)
+        if rows and (rows[0][0] != h.first_key or rows[-1][0] != h.last_key):
+            raise CorruptionError(r.path, h.offset, "block keys disagree with the index")
+        for row in rows:
+            if prev is not None:
+                if row[0] < prev[0] or (
+                    row[0] == prev[0] and info.format_version == FORMAT_V1 and row[1] >= prev[1]
+                ):
+                    raise CorruptionError(r.path, h.offset, f"key {row[0]!r} is out of order")
+            prev = row
+            count += 1
+            if row[4] is None:
+                tombstones += 1
+            if row[3] is not None:
+                expiring += 1
+            if info.format_version == FORMAT_V1:
+                s = row[1]
+                min_seq = s if min_seq is None or s < min_seq else min_seq
+                max_seq = s if max_seq is None or s > max_seq else max_seq
+    problems = []
+    if count != info.num_rows:
+        problems.append(f"metadata says {info.num_rows} rows, found {count}")
+    if tombstones != info.num_tombstones:
+        problems.append(f"metadata says {info.num_tombstones} tombstones, found {tombstones}")
+    if expiring != info.num_expiring:
+        problems.append(f"metadata says {info.num_expiring} rows with expire_ts, found {expiring}")
+    if RowFeature.Seq in r.codec.features and (min_seq, max_seq) != (info.min_seq, info.max_seq):
+        problems.append("metadata seq range disagrees with the rows")
+    if problems:
+        raise CorruptionError(r.path, r.info.filter_offset + r.info.filter_size, "; ".join(problems))
 
 
 def verify_sst(r: SstReader) -> None:

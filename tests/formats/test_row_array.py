@@ -219,7 +219,7 @@ def test_the_compactions_group_read_gives_the_batches_of_the_block_path(
     rows, block_bytes, group, compression, monkeypatch
 ):
     """A reader without a cache (the compaction's) reads a group's blocks in one slice
-    (`SstReader._group_records`); the batches are those a cached reader makes block by block: the
+    (`formats.sst_groups.group_records`); the batches are those a cached reader makes block by block: the
     same kind (rows or array, ragged or not) and the same rows."""
     monkeypatch.setattr(sst_reader, "GROUP_ROWS", group)
     with tempfile.TemporaryDirectory() as d:

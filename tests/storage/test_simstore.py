@@ -1,4 +1,4 @@
-"""The simulated object store and its scheduler (formats/simstore.py): what the deterministic simulation
+"""The simulated object store and its scheduler (storage/simstore.py): what the deterministic simulation
 relies on, checked on its own."""
 
 from __future__ import annotations

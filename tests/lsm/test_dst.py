@@ -1,4 +1,4 @@
-"""The deterministic simulation (tests/lsm/_dst.py over formats/simstore.py): many seeds of writers,
+"""The deterministic simulation (tests/lsm/_dst.py over storage/simstore.py): many seeds of writers,
 fencing, flushes, compactions, gc, ingest and readers on a faulty simulated object store, against a model.
 
 ``LSM_SIM_SEEDS=N`` runs N seeds instead of the default 200; ``LSM_SIM_SEED=S`` runs seed S alone. A

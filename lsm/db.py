@@ -32,6 +32,7 @@ from compaction.filter import Entry
 from compaction.merge import CompactionStats, OutputSpec
 from compaction.purge_lag import PurgeLag
 from formats.manifest import Manifest, SstEntry
+from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_value
 from lsm.bulk import bulk_ingest, place_bulk
 from lsm.clock import MonotonicClock
 from lsm.clock_repair import ClockRepair
@@ -43,7 +44,7 @@ from lsm.flusher import Flusher
 from lsm.ingest import compact_remaps
 from lsm.ingest import ingest as ingest_stream
 from lsm.memtable import Memtable
-from lsm.options import DbOptions, ReadOptions, WriteOptions
+from lsm.options import DbOptions, ReadOptions, WriteOptions, check_ttl
 from lsm.readpath import prefix_end
 from lsm.reads import ReadPath
 from lsm.remap import IngestStats, Remap
@@ -51,6 +52,7 @@ from lsm.remap_store import list_sources, load_remap
 from lsm.seq_tracker import Round
 from lsm.snapshot import Snapshot
 from lsm.snapshots import SnapshotList
+from lsm.syskeys import SYSTEM_PREFIX, check_user_key
 from lsm.time_travel import TimeTravel
 from lsm.timeline import Timeline, parse_time
 from lsm.versions import Run, State, VersionSet
@@ -149,8 +151,15 @@ class DB:
     # -- writes ------------------------------------------------------------------------------------
     def put(self, key: bytes, value: bytes, ttl: int | None = None, options: WriteOptions | None = None) -> int:
         """Write `key` = `value`; ttl (ms) overrides DbOptions.default_ttl, NO_TTL disables it. Returns the
-        commit's seq."""
-        return self._writer.put(key, value, ttl, options)
+        commit's seq. A one-op batch through the commit sequence (lsm.write_path), checked here first:
+        this is the write path's hot loop, one call from the caller to the commit."""
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
+            check_user_key(key)
+        if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
+            check_value(value)
+        if ttl is not None:
+            check_ttl(ttl)
+        return self._writer.commit(((key, ttl, value),), options is not None and options.sync)[0]
 
     def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
         """Write a tombstone for `key` (it carries a ts and no expire_ts). Returns the commit's seq."""
@@ -207,7 +216,9 @@ class DB:
         """The value of `key`, or None if it is absent, deleted or expired.
 
         ReadOptions: `snapshot` reads as of that snapshot, `now` judges expiry at that time."""
-        return self._reads.get(key, options)
+        reads = self._reads  # straight to the read path's one frame: this is the point-read hot path
+        row = reads.visible(key, None, False, None) if options is None else reads.visible(key, *reads.read_point(options))
+        return None if row is None else row[4]
 
     def get_entry(self, key: bytes, options: ReadOptions | None = None) -> Entry | None:
         """The visible row of `key` with its metadata (seq, ts, expire_ts), or None (ReadOptions as in get)."""

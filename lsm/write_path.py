@@ -24,13 +24,12 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_value
 from formats.wal import encode_put, encode_record
 from lsm.batch import WriteBatch
 from lsm.clock import I64_MAX, MonotonicClock
 from lsm.errors import ClosedError, FencedError, LsmError
-from lsm.options import NO_TTL, WriteOptions, check_ttl
-from lsm.syskeys import SYSTEM_PREFIX, check_user_key
+from lsm.options import NO_TTL, WriteOptions
+from lsm.syskeys import check_user_key
 
 if TYPE_CHECKING:
     from lsm.failure import Failure
@@ -77,16 +76,6 @@ class WritePath:
         self.epoch_bytes = versions.epoch_bytes
 
     # -- the user's writes -------------------------------------------------------------------------------
-    def put(self, key: bytes, value: bytes, ttl: int | None = None, options: WriteOptions | None = None) -> int:
-        """Write `key` = `value` (a one-op batch); returns the commit's seq."""
-        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
-            check_user_key(key)
-        if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
-            check_value(value)
-        if ttl is not None:
-            check_ttl(ttl)
-        return self.commit(((key, ttl, value),), options is not None and options.sync)[0]
-
     def delete(self, key: bytes, options: WriteOptions | None = None) -> int:
         """Write a tombstone for `key`; returns the commit's seq."""
         check_user_key(key)
@@ -123,15 +112,17 @@ class WritePath:
                 self._fenced(wal)
             ts = self.clock.tick() if at is None else self.clock.tick_at(at[1], at[0], self.last_commit_ts)
             seq = self.seq + 1
-            if rows_at is not None:
-                rows, nbytes = rows_at(ts, seq)
-                record = encode_record(seq, ts, rows)
-            elif len(ops) == 1 and ops[0][2] is not None:  # one put: its own encoder (the hot path)
+            single = rows_at is None and len(ops) == 1 and ops[0][2] is not None
+            if single:  # one put, the hot path: its expiry inline, its own encoder, no row list
                 key, ttl, value = ops[0]
-                exp = self._expiry(ts, ttl)
-                rows = ((key, exp, value),)
+                if ttl is None:
+                    ttl = self.default_ttl
+                exp = None if ttl is None or ttl is NO_TTL else self._expiry(ts, ttl)
                 nbytes = len(key) + len(value)
                 record = encode_put(seq, ts, key, exp, value)
+            elif rows_at is not None:
+                rows, nbytes = rows_at(ts, seq)
+                record = encode_record(seq, ts, rows)
             else:
                 rows, nbytes = self._rows(ops, ts)
                 record = encode_record(seq, ts, rows)
@@ -141,8 +132,11 @@ class WritePath:
                 wal.release()
                 raise self.failure.fail(e) from e
             mem = self.versions.state.mem
-            for key, exp, value in rows:
+            if single:
                 mem.add((key, seq, ts, exp, value))
+            else:
+                for key, exp, value in rows:
+                    mem.add((key, seq, ts, exp, value))
             self.seq = seq
             self.last_commit_ts = ts
             if ts >= self.timeline.next_ms:

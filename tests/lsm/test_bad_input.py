@@ -15,7 +15,7 @@ import xxhash
 
 import formats.row
 import lsm
-import lsm.write_path
+import lsm.db
 from formats import manifest as manifest_codec
 from lsm.manifest import ManifestStore
 
@@ -108,7 +108,7 @@ def test_largest_key_is_accepted(db):
 def test_oversized_value(db, monkeypatch):
     """The real limit is 0xFFFFFFFE bytes (4 GiB); lower it rather than allocate that much."""
     monkeypatch.setattr(formats.row, "MAX_VALUE_LEN", 16)
-    monkeypatch.setattr(lsm.write_path, "MAX_VALUE_LEN", 16)  # DB.put's inlined fast check (lsm/write_path.py)
+    monkeypatch.setattr(lsm.db, "MAX_VALUE_LEN", 16)  # DB.put's inlined fast check (lsm/db.py)
     with Unchanged(db):
         with pytest.raises(ValueError, match="value must be shorter than"):
             db.put(b"k", b"v" * 17)

@@ -293,10 +293,10 @@ class SparkExecutor:
             raise SparkJobError(f"Spark compaction job failed: {_short(e)}") from e
         try:
             outputs = check_outputs(ranges, results)
-        except SparkJobError:
-            for res in results:
-                for name, _ in res["outputs"]:
-                    _unlink(os.path.join(job.output.directory, name))
+        except SparkJobError as e:
+            # the files its tasks wrote are named by no manifest: the caller deletes them (the version
+            # set's deletion rule decides who may)
+            e.outputs = [os.path.join(job.output.directory, name) for res in results for name, _ in res["outputs"]]
             raise
         stats = CompactionStats()
         tasks = []
@@ -328,10 +328,6 @@ def _short(e: BaseException) -> str:
         if "Error" in line and not line.startswith("\tat"):
             return line.strip()[:300]
     return (text[0] if text else type(e).__name__)[:300]
-
-
-def _unlink(path: str) -> None:
-    storage.storage_for(path).delete(path)  # one already gone is fine
 
 
 __all__ = [

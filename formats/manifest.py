@@ -29,6 +29,10 @@ Payload keys (format_version 1)::
     bulk_loads                      optional [[first, last]]; seq ranges of committed bulk loads, each ONE
                                     commit for readers of history (at its last seq); a range at or below
                                     history_floor is dropped by the next load's commit
+    writer_nonce                    optional int (63 bits); drawn by the writable open that published the
+                                    version with its epochs, kept by its later commits: two openers that
+                                    bump one version write different bytes (a create whose response was
+                                    lost is decided by reading the object back). Absent (0) before it existed
 
     sst entry = {"name": str, "info": SsTableInfo as a map}; the file is ``sst/<name>``, names unique
 """
@@ -97,6 +101,7 @@ class Manifest:
     purge_lag: dict[str, Any] | None = None  # PurgeLag.to_dict(); formats imports nothing of ours
     seq_reservations: tuple[tuple[int, int], ...] = ()  # (first, last) of each outstanding bulk load
     bulk_loads: tuple[tuple[int, int], ...] = ()  # (first, last) of each committed bulk load
+    writer_nonce: int = 0  # the writable open's own draw (see the diagram above); 0: none
 
     def replace(self, **kw: Any) -> Manifest:
         """A copy with the given fields changed."""
@@ -122,6 +127,8 @@ def encode(m: Manifest) -> bytes:
         del d["purge_lag"]
     if d["history_floor"] == 0:
         del d["history_floor"]
+    if d["writer_nonce"] == 0:
+        del d["writer_nonce"]
     for key in ("seq_reservations", "bulk_loads"):
         if d[key]:
             d[key] = [list(r) for r in d[key]]

@@ -31,7 +31,6 @@ import mmap
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -41,7 +40,19 @@ from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, 
 
 from formats.fileio import FileOpError
 from formats.objcache import ObjectCache
-from formats.storage import PUT_DIRS, STAT_KEYS, URL_MARK, PublishUnknownError, Storage, file_buffer
+from formats.objclient import Client, ObstoreClient
+from formats.storage import (
+    BACKOFF_MAX_MS,
+    PUT_DIRS,
+    REAL_TIME,
+    RETRY_TIMEOUT_MS,
+    STAT_KEYS,
+    URL_MARK,
+    PublishUnknownError,
+    RealTime,
+    Storage,
+    file_buffer,
+)
 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
 MULTIPART_MIN = 16 << 20
@@ -55,14 +66,13 @@ STREAM_CHUNK = 64 << 10
 LIST_PAGE = 1000  # keys per LIST response (S3's maximum, and its default)
 # retries of transient failures; `object_store_options` may set "max_retries" and "retry_timeout_ms"
 MAX_RETRIES = 6
-RETRY_TIMEOUT_MS = 20_000
 RETRY_KEYS = ("max_retries", "retry_timeout_ms")
 # keys of `object_store_options` that configure the HTTP client, not the store: how long one request may
 # take ("timeout", whole request, default 30 s), its connect phase, or a stall between reads. A request
 # that times out is retried as any transient failure
 CLIENT_KEYS = ("timeout", "connect_timeout", "read_timeout", "pool_idle_timeout")
 BACKOFF_FIRST = 0.02  # seconds before the first retry, doubled before each next one up to BACKOFF_MAX
-BACKOFF_MAX = 1.0
+BACKOFF_MAX = BACKOFF_MAX_MS / 1000
 # obstore's own retries are off: `ObjectStorage._retrying` makes and counts every attempt
 NO_RETRIES = {"max_retries": 0, "retry_timeout": timedelta(seconds=0)}
 # statuses a repeat may cure (RFC 9110: timeouts, throttling, server errors); other 4xx are final
@@ -133,12 +143,19 @@ class ObjectStorage(Storage):
 
     local = False
 
-    def __init__(self, root: str, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, root: str, options: dict[str, Any] | None = None, *, client: Client | None = None,
+                 clock: RealTime = REAL_TIME) -> None:
         self.root = root.rstrip("/")
-        # memory:// lives in this process only: worker processes and Spark executors cannot see it
-        self.shared = not self.root.startswith("memory" + URL_MARK)
+        # memory:// lives in this process only: worker processes and Spark executors cannot see it; nor
+        # does a store given its own client (a simulation, formats.simstore)
+        self.shared = client is None and not self.root.startswith("memory" + URL_MARK)
         self.options = dict(options or {})
-        self.store = make_store(self.root, options)
+        self.client: Client = client if client is not None else ObstoreClient(make_store(self.root, options))
+        # the clocks retries wait by and object ages are judged by (a simulation's, or the host's)
+        self.clock = clock
+        # whether sequential readers may fetch ahead in other threads (`RangeFile.read_ahead`): not in a
+        # simulation, where every request must come from the thread the scheduler runs
+        self.fetch_ahead = client is None
         scheme, rest = self.root.split(URL_MARK, 1)
         self._bucket_url = f"{scheme}{URL_MARK}{rest.split('/', 1)[0]}"
         self._lock = threading.Lock()
@@ -183,7 +200,8 @@ class ObjectStorage(Storage):
         backoff, at most `max_retries` times within `retry_timeout`. Every failed attempt is counted
         (and each repeat as a retry); the caller counts the one that succeeds, with its bytes. The last
         error is raised as obstore raised it."""
-        deadline = time.monotonic() + self.retry_timeout
+        clock = self.clock
+        deadline = clock.monotonic() + self.retry_timeout
         delay = BACKOFF_FIRST
         retries = 0
         while True:
@@ -191,11 +209,11 @@ class ObjectStorage(Storage):
                 return attempt()
             except Exception as e:
                 self.count(kind, 0, path)
-                if not transient(e) or retries >= self.max_retries or time.monotonic() + delay > deadline:
+                if not transient(e) or retries >= self.max_retries or clock.monotonic() + delay > deadline:
                     raise
             retries += 1
             self.count("retries")
-            time.sleep(delay)
+            clock.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
     def _error(self, op: str, path: str, e: Exception) -> OSError:
@@ -208,7 +226,7 @@ class ObjectStorage(Storage):
         """The whole object: one GET."""
         key = self.key(path)
         try:
-            data = self._retrying("get", lambda: bytes(obstore.get(self.store, key).bytes()))
+            data = self._retrying("get", lambda: self.client.get(key))
         except Exception as e:
             raise self._error("get", path, e) from None
         self.count("get", len(data))
@@ -220,7 +238,7 @@ class ObjectStorage(Storage):
             return b""
         key = self.key(path)
         try:
-            data = self._retrying("get", lambda: bytes(obstore.get_range(self.store, key, start=start, end=end)))
+            data = self._retrying("get", lambda: self.client.get_range(key, start, end))
         except Exception as e:
             raise self._error("get", path, e) from None
         self.count("get", len(data))
@@ -234,9 +252,8 @@ class ObjectStorage(Storage):
         view = memoryview(buf)
 
         def attempt() -> int:  # a repeat after a failure part way writes the range again from its start
-            res = obstore.get(self.store, key, options={"range": (start, start + len(buf))})
             n = 0
-            for chunk in res.stream(min_chunk_size=STREAM_CHUNK):
+            for chunk in self.client.get_range_stream(key, start, start + len(buf), STREAM_CHUNK):
                 view[n : n + len(chunk)] = chunk
                 n += len(chunk)
             return n
@@ -253,12 +270,8 @@ class ObjectStorage(Storage):
         last-modified time) changes whenever the name is written again: what the disk cache keys on."""
         key = self.key(path)
 
-        def attempt() -> tuple[int, bytes, Any]:
-            res = obstore.get(self.store, key, options={"range": {"suffix": nbytes}})
-            return res.meta["size"], bytes(res.bytes()), res.meta
-
         try:
-            size, data, meta = self._retrying("get", attempt)
+            size, data, meta = self._retrying("get", lambda: self.client.get_tail(key, nbytes))
         except Exception as e:
             raise self._error("get", path, e) from None
         self.count("get", len(data))
@@ -269,7 +282,7 @@ class ObjectStorage(Storage):
         """The object's size: one HEAD."""
         key = self.key(path)
         try:
-            size = self._retrying("head", lambda: obstore.head(self.store, key)["size"])
+            size = self._retrying("head", lambda: self.client.head(key))
         except Exception as e:
             raise self._error("head", path, e) from None
         self.count("head")
@@ -288,7 +301,7 @@ class ObjectStorage(Storage):
         `directory`: one LIST with a delimiter."""
         prefix = self.key(directory).rstrip("/")
         try:
-            res = self._retrying("list", lambda: obstore.list_with_delimiter(self.store, prefix or None))
+            res = self._retrying("list", lambda: self.client.list_with_delimiter(prefix or None))
         except Exception as e:
             raise self._error("list", directory, e) from None
         self.count("list")
@@ -319,7 +332,7 @@ class ObjectStorage(Storage):
             out: dict[str, Any] = {}
             # S3 answers a LIST with pages of up to 1000 keys: one request per chunk of that size
             # (obstore's default chunks of 50 would count twenty requests for one page)
-            for page in obstore.list(self.store, prefix, return_arrow=False, chunk_size=LIST_PAGE):
+            for page in self.client.list_pages(prefix, LIST_PAGE):
                 self.count("list")
                 for meta in page:
                     rest = meta["path"][len(prefix) :]
@@ -348,8 +361,7 @@ class ObjectStorage(Storage):
         multipart = len(data) > MULTIPART_MIN
         try:
             # a plain PUT is idempotent: a repeat after a lost response writes the same object again
-            self._retrying("put", lambda: obstore.put(self.store, key, data, use_multipart=multipart,
-                                                      chunk_size=MULTIPART_CHUNK), path)
+            self._retrying("put", lambda: self.client.put(key, data, multipart, MULTIPART_CHUNK), path)
         except Exception as e:
             raise self._error("put", path, e) from None
         self.count("put", len(data), path)
@@ -364,7 +376,7 @@ class ObjectStorage(Storage):
         def attempt() -> None:
             nonlocal attempts
             attempts += 1
-            obstore.put(self.store, key, data, mode="create")
+            self.client.put_create(key, data)
 
         try:
             self._retrying("put", attempt, path)
@@ -372,7 +384,7 @@ class ObjectStorage(Storage):
             if attempts == 1:  # no attempt of ours can have landed: another writer's object
                 return False
             # an earlier attempt failed transiently and may have landed with only its response lost:
-            # the object is ours if it holds our bytes
+            # the object is ours if it holds our bytes (which no other writer writes: see Storage)
             try:
                 theirs = self.read(path)
             except OSError as e:
@@ -390,7 +402,7 @@ class ObjectStorage(Storage):
         """One DELETE; an object already gone is fine."""
         key = self.key(path)
         try:
-            self._retrying("delete", lambda: obstore.delete(self.store, key))
+            self._retrying("delete", lambda: self.client.delete(key))
         except (NotFoundError, FileNotFoundError):
             return
         except Exception as e:
@@ -475,8 +487,10 @@ class RangeFile:
         return self._size
 
     def read_ahead(self) -> None:
-        """Fetch sequential slices `READAHEAD_BYTES` at a time from now on (see the class docstring)."""
-        self.readahead = READAHEAD_BYTES
+        """Fetch sequential slices `READAHEAD_BYTES` at a time from now on (see the class docstring); a
+        store that fetches nothing ahead (a simulation's) goes on reading each slice as it is asked."""
+        if self.storage.fetch_ahead:
+            self.readahead = READAHEAD_BYTES
 
     def _range(self, start: int, end: int) -> bytes:
         """Bytes [start, end): from the disk cache, else one ranged GET (then kept in the cache)."""

@@ -22,6 +22,7 @@ import os
 import stat
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -36,11 +37,40 @@ def is_url(path: str) -> bool:
     return URL_MARK in path
 
 
+class RealTime:
+    """The host's clocks: what a storage backend waits by unless a simulation gives it its own."""
+
+    @staticmethod
+    def time() -> float:
+        """Seconds since the epoch (compared with objects' last-modified times)."""
+        return time.time()
+
+    @staticmethod
+    def monotonic() -> float:
+        """Seconds on a clock that never goes back (deadlines, elapsed times)."""
+        return time.monotonic()
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        """Wait `seconds`."""
+        time.sleep(seconds)
+
+
+REAL_TIME = RealTime()
+
+
 class Storage:
     """The operations the engine needs from the place its files live (see the module docstring)."""
 
     local: bool = True
     shared: bool = True  # whether another process (a worker, a Spark executor) sees the same files
+    # the clocks this backend's files age by and its retries wait by (a simulation's, or the host's)
+    clock: RealTime = REAL_TIME
+
+    def now(self) -> float:
+        """Seconds since the epoch on the clock the files' modification times are stamped by: a file's
+        age for a grace period is ``now() - mtime``."""
+        return self.clock.time()
 
     def read(self, path: str) -> bytes:
         """The whole file (FileNotFoundError if there is none)."""
@@ -88,7 +118,9 @@ class Storage:
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Create `path` holding `data` only if it does not exist: True if we created it, False if it
         already existed. Atomic: a reader sees all of `data` or no file. Errors raise OSError; one after
-        which the file may exist is `PublishUnknownError` (formats.storage)."""
+        which the file may exist is `PublishUnknownError` (formats.storage). On an object store, an
+        attempt whose response was lost is decided by reading the object back: `data` must be bytes no
+        other writer writes (a manifest version carries its writer's epoch and nonce)."""
         raise NotImplementedError
 
     def delete(self, path: str) -> None:
@@ -111,6 +143,46 @@ class Storage:
 
     def reset_stats(self) -> None:
         """Zero the request counters."""
+
+
+# what one request to an object store may take, by default (formats.objstore retries; the HTTP client's
+# whole-request timeout, obstore's default): with the longest backoff, how long a write can be in flight
+# before it is acknowledged (lsm.wal_object derives the WAL's deletion grace from it)
+RETRY_TIMEOUT_MS = 20_000
+REQUEST_TIMEOUT_MS = 30_000
+BACKOFF_MAX_MS = 1_000
+_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+def duration_ms(value: Any, what: str) -> int:
+    """Milliseconds of a duration given as obstore's client options take it: "30s", "500ms", "2min",
+    a number of seconds, or a timedelta. ValueError naming `what` otherwise."""
+    import datetime
+    import re
+
+    if isinstance(value, datetime.timedelta):
+        ms = value / datetime.timedelta(milliseconds=1)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        ms = value * 1000
+    elif isinstance(value, str) and (m := re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", value)) and m[2] in _UNITS_MS:
+        ms = float(m[1]) * _UNITS_MS[m[2]]
+    else:
+        raise ValueError(f"{what} must be a duration such as '30s' or '500ms', got {value!r}")
+    if not ms > 0:
+        raise ValueError(f"{what} must be a positive duration, got {value!r}")
+    return int(-(-ms // 1))
+
+
+def request_bound_ms(options: dict[str, Any] | None) -> int:
+    """The longest one request (its retries and backoffs included) can take before the caller is told
+    it succeeded, under object-store `options` ("retry_timeout_ms", "timeout"): the retry window, plus
+    one whole attempt begun at its end, plus the longest backoff. ValueError if they do not parse."""
+    o = options or {}
+    retry = o.get("retry_timeout_ms", RETRY_TIMEOUT_MS)
+    if type(retry) is not int or retry < 0:
+        raise ValueError(f"object_store_options['retry_timeout_ms'] must be an int >= 0, got {retry!r}")
+    timeout = duration_ms(o.get("timeout", f"{REQUEST_TIMEOUT_MS}ms"), "object_store_options['timeout']")
+    return retry + timeout + BACKOFF_MAX_MS
 
 
 # requests by kind, bytes moved, the retries of failed attempts, and the PUTs by the directory they wrote
@@ -305,6 +377,20 @@ def register(root: str, options: dict[str, Any] | None = None) -> Storage:
         st = ObjectStorage(root, options)
         _registry[root] = st
         return st
+
+
+def attach(root: str, storage: Storage) -> Storage:
+    """Serve every URL under `root` from `storage`, a backend the caller built (a simulated object store,
+    formats.simstore), until `detach(root)`. Returns `storage`."""
+    with _registry_lock:
+        _registry[root.rstrip("/")] = storage
+    return storage
+
+
+def detach(root: str) -> None:
+    """Forget the backend of `root` (`attach`, `register`)."""
+    with _registry_lock:
+        _registry.pop(root.rstrip("/"), None)
 
 
 def registered() -> list[tuple[str, dict[str, Any]]]:

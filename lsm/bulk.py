@@ -70,7 +70,6 @@ from formats.manifest import Manifest, SstEntry
 from formats.sst import SsTableInfo
 from lsm.bulk_task import BulkTask, run_task
 from lsm.errors import BulkLoadConflictError, LsmError
-from lsm.fsutil import unlink_quiet
 from lsm.ingest import (
     TTL_BASES,
     check_frontier,
@@ -135,7 +134,7 @@ def place_bulk(m: Manifest, entries: list[SstEntry], base: int, last: int) -> tu
     return tuple(newer) + tuple(entries) + tuple(older)
 
 
-def local_runner(workers: int | None) -> Runner:
+def local_runner(workers: int | None, discard: Callable[[list[str]], object] | None = None) -> Runner:
     """Runs tasks in a pool of `workers` threads of this process (default: one per CPU, at most 8).
 
     A task over a generic source gets its own copy of it (sources are not thread-safe), as a Spark task
@@ -160,10 +159,9 @@ def local_runner(workers: int | None) -> Runner:
                 return list(pool.map(tracked, tasks))
         except BaseException:
             # a task failed (it removed what it wrote); the pool waited for the others, whose SSTs no
-            # manifest will name
-            for res in finished:
-                for name, _ in res["outputs"]:
-                    unlink_quiet(os.path.join(tasks[0].output.directory, name))
+            # manifest will name: `discard` deletes them (the version set's deletion rule)
+            if discard is not None:
+                discard([os.path.join(tasks[0].output.directory, name) for res in finished for name, _ in res["outputs"]])
             raise
 
     return run
@@ -228,9 +226,7 @@ def _reservation(db: DB) -> Iterator[Callable[[int], tuple[int, int]]]:
 
 
 def _unlink_outputs(db: DB, results: list[dict]) -> None:
-    for res in results:
-        for name, _ in res["outputs"]:
-            unlink_quiet(db.sst_path(name))
+    db.engine.versions.delete_files([db.sst_path(name) for res in results for name, _ in res["outputs"]])
 
 
 def bulk_ingest(
@@ -279,7 +275,7 @@ def bulk_ingest(
                 spark if spark is not None else get_session(master or "local[*]")
             ).sparkContext.defaultParallelism
     else:
-        runner = local_runner(tasks)
+        runner = local_runner(tasks, db.engine.versions.delete_files)
     st = source_state(db, name)
     with st.lock, _reservation(db) as reserve_seqs:
         head = durable_head(db, name)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import os
 import sys
 import threading
 import time
@@ -37,7 +36,7 @@ from compaction.trivial_move import DistinctKeys, movable
 from formats.manifest import Manifest, SstEntry
 from formats.storage import storage_for
 from lsm.events import CompactionInfo, notify
-from lsm.fsutil import fsync_dir, unlink_quiet
+from lsm.fsutil import fsync_dir
 from lsm.syskeys import SYSTEM_PREFIX
 
 if TYPE_CHECKING:
@@ -258,6 +257,9 @@ class DbCompactor:
             result = run(job)
         except OSError as e:  # the merge removed what it wrote; the DB's files are as they were
             raise db.fail(e) from e
+        except Exception as e:
+            vs.delete_files(getattr(e, "outputs", []))  # what a failed job wrote and left (a Spark job's)
+            raise
         t2 = time.perf_counter()
         outputs = tuple(SstEntry(name, info) for name, info in result.outputs)
         stats = result.stats
@@ -386,9 +388,8 @@ class DbCompactor:
     # -- garbage ---------------------------------------------------------------------------------
     def gc(self, grace_ms: int | None = None) -> list[str]:
         """Delete SSTs the manifest does not reference, older than the grace period (wall time)."""
-        vs = self.versions
         grace = self.db.options.gc_grace_ms if grace_ms is None else grace_ms
-        return collect_garbage(vs.sst_dir, vs.manifest, grace, keep=vs.live_files())
+        return self.versions.collect_garbage(grace)
 
 
 def executor_name(run: Executor) -> str:
@@ -410,21 +411,4 @@ def with_purge_lag(m: Manifest, stats: CompactionStats) -> Manifest:
     return m.replace(purge_lag=accumulate(m.purge_lag, stats.purge_lag))
 
 
-def collect_garbage(sst_dir: str, m: Manifest, grace_ms: int, keep: set[str] = frozenset()) -> list[str]:
-    """Remove unreferenced ``*.sst`` files (or objects: listed by prefix) whose mtime is older than
-    `grace_ms`; return their names."""
-    live = {e.name for e in m.all_ssts()} | set(keep)
-    cutoff = time.time() - grace_ms / 1000
-    removed = []
-    for name, mtime in sorted(storage_for(sst_dir).list_mtimes(sst_dir).items()):
-        if not name.endswith(".sst") or name in live or mtime > cutoff:
-            continue
-        p = os.path.join(sst_dir, name)
-        if unlink_quiet(p):  # a file that could not be deleted is left for the next gc
-            removed.append(name)
-    if removed:
-        fsync_dir(sst_dir)
-    return removed
-
-
-__all__ = ["CompactionHost", "DbCompactor", "apply_plan", "collect_garbage", "Reason"]
+__all__ = ["CompactionHost", "DbCompactor", "apply_plan", "Reason"]

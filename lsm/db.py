@@ -77,7 +77,7 @@ from lsm.syskeys import SYSTEM_PREFIX, is_system
 from lsm.timeline import Timeline, parse_time
 from lsm.versions import Run, State, VersionSet
 from lsm.wal_lock import IdleReleaser
-from lsm.wal_object import ObjectWal, wal_grace_ms
+from lsm.wal_object import ObjectWal, wal_bound
 from lsm.wal_object import claim as claim_wal_id
 
 SST_SUFFIX = ".sst"
@@ -128,6 +128,8 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         self._on_close_hooks: list[Callable[[], None]] = []
         self._compactor: DbCompactor | None = None
         self._lock_releaser: IdleReleaser | None = None
+        self._claim_sent: float | None = None
+        self._unacknowledged: set[int] = set()  # seqs of sync writes on an object store that raised
         self._memtable_bytes = options.memtable_bytes
         self._default_ttl = options.default_ttl
         self.user_bytes_written = 0
@@ -136,7 +138,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
 
         man = vs.manifest
         if not read_only:
-            vs.store.remove_stale_tmp()
+            vs.delete_files(vs.store.stale_tmp())
         self._writer_epoch = vs.writer_epoch
         self._token_bytes, self._epoch_bytes = vs.token_bytes, vs.epoch_bytes
 
@@ -229,6 +231,9 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         before it listed, so reading the manifest after the claim finds it, and we are fenced."""
         while True:
             nxt = max(segments[-1][0] + 1 if segments else 0, man.wal_replay_from)
+            # the WAL writer's first anchor (lsm.wal_object): an owner after us can claim an id of ours only
+            # once it has seen this claim
+            self._claim_sent = self._storage.clock.monotonic()
             try:
                 claim_wal_id(self._wal_dir, nxt)
             except FileExistsError:
@@ -250,7 +255,7 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         o = self.options
         return ObjectWal(self._wal_dir, segment_id, o.wal_flush_interval_ms, o.wal_flush_bytes,
                          on_fenced=self._vs.mark_fenced, check_fence=self._vs.fenced_on_store,
-                         recheck_after=wal_grace_ms(o) / 2000, on_broken=self._fail)
+                         bound=wal_bound(o), anchor=self._claim_sent, on_broken=self._fail)
 
     def object_store_stats(self) -> dict[str, int]:
         """Object-store requests this database made, by kind (put, get, list, delete, head), and the
@@ -471,8 +476,10 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
             self._release()
 
     def _release(self) -> None:
-        """Stop the threads and close every file this handle holds, whatever fails on the way."""
-        failure: DbFailedError | None = None
+        """Stop the threads and close every file this handle holds, whatever fails on the way. A handle
+        fenced before its object-store WAL could write what it buffered raises FencedError at the end:
+        writes it acknowledged with sync=False are lost, and a close that returned would say otherwise."""
+        failure: BaseException | None = None
         try:
             if self._compactor is not None:
                 self._compactor.stop()
@@ -495,8 +502,18 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
                     err = self._fail(e)
                     failure = err if self._bg_error is err else None
                 finally:
-                    self._wal.close()
-                    self._wal = None
+                    wal, self._wal = self._wal, None
+                    try:
+                        wal.close()
+                    except FencedError:
+                        pass
+                    lost = (wal.stranded(self._vs.manifest.last_seq, self._unacknowledged)
+                            if isinstance(wal, ObjectWal) else 0)
+                    if lost and failure is None and isinstance(wal.broken, FencedError):
+                        failure = FencedError(
+                            f"{self.path}: this handle was fenced before it could write its last {lost} WAL "
+                            "record(s): the writes among them acknowledged with sync=False are lost (another "
+                            "handle owns the database)")
             self._vs.close()
             self._closed = True
         if failure is not None:

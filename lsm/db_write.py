@@ -29,7 +29,7 @@ from lsm.batch import WriteBatch
 from lsm.clock import I64_MAX
 from lsm.errors import ClosedError, DbFailedError, FencedError, LsmError
 from lsm.events import FlushInfo, notify
-from lsm.fsutil import fsync_dir, unlink_quiet
+from lsm.fsutil import fsync_dir
 from lsm.memtable import Memtable
 from lsm.options import NO_TTL, WriteOptions, check_ttl
 from lsm.syskeys import SYSTEM_PREFIX, check_user_key
@@ -84,7 +84,7 @@ class WriteMixin:
                     _expiry_overflow(ts, ttl)
             seq = self._seq + 1
             try:
-                ticket = wal.append(encode_put(seq, ts, key, exp, value), sync and not self._objects)
+                ticket = wal.append(encode_put(seq, ts, key, exp, value), sync and not self._objects, seq)
             except OSError as e:
                 wal.release()
                 raise self._fail(e) from e
@@ -96,21 +96,50 @@ class WriteMixin:
                 self._timeline.on_commit(seq, ts)
             self.user_bytes_written += len(key) + len(value)
             if mem.bytes >= self._memtable_bytes:
-                self._rotate_locked()
+                self._rotate_after_commit()
             if not (sync and self._objects):
                 return seq
         finally:
             lock.release()
-        self._await_durable(wal, ticket)
+        self._await_durable(wal, ticket, seq)
         return seq
 
-    def _await_durable(self, wal: ObjectWal, ticket: int) -> None:
+    def flush_wal(self) -> None:
+        """Make every write acknowledged so far durable now (RocksDB's ``FlushWAL(sync=true)``): a local
+        segment is fdatasynced; an object store's buffered records are written as one WAL object, as
+        the group commit does every ``DbOptions.wal_flush_interval_ms`` (needed when that is None)."""
+        with self._write_lock:
+            if self._closed or self._bg_error is not None or self.read_only:
+                self._check_writable()
+            wal = self._wal
+            if not self._objects:
+                try:
+                    wal.sync()
+                except OSError as e:
+                    raise self._fail(e) from e
+                return
+        try:
+            wal.sync()  # outside the write lock, as a sync write waits (the group commit)
+        except OSError as e:
+            raise self._fail(e) from e
+
+    def _await_durable(self, wal: ObjectWal, ticket: int, seq: int) -> None:
         """A sync write on an object store, after the write lock: return once the WAL object holding
         record `ticket` is written. Waiting outside the lock is the group commit of sync writes: the
-        writes that arrive while one object is being written go into the next one together."""
+        writes that arrive while one object is being written go into the next one together.
+
+        A flush may have put the write's rows into an SST and published it while the write waited: then
+        the write is durable and visible whatever becomes of its WAL object, so a takeover that fences the
+        WAL afterwards (FencedError) must not report it as not written."""
         try:
             wal.wait_durable(ticket)
+        except FencedError:
+            if self._vs.manifest.last_seq >= seq:  # published by a flush of ours before the takeover
+                return
+            self._unacknowledged.add(seq)
+            raise
         except OSError as e:
+            self._unacknowledged.add(seq)
             raise self._fail(e) from e
 
     def reserve_seqs(self, n: int) -> tuple[int, int]:
@@ -260,7 +289,7 @@ class WriteMixin:
             seq = self._seq + 1
             wal_ops, nbytes = rows_at(ts, seq)
             try:
-                ticket = wal.append(encode_record(seq, ts, wal_ops), sync and not self._objects)
+                ticket = wal.append(encode_record(seq, ts, wal_ops), sync and not self._objects, seq)
             except OSError as e:
                 wal.release()
                 raise self._fail(e) from e
@@ -273,10 +302,24 @@ class WriteMixin:
                 self._timeline.on_commit(seq, ts)
             self.user_bytes_written += nbytes
             if mem.bytes >= self._memtable_bytes:
-                self._rotate_locked()
+                self._rotate_after_commit()
         if sync and self._objects:
-            self._await_durable(wal, ticket)  # outside the write lock: the group commit (see put)
+            self._await_durable(wal, ticket, seq)  # outside the write lock: the group commit (see put)
         return seq, ts
+
+    def _rotate_after_commit(self) -> None:
+        """Rotate the memtable a commit filled, after its record was appended (write lock held). The
+        commit happened whatever becomes of the rotation or of the flush it runs in this thread
+        (background_flush=False): recovery replays its record. So an error here (fenced, a failed
+        flush) is kept as the handle's failure, raised by its next write, and never by this one, which
+        would tell the caller "not written" about a write that is there."""
+        try:
+            self._rotate_locked()
+        except LsmError as e:
+            with self._cv:
+                if self._bg_error is None:
+                    self._bg_error = e
+                self._cv.notify_all()
 
     def _rotate_locked(self) -> None:
         """Freeze the memtable behind a new WAL segment and hand it to the flush thread (write lock held)."""
@@ -472,8 +515,8 @@ class WriteMixin:
         try:
             return run_flush_in_worker(job)
         except (WorkerDied, SegmentMismatch):
-            for p in glob.glob(os.path.join(glob.escape(spec.directory), glob.escape(spec.prefix) + "-*")):
-                unlink_quiet(p)  # what a killed worker left half written
+            # what a killed worker left half written
+            self._vs.delete_files(glob.glob(os.path.join(glob.escape(spec.directory), glob.escape(spec.prefix) + "-*")))
             return None
         except OSError as e:
             raise self._fail(e) from e
@@ -506,11 +549,14 @@ class WriteMixin:
         return cutoff
 
     def _delete_wal_below(self, segment_id: int) -> None:
+        """Delete the WAL segments (objects) below `segment_id`, once a flush published that replay starts
+        there: listed first, then deleted through the version set's deletion rule (the fence asked after
+        the listing). On an object store only objects older than the WAL's grace (lsm.wal_object)."""
         # cleanup after a committed flush: a listing that fails leaves the files for the next flush or
         # `lsm gc` (as unlink_quiet does a failed delete), it must not fail the flush that committed
         try:
             if self._objects:  # only objects older than the grace (lsm.wal_object: an idle writer's fence)
-                cutoff = time.time() - wal_grace_ms(self.options) / 1000
+                cutoff = self._storage.now() - wal_grace_ms(self.options) / 1000
                 mtimes = self._storage.list_mtimes(self._wal_dir)  # one listing gives names and ages
                 old = [name for name, mtime in mtimes.items() if mtime < cutoff]
                 segments = numbered(self._wal_dir, old, wal_files.SUFFIX)
@@ -518,9 +564,7 @@ class WriteMixin:
                 segments = wal_files.list_segments(self._wal_dir)
         except OSError:
             return
-        for sid, p in segments:
-            if sid < segment_id:
-                unlink_quiet(p)
+        self._vs.delete_files([p for sid, p in segments if sid < segment_id])
 
 
 def _expiry_overflow(ts: int, ttl: int) -> None:

@@ -10,7 +10,7 @@ Failures: an error before the link (creating, writing or fsyncing the temporary 
 was not published; the temporary file is removed and the OSError raised. An error at or after the link
 (the link itself, the directory fsync) means the version MAY be published: `PublishUnknownError` says so,
 and the caller must neither roll back nor reuse anything the version references — the next open decides
-from what is on disk. Temporary files a crash left behind are removed by `remove_stale_tmp` at open;
+from what is on disk. Temporary files a crash left behind (`stale_tmp`) are removed at open;
 that open has already fenced every earlier handle, so a fenced writer may find its temporary file gone
 when it links: the link then fails with ENOENT, nothing is published, and the writer reports
 `FencedError` (lsm.versions).
@@ -32,7 +32,7 @@ from formats import fileio
 from formats import manifest as codec
 from formats.manifest import Manifest
 from formats.storage import TMP_PREFIX, PublishUnknownError, storage_for  # noqa: F401 (re-exported)
-from lsm.fsutil import numbered_files, unlink_quiet
+from lsm.fsutil import numbered_files
 
 SUFFIX = ".manifest"
 EPOCH_FILE = "WRITER_EPOCH"
@@ -72,21 +72,18 @@ class ManifestStore:
         OSError: not published. PublishUnknownError: maybe published (see the module docstring)."""
         return self.storage.put_if_absent(self.path(manifest_id), codec.encode(m))
 
-    def remove_stale_tmp(self) -> list[str]:
-        """Delete temporary files of commits that never finished (a crash between write and link)."""
-        removed = []
+    def stale_tmp(self) -> list[str]:
+        """Temporary files of commits that never finished (a crash between write and link): for the
+        version set to delete (`lsm.versions.VersionSet.delete_files`) once it owns the store."""
         if not self.storage.local:  # an object is published whole by one PUT: it leaves no temporaries
-            return removed
-        for name in self.storage.list_names(self.dir):
-            if name.startswith(TMP_PREFIX) and unlink_quiet(os.path.join(self.dir, name)):
-                removed.append(name)
-        return removed
+            return []
+        return [os.path.join(self.dir, n) for n in self.storage.list_names(self.dir) if n.startswith(TMP_PREFIX)]
 
-    def prune(self, keep: int) -> None:
-        """Delete all but the newest `keep` versions (readers only ever open the newest)."""
+    def prunable(self, keep: int) -> list[str]:
+        """The versions but the newest `keep` (readers only ever open the newest): for the version set
+        to delete."""
         ids = self.ids()
-        for i in ids[:-keep] if keep > 0 else []:
-            unlink_quiet(self.path(i))
+        return [self.path(i) for i in (ids[:-keep] if keep > 0 else [])]
 
 
 class FenceToken:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from compaction.policy import POLICIES
 from formats.sst_layout import COMPRESSION_CODES, KNOWN_COMPRESSIONS
+from formats.storage import request_bound_ms
 from lsm.clock import I64_MAX, Clock, SystemClock
 from lsm.events import check_listeners
 from lsm.wal import RECOVERY_MODES
@@ -126,8 +127,10 @@ class DbOptions:
     # region, access_key_id, secret_access_key, allow_http, ...); None: the standard AWS environment
     object_store_options: dict[str, Any] | None = None
     # its WAL: writes are buffered and group-committed into one immutable WAL object every this many ms,
-    # or sooner once the buffer holds wal_flush_bytes (WriteOptions(sync=True) waits for its object)
-    wal_flush_interval_ms: int = 100
+    # or sooner once the buffer holds wal_flush_bytes (WriteOptions(sync=True) waits for its object);
+    # None: no timer, writes become durable at a sync write, a full buffer, db.flush_wal(), flush or close
+    # (RocksDB's manual_wal_flush; a simulation drives the WAL itself this way)
+    wal_flush_interval_ms: int | None = 100
     wal_flush_bytes: int = 4 << 20
     # an optional bounded local disk cache of SST blocks read from the object store (None: no cache;
     # nothing of an object-store database is written locally unless this names a directory)
@@ -187,11 +190,14 @@ class DbOptions:
         self.compaction_filters = tuple(self.compaction_filters)
         self.event_listeners = check_listeners(self.event_listeners)
         _positive("max_clock_skew_ms", self.max_clock_skew_ms, allow_none=True, minimum=0)
-        _positive("wal_flush_interval_ms", self.wal_flush_interval_ms)
+        _positive("wal_flush_interval_ms", self.wal_flush_interval_ms, allow_none=True)
         _positive("wal_flush_bytes", self.wal_flush_bytes)
         _positive("object_cache_bytes", self.object_cache_bytes)
         if self.object_store_options is not None and not isinstance(self.object_store_options, dict):
             raise TypeError("DbOptions.object_store_options must be a dict of obstore config keys")
+        # the WAL's deletion grace is derived from how long one request may take (lsm.wal_object.wal_bound):
+        # options that give no bound are refused here, before anything is opened
+        request_bound_ms(self.object_store_options)
         if self.wal_recovery_mode not in RECOVERY_MODES:
             raise ValueError(
                 f"DbOptions.wal_recovery_mode must be one of {', '.join(RECOVERY_MODES)}, "

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from formats.sst import SstReader
 from formats.storage import storage_for
 from lsm.cache import LruCache
 from lsm.errors import DbFailedError, FencedError, NotADatabaseError
-from lsm.fsutil import unlink_quiet
+from lsm.fsutil import fsync_dir, unlink_quiet
 from lsm.l0_index import L0Index
 from lsm.manifest import FenceToken, LocalToken, ManifestStore, PublishUnknownError, fence_token
 from lsm.options import DbOptions
@@ -143,7 +144,11 @@ class VersionSet:
                 continue
             if self.read_only:
                 return mid, man
-            bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1)
+            # the nonce makes this opener's version its own: two openers bump one version to the same
+            # epochs, and an object store decides a create whose response was lost by reading the object
+            # back (formats.objstore), which must then tell their bytes apart
+            bumped = man.replace(writer_epoch=man.writer_epoch + 1, compactor_epoch=man.compactor_epoch + 1,
+                                 writer_nonce=secrets.randbits(63) | 1)
             if try_create(mid + 1, bumped):
                 self.token = fence_token(store)
                 self.token.publish(bumped.writer_epoch)
@@ -164,10 +169,16 @@ class VersionSet:
         self.token.publish(0)
 
     def fenced_on_store(self) -> bool:
-        """Whether the newest manifest on the store carries a newer writer epoch than ours (a read of
-        the store: for an object-store writer that was idle, lsm.wal_object)."""
-        _mid, m = self.store.latest()
-        return m is not None and m.writer_epoch != self.writer_epoch
+        """Whether another handle has published a manifest version with newer epochs than ours, asked of
+        the store now (for an object-store writer that was idle, lsm.wal_object; for an opener after its
+        WAL claim): one HEAD of the version after ours, and only if it exists a read of the newest. An
+        error reading the store is raised (OSError)."""
+        if self.store.storage.local:
+            _mid, m = self.store.latest()
+            return m is not None and self._fence_error(m) is not None
+        if not self.store.storage.exists(self.store.path(self.manifest_id + 1)):
+            return False
+        return self._fence_error(self.store.latest()[1]) is not None
 
     def is_fenced(self) -> bool:
         """Has a newer handle published its epoch (WRITER_EPOCH) since we opened?"""
@@ -240,7 +251,7 @@ class VersionSet:
                     self.manifest = new
                     if self.manifest_id % 16 == 0:
                         try:
-                            self.store.prune(self.options.manifest_history)
+                            self.delete_files(self.store.prunable(self.options.manifest_history))
                         except OSError:
                             # cleanup only (the next prune retries it): the version is published, and
                             # an error raised from here would have its caller remove the SSTs it names
@@ -342,10 +353,12 @@ class VersionSet:
             oldest = min(self.iter_gens) if self.iter_gens else None
             ready = [x for x in self.obsolete if oldest is None or oldest > x[0]]
             self.obsolete = [x for x in self.obsolete if not (oldest is None or oldest > x[0])]
+        paths = []
         for _gen, names in ready:
             for name in names:
                 self.readers.pop(name, None)
-                unlink_quiet(self.sst_path(name))
+                paths.append(self.sst_path(name))
+        self.delete_files(paths)
 
     def discard_outputs(self, entries: tuple[SstEntry, ...], error: BaseException | None = None) -> None:
         """Delete new SSTs whose commit failed with `error`, unless that commit may have published a
@@ -356,7 +369,59 @@ class VersionSet:
             r = self.readers.pop(e.name, None)
             if r is not None:
                 r.close()
-            unlink_quiet(self.sst_path(e.name))
+        self.delete_files([self.sst_path(e.name) for e in entries])
+
+    # -- the deletion rule ---------------------------------------------------------------------------
+    def owns_store(self) -> bool:
+        """Whether this handle still owns the store, asked of the store at this moment: the fence token
+        locally (a memory read of WRITER_EPOCH); on an object store one HEAD of the manifest version after
+        ours (an opener publishes it before anything else), and only if it exists the newest version's
+        epochs (it may be a commit of our own, racing this check). A read that fails answers no."""
+        if self.read_only or self.token is None or self.is_fenced():
+            return False
+        if self.store.storage.local:
+            return True
+        try:
+            fenced = self.fenced_on_store()
+        except OSError:
+            return False
+        if fenced:
+            self.mark_fenced()
+        return not fenced
+
+    def delete_files(self, paths: list[str], *, strict: bool = False) -> list[str]:
+        """THE place every file of the store is deleted (docs/reliability.md, "One rule for deleting"):
+        retired SSTs, outputs of failed jobs, garbage, obsolete WAL segments and objects, old manifest
+        versions. Only the current owner deletes, and it asks the fence (`owns_store`) after the caller
+        decided what to delete (after its listing: an owner that took over publishes its epoch before it
+        writes any file, so a listing that shows one of its files is followed by a check that sees it).
+        A fenced handle deletes nothing: `strict` (a gc the user asked for) raises FencedError, anything
+        else leaves the files to the owner's gc. Returns the paths deleted; one that cannot be is left for
+        the next gc."""
+        if not paths:
+            return []
+        if not self.owns_store():
+            if strict:
+                raise FencedError(
+                    f"{self.path}: another handle opened this database; this one is fenced and deletes nothing"
+                )
+            return []
+        return [p for p in paths if unlink_quiet(p)]
+
+    def collect_garbage(self, grace_ms: int) -> list[str]:
+        """Delete the SSTs no manifest names that are older than `grace_ms` (by the store's clock), and
+        that no reader of this handle has open: leftovers of failed jobs and crashes. Listing first, then
+        the fence (`delete_files`): a fenced handle raises FencedError and deletes nothing. Returns names."""
+        storage = storage_for(self.sst_dir)
+        listing = storage.list_mtimes(self.sst_dir)
+        cutoff = storage.now() - grace_ms / 1000
+        with self.commit_lock:  # the manifest and the open readers as of one commit
+            live = {e.name for e in self.manifest.all_ssts()} | set(self.readers)
+        names = sorted(n for n, mtime in listing.items() if n.endswith(".sst") and n not in live and mtime <= cutoff)
+        removed = self.delete_files([self.sst_path(n) for n in names], strict=True)
+        if removed:
+            fsync_dir(self.sst_dir)
+        return [os.path.basename(p) for p in removed]
 
     def live_files(self) -> set[str]:
         """Names of the SSTs this handle has open (live, or retired but still read by an iterator)."""

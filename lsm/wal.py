@@ -117,9 +117,10 @@ class WalWriter:
             self.held = False
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
-    def append(self, record: bytes, sync: bool = False) -> None:
-        """Append one encoded record with one write(2); fdatasync it too when `sync`. Any failure breaks
-        the writer: later appends raise the same error (nothing follows a possibly partial record)."""
+    def append(self, record: bytes, sync: bool = False, seq: int = 0) -> None:
+        """Append one encoded record (of commit `seq`) with one write(2); fdatasync it too when `sync`.
+        Any failure breaks the writer: later appends raise the same error (nothing follows a possibly
+        partial record)."""
         if self.broken is not None:
             raise self.broken
         try:

@@ -13,10 +13,19 @@ last one it replayed with an empty object, so the writer it fenced fails to writ
 is fenced, and raises `FencedError`: the writes it had buffered are never visible. If the old writer got
 its object in first, the opener's claim fails, and it replays that object too before claiming the next.
 
-A writer idle for longer than half the WAL's deletion grace (`wal_grace_ms`) first reads the newest
-manifest before it writes again: the opener's claim object is deleted only once it is older than that
-grace, so a writer that slept through a takeover learns of it from the manifest's epoch instead of
-writing into an id nobody will replay.
+A claim, like every WAL object, is deleted only once it is older than the WAL's grace (`wal_bound`), and
+that grace is what keeps a slow writer from outrunning it (docs/reliability.md, "The WAL and a slow
+request"): were the claim of id N gone, a fenced writer's PUT of N would create it, be acknowledged, and
+never be replayed (the new owner's replay point is past N). A new owner claims N only after it saw the
+writer's object N-1 (or the flush that retired it), so its claim is younger than the moment the writer
+sent N-1: its *anchor*. The writer therefore acknowledges object N only if N's PUT returned within
+`safe_ms` (the grace less `CLOCK_MARGIN_MS` for the store's clock against ours) of its anchor; a PUT that
+took longer breaks it unacknowledged (`WalTooSlowError`). An idle writer whose anchor is older than
+`recheck_ms` first reads the newest manifest (the read is its new anchor: an owner publishes its epoch
+before it claims). The grace is at least `request_ms` (one PUT with its retries, bounded by the client's
+timeout and retry window) plus that recheck window plus the margin, so a PUT that obeys the client's own
+bound is never refused: only a request that outlives every timeout (a partition that lets it land long
+after it was sent) can be, and then nothing is acknowledged.
 
 A process that exits normally without closing its database still writes what its writers buffer (an
 ``atexit`` hook); a killed one loses it, as the durability rules above allow.
@@ -39,14 +48,14 @@ the ids below it are deleted.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import errno
 import threading
-import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
-from formats.storage import PublishUnknownError, storage_for
+from formats.storage import PublishUnknownError, request_bound_ms, storage_for
 from lsm import wal as wal_files
 from lsm.errors import FencedError
 
@@ -64,24 +73,30 @@ class ObjectWal:
 
     held = True  # no segment flock on an object store: fencing is the create-if-absent of each id
 
-    def __init__(self, wal_dir: str, segment_id: int, interval_ms: int, flush_bytes: int, *,
+    def __init__(self, wal_dir: str, segment_id: int, interval_ms: int | None, flush_bytes: int, *,
                  on_fenced: Callable[[], None] | None = None,
-                 check_fence: Callable[[], bool] | None = None, recheck_after: float = 5.0,
+                 check_fence: Callable[[], bool] | None = None, bound: WalBound | None = None,
+                 anchor: float | None = None,
                  on_broken: Callable[[OSError], object] | None = None) -> None:
         self.wal_dir = wal_dir
         self.segment_id = segment_id
         self.next_id = segment_id
         self.path = wal_files.segment_path(wal_dir, segment_id)
         self.storage = storage_for(wal_dir)
-        self.interval = interval_ms / 1000
+        self.interval = None if interval_ms is None else interval_ms / 1000  # None: no flusher thread
         self.flush_bytes = flush_bytes
         self.on_fenced = on_fenced
         self.on_broken = on_broken
         self.check_fence = check_fence
-        self.recheck_after = recheck_after
-        self._last_put = time.monotonic()
+        self.bound = bound
+        self._clock = self.storage.clock  # the store's clocks (a simulation's, or the host's)
+        # when the request that last proved this writer the owner was sent (module docstring): the open's
+        # claim of the id before `segment_id`, then each object's PUT, or a manifest check
+        self._anchor = self._clock.monotonic() if anchor is None else anchor
         self.broken: BaseException | None = None
         self._buf: list[bytes] = []
+        self._buf_seqs: list[int] = []  # the commit seq of each buffered record
+        self._unwritten: list[int] = []  # seqs of the batch whose object write broke the writer
         self._buf_bytes = 0
         self._appended = 0  # records appended so far
         self._durable = 0  # records in objects written so far
@@ -98,7 +113,7 @@ class ObjectWal:
     def release(self) -> None:
         """Nothing to release."""
 
-    def append(self, record: bytes, sync: bool = False) -> int:
+    def append(self, record: bytes, sync: bool = False, seq: int = 0) -> int:
         """Buffer one encoded record; with `sync`, return once an object holding it is durable. Returns
         the record's ticket for `wait_durable`. A failed object write breaks the writer: later appends
         raise the same error."""
@@ -106,11 +121,12 @@ class ObjectWal:
             raise self.broken
         with self._lock:
             self._buf.append(record)
+            self._buf_seqs.append(seq)
             self._buf_bytes += len(record)
             self._appended += 1
             mine = self._appended
             full = self._buf_bytes >= self.flush_bytes
-        if self._thread is None:
+        if self._thread is None and self.interval is not None:
             self._start()
         if sync or full:
             self._flush_through(mine)
@@ -141,6 +157,16 @@ class ObjectWal:
         if self.broken is None:
             self.sync()
 
+    def stranded(self, after_seq: int, told: Collection[int] = ()) -> int:
+        """How many records of commits above `after_seq` were appended (acknowledged, if their writes had
+        sync=False) that no written object holds and none ever will: what a writer broken or fenced
+        before writing its buffer leaves behind. `after_seq`: what the store holds by other means (the
+        seqs a flush published in an SST); `told`: seqs whose writes already raised (not acknowledged)."""
+        if self.broken is None:
+            return 0
+        with self._lock:
+            return sum(1 for s in (*self._unwritten, *self._buf_seqs) if s > after_seq and s not in told)
+
     # -- the flusher -------------------------------------------------------------------------------------
     def _start(self) -> None:
         with self._lock:
@@ -170,19 +196,25 @@ class ObjectWal:
                 raise self.broken
             with self._lock:
                 batch, self._buf, self._buf_bytes = self._buf, [], 0
+                seqs, self._buf_seqs = self._buf_seqs, []
                 upto = self._appended
             try:
                 self._put(b"".join(batch))
             except BaseException as e:
                 self.broken = e
+                self._unwritten = seqs  # never to be written now (`stranded`)
                 raise
             self._durable = upto
 
     def _put(self, data: bytes) -> None:
         path = wal_files.segment_path(self.wal_dir, self.next_id)
-        if self.check_fence is not None and time.monotonic() - self._last_put > self.recheck_after:
-            if self.check_fence():  # idle through a takeover: the claim object may be gone by now
+        clock, bound = self._clock, self.bound
+        sent = clock.monotonic()
+        if bound is not None and sent - self._anchor > bound.recheck_ms / 1000:
+            # idle through a takeover? its claim may be gone by now: the manifest says
+            if self.check_fence is not None and self.check_fence():
                 self._fenced(path)
+            self._anchor = sent
         try:
             created = self.storage.put_if_absent(path, data)
         except PublishUnknownError as e:
@@ -190,8 +222,17 @@ class ObjectWal:
             raise e.error from None
         if not created:
             self._fenced(path)
+        took = clock.monotonic() - self._anchor
+        if bound is not None and took > bound.safe_ms / 1000:
+            raise WalTooSlowError(
+                errno.ETIMEDOUT,
+                f"WAL object written {took:.1f} s after this writer last proved it owned the store, more than "
+                f"the {bound.safe_ms / 1000:.1f} s its grace allows: a newer owner may have deleted the id's "
+                "claim, so the object may never be replayed and its writes are not acknowledged",
+                path,
+            )
         self.next_id += 1
-        self._last_put = time.monotonic()
+        self._anchor = sent
 
     def _fenced(self, path: str) -> None:
         if self.on_fenced is not None:
@@ -228,7 +269,45 @@ def _write_buffers_at_exit() -> None:
             pass
 
 
+class WalTooSlowError(OSError):
+    """A WAL object's PUT returned too long after the writer last proved it owned the store (module
+    docstring): the object may have landed in an id whose claim a newer owner deleted, so its writes
+    are not acknowledged and the writer is broken (the DB's failed state)."""
+
+
+# how far the store's clock (the last-modified time of objects, by which their age is judged) may be off
+# the clock of the host that judges it: NTP keeps hosts far closer than this
+CLOCK_MARGIN_MS = 5_000
+# a writer idle for longer than this reads the manifest before its next WAL object (at least)
+MIN_RECHECK_MS = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class WalBound:
+    """The timing rule of an object-store WAL (module docstring), from the store's client options."""
+
+    request_ms: int  # the longest one PUT, with its retries, takes before it is acknowledged
+    grace_ms: int  # how old a WAL object (a claim among them) must be before anyone deletes it
+
+    @property
+    def safe_ms(self) -> int:
+        """A WAL object is acknowledged only if its PUT returned within this of the writer's anchor."""
+        return self.grace_ms - CLOCK_MARGIN_MS
+
+    @property
+    def recheck_ms(self) -> int:
+        """A writer whose anchor is older than this reads the manifest before its next object."""
+        return self.safe_ms - self.request_ms
+
+
+def wal_bound(options: DbOptions) -> WalBound:
+    """The WAL's timing for `options`: the grace is `gc_grace_ms`, raised to what one request may take
+    (`formats.storage.request_bound_ms`: the retry window plus the client's timeout) plus the recheck
+    window and the clock margin. ValueError if the client options give no bound (checked at open)."""
+    request = request_bound_ms(options.object_store_options)
+    return WalBound(request, max(options.gc_grace_ms, request + MIN_RECHECK_MS + CLOCK_MARGIN_MS))
+
+
 def wal_grace_ms(options: DbOptions) -> int:
-    """How old a flushed WAL object must be before it is deleted (see the module docstring): the GC
-    grace, and at least 10 s so that an idle writer's manifest check stays rare."""
-    return max(options.gc_grace_ms, 10_000)
+    """How old a flushed WAL object must be before it is deleted (`wal_bound`)."""
+    return wal_bound(options).grace_ms

@@ -18,6 +18,7 @@ from formats.fileio import FileOpError
 from formats.storage import PublishUnknownError, storage_for
 from lsm import wal as wal_files
 from lsm.events import EventListener
+from lsm.wal_object import CLOCK_MARGIN_MS, WalBound
 
 SYNC = lsm.WriteOptions(sync=True)
 # a group commit interval no test waits out: only sync writes, full buffers and rotations write objects
@@ -93,7 +94,10 @@ def test_a_fenced_writer_fails_at_its_next_object_and_its_buffered_writes_never_
         finally:
             b.close()
     finally:
-        a.close()  # nothing of a's reaches the store on close either
+        # nothing of a's reaches the store on close either, and close says its buffered writes are lost
+        with pytest.raises(lsm.FencedError, match="lost"):
+            a.close()
+    assert a.closed
     assert visible(s3_url) == {b"acked": b"1", b"new owner": b"5"}
 
 
@@ -103,7 +107,10 @@ def test_a_fenced_writers_close_writes_nothing(s3_url):
     a.put(b"buffered", b"2")
     b = lsm.DB.open(s3_url, opts())
     b.close()
-    a.close()  # its final object finds its id taken: fenced, so close just releases
+    # its final object finds its id taken: fenced, so close releases everything and says "buffered" is lost
+    with pytest.raises(lsm.FencedError, match="1 WAL record"):
+        a.close()
+    assert a.closed
     assert visible(s3_url) == {b"acked": b"1"}
 
 
@@ -122,7 +129,8 @@ class _BlockFirstFlush(EventListener):
 
 def test_close_after_a_flush_lost_to_a_new_owner_releases_the_handle(s3_url):
     # the flush of a's frozen memtable finds b's manifest (FencedError); a's next WAL still buffers a
-    # write whose object id b claimed. close() must release the handle and keep that write invisible.
+    # write whose object id b claimed. close() must release the handle, keep that write invisible, and
+    # say it is lost.
     gate = _BlockFirstFlush()
     a = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER, memtable_bytes=1024, event_listeners=[gate]))
     a.put(b"big", b"x" * 2048, options=SYNC)  # fills the memtable: rotated, its flush held at the gate
@@ -135,7 +143,8 @@ def test_close_after_a_flush_lost_to_a_new_owner_releases_the_handle(s3_url):
     while a.engine.failure is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert isinstance(a.engine.failure, lsm.FencedError)  # the held flush lost its manifest commit to b
-    a.close()
+    with pytest.raises(lsm.FencedError, match="lost"):
+        a.close()
     assert a.engine.closed
     with pytest.raises(lsm.ClosedError):
         a.get(b"big")
@@ -143,9 +152,9 @@ def test_close_after_a_flush_lost_to_a_new_owner_releases_the_handle(s3_url):
 
 
 def test_an_idle_writer_reads_the_manifest_before_writing_again(s3_url, monkeypatch):
-    # the grace after which a flushed WAL object (the opener's claim among them) is deleted, set to 0:
-    # every object write of an idle writer first checks the manifest's writer epoch
-    monkeypatch.setattr("lsm.db.wal_grace_ms", lambda options: 0)
+    # a recheck window of 0 (lsm.wal_object.WalBound): every object write of a writer idle for any time
+    # first checks the manifest's writer epoch
+    monkeypatch.setattr("lsm.db.wal_bound", lambda options: WalBound(10**9, 10**9 + CLOCK_MARGIN_MS))
     a = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER))
     try:
         a.put(b"acked", b"1", options=SYNC)

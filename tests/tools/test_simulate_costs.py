@@ -131,5 +131,5 @@ def test_a_spec_on_s3_counts_the_same_writes_and_leaves_nothing_behind(tmp_path,
     for k in ("put", "get", "put_bytes"):  # the same engine, the same requests, whatever the store
         assert on_s3["requests"][k] == in_memory["requests"][k], k
     # each simulation wrote under its own prefix below the spec's, and deleted every object at the end
-    pages = obstore.list(storage_for(prefix).store, key_of(prefix) + "/", return_arrow=False)
+    pages = obstore.list(storage_for(prefix).client.store, key_of(prefix) + "/", return_arrow=False)
     assert [m["path"] for page in pages for m in page] == []

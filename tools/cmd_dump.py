@@ -174,7 +174,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     else:
         render.print_text(
             f"loaded {render.plural(summary['records'], 'record')} ({render.plural(tombstones, 'tombstone')}) into {args.path} as one commit, "
-            f"seq {summary['seq']} (dump of {dump.header['source']} at seq {dump.header['seq']})"
+            f"seq {summary['seq']} (dump of {render.escaped(dump.header['source'])} at seq {dump.header['seq']})"
         )
     return 0
 

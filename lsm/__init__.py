@@ -18,6 +18,7 @@ from lsm.db import DB, Entry, ReadOnlyError
 from lsm.errors import (
     BulkLoadConflictError,
     ClockError,
+    ClockRepairError,
     ClosedError,
     CompactionError,
     CorruptionError,
@@ -51,6 +52,7 @@ __all__ = [
     "Clock",
     "BulkLoadConflictError",
     "ClockError",
+    "ClockRepairError",
     "ClosedError",
     "CompactionError",
     "CorruptionError",

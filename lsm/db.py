@@ -594,8 +594,8 @@ class Engine:
         return self._db._flush_if_idle()
 
     def history_advanced(self) -> None:
-        """A compaction advanced the history floor: compact every source's remap to the history window's
-        start (lsm.ingest.compact_remaps)."""
+        """A flush or compaction advanced the history floor: compact every source's remap to the history
+        window's start (lsm.ingest.compact_remaps)."""
         from lsm.ingest import compact_remaps  # lsm.ingest imports what imports this module
 
         compact_remaps(self._db)

@@ -12,10 +12,10 @@ import time
 from collections.abc import Iterator
 
 from lsm import clock_repair
-from lsm.clock import I64_MIN, check_i64_ms
-from lsm.clock_repair import ClockRepair
+from lsm.clock import I64_MAX, I64_MIN
+from lsm.clock_repair import ClockRepair, RepairSurvey
 from lsm.commit_time import first_seq_after
-from lsm.errors import NotYetCompleteError, RetentionError
+from lsm.errors import ClockRepairError, NotYetCompleteError, RetentionError
 from lsm.ingest_state import NOT_READ
 from lsm.options import ReadOptions
 from lsm.readpath import changed_rows
@@ -150,25 +150,32 @@ class TimeMixin:
         self._check_open()
         return self._timeline.histogram(self._seq)
 
-    def repair_clock(self, to_ms: int | None = None) -> ClockRepair:
+    def repair_clock(self, to_ms: int | None = None, *, force: bool = False) -> ClockRepair:
         """Mend a store whose clock watermark is in the future (a far-future clock reading was once
-        accepted): every row stamped after `to_ms` (default: the host's wall clock now) is restamped at
-        `to_ms` with its expire_ts moved back as much, remap times are clamped likewise, the seq tracker
-        forgets the pairs after it and the time bins are reset; then the watermark becomes `to_ms` (or the
-        handle's clock, if later). Seqs
-        and the order of versions are unchanged. A full compaction does the rewrite. Returns a
-        `lsm.clock_repair.ClockRepair`; with nothing after `to_ms` it changes nothing (docs/time.md)."""
+        accepted): every row stamped after `to_ms` is restamped at `to_ms` with its expire_ts moved back as
+        much, remap times are clamped likewise, the seq tracker forgets the pairs after it and the time
+        bins are reset; then the watermark becomes `to_ms` (or the handle's clock, if later). Seqs and the
+        order of versions are unchanged. A full compaction does the rewrite. Returns a
+        `lsm.clock_repair.ClockRepair`; with nothing after `to_ms` it changes nothing (docs/time.md).
+
+        `to_ms` defaults to the host's wall clock now, or the newest row committed within the skew guard
+        if later (`plan_clock_repair`). A `to_ms` below a row committed within the guard (stamped at most
+        DbOptions.max_clock_skew_ms ahead of the host's clock) raises `ClockRepairError` naming what would
+        move, unless `force`; one before 1970 always does. Nothing is changed then."""
         self._check_writable()
-        to = time.time_ns() // 1_000_000 if to_ms is None else to_ms
-        if type(to) is not int:
-            raise TypeError(f"to_ms must be int milliseconds, not {type(to).__name__}")
-        check_i64_ms(to, "to_ms")
+        if to_ms is not None:
+            clock_repair.check_repair_time(to_ms)
         vs = self._vs
-        before = max(vs.manifest.clock_watermark, self._clock.last)
-        if before <= to:
-            return ClockRepair(before, before, 0)
         with self._write_lock:
             self._check_fence()
+            # surveyed under the write lock: no commit comes between what it counts and the clock's lowering
+            plan = self._repair_survey(to_ms)
+            if plan.watermark <= plan.to:
+                return ClockRepair(plan.watermark, plan.watermark, 0)
+            why = plan.refusal()
+            if why is not None and not force:
+                raise ClockRepairError(f"{self.path}: {why}")
+            to = plan.to
             # from here on writes are stamped from `to` on; the rows still in the memtable go to L0 with
             # the rest of the future, which the compaction below moves back
             self._clock.lower_to(to)
@@ -176,8 +183,6 @@ class TimeMixin:
             self._timeline.clamp(to // 1000)
             self._rotate_locked()
         self._wait_flushed()
-        m = vs.manifest
-        moved = sum(clock_repair.rows_after(vs, e, to) for e in (*m.l0, *(s for r in m.runs for s in r.ssts)))
         self._compactor.compact(full=True, executor="local", row_map=clock_repair.ClampTs(to))
         for st in self._ingest_states.values():  # cached remap heads hold the old times
             with st.lock:
@@ -185,7 +190,39 @@ class TimeMixin:
         after = vs.commit(
             lambda cur: cur.replace(clock_watermark=max(to, self._clock.last), **self._manifest_extras(cur))
         ).clock_watermark
-        return ClockRepair(before, after, moved)
+        return ClockRepair(plan.watermark, after, plan.rows_moved, plan.legit_moved)
+
+    def plan_clock_repair(self, to_ms: int | None = None) -> RepairSurvey:
+        """What `repair_clock(to_ms)` would do, changing nothing (a read-only handle may ask): the repair
+        time (`to`: the default resolved), the watermark, the rows it would move and, of those, the ones
+        committed within the skew guard, which make the repair refuse without force (`refusal()`).
+        ClockRepairError for a time before 1970. Reads every row of the SSTs whose ts bounds straddle the
+        repair time or the guard's limit."""
+        self._check_open()
+        if to_ms is not None:
+            clock_repair.check_repair_time(to_ms)
+        return self._repair_survey(to_ms)
+
+    def _repair_survey(self, to_ms: int | None) -> RepairSurvey:
+        host = time.time_ns() // 1_000_000
+        skew = self.options.max_clock_skew_ms
+        limit = min(host + (clock_repair.DEFAULT_SKEW_MS if skew is None else skew), I64_MAX)
+        now = self.options.clock.now()
+        now = now if type(now) is int else host  # expiry after the repair is judged at max(clock, to)
+        watermark = max(self._vs.manifest.clock_watermark, self._clock.last)
+        st = self._vs.pin()
+        try:
+            sources = [clock_repair.RowSource(None, None, len(m), m.iter) for m in (st.mem, *st.imm)]
+            ssts = [*st.l0, *(p for run in st.runs for p in zip(run.record.ssts, run.readers, strict=True))]
+            sources += [clock_repair.RowSource(e.info.min_ts, e.info.max_ts, e.info.num_rows, r.iter) for e, r in ssts]
+            to = host if to_ms is None else to_ms
+            plan = clock_repair.survey(sources, to, limit, max(now, to), watermark)
+            if to_ms is None and plan.newest_legit is not None and plan.newest_legit > to:
+                to = plan.newest_legit  # the default never moves a row the guard let through
+                plan = clock_repair.survey(sources, to, limit, max(now, to), watermark)
+            return plan
+        finally:
+            self._vs.unpin(st.gen)
 
     def reset_time_seq(self) -> None:
         """Forget the time bins (after a clock mishap); committed to the manifest at once."""

@@ -23,6 +23,7 @@ __all__ = [
     "CorruptionError",
     "FormatVersionError",
     "ClockError",
+    "ClockRepairError",
     "FencedError",
     "ClosedError",
     "NotADatabaseError",
@@ -41,6 +42,11 @@ __all__ = [
 
 class ClockError(LsmError):
     """The clock returned a time below one the engine already used; nothing was written."""
+
+
+class ClockRepairError(ClockError):
+    """`DB.repair_clock` refused its repair time: before 1970, or before a row committed within the
+    skew guard (without force=True). Nothing was changed."""
 
 
 class FencedError(LsmError):

@@ -26,9 +26,9 @@ Rules, in the order they apply:
    (``ttl_base="event"``; records without one count from the commit ts), so a row may expire on
    arrival. Records without a ttl get DbOptions.default_ttl, as `DB.put` does.
 6. Within a batch the last record of a key wins (offset order within a partition).
-7. Every compaction of the store that advances its history floor compacts every source's remap at
-   ``since = now - history_retention`` (`compact_remaps`; a running ingest does it after its next
-   batch), and so does every `REMAP_COMPACT_EVERY`-th batch (for a store whose compactions drop
+7. The first compaction (or background compaction poll) after the store's history floor advanced, in a
+   flush or a compaction, compacts every source's remap at ``since = now - history_retention``
+   (`compact_remaps`; a running ingest does it after its next batch), and so does every `REMAP_COMPACT_EVERY`-th batch (for a store whose compactions drop
    nothing), each in its own commit of system rows, when at least two bindings lie at or before since.
    The count survives restarts: a handle starts it from the bindings stored since the remap's last
    compaction (`lsm.remap_store.bindings_since_compaction`), so an ingester that runs a few batches per
@@ -331,7 +331,7 @@ def compact_remap(db: DB, name: str, since: int) -> Remap | None:
 
 def compact_remaps(db: DB) -> None:
     """Compact every source's remap at ``since = now - history_retention``: what the store's compaction
-    calls whenever it advances the history floor (the remap is compactable whenever the data is). A
+    calls whenever the history floor has advanced, by a flush or a compaction (the remap is compactable whenever the data is). A
     source whose ingest is running is marked instead, and that ingest compacts after its next batch, so
     compaction never waits for an ingest call."""
     now = host(db).now()

@@ -218,7 +218,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         ),
         (
             "wal",
-            f"{render.plural(rep.wal_segments, 'segment')}, {render.plural(rep.wal_records, 'record')} decode",
+            f"{render.plural(rep.wal_segments, 'segment')} read, {render.plural(rep.wal_records, 'record')} to replay",
         ),
     ]
     rows += [("note", n) for n in rep.notes]

@@ -149,9 +149,18 @@ def load_dump(path: str, dump: Dump, create: bool = False) -> dict[str, Any]:
         raise DumpFileError(
             f"the dump's {len(dump.records)} records ({size} bytes) exceed one commit's 4 GiB"
         )
+    from lsm.errors import NotADatabaseError
+    from tools.preflight import commit_floor
+
+    if not dump.records:  # nothing to commit: open (to create) only a store that is not there yet
+        try:
+            db_dir(path)
+        except NotADatabaseError:
+            with open_writable(path, create):
+                pass
+        return {"path": path, "records": 0, "seq": None, "ts": None}
+    commit_floor(path)  # a commit this host's clock cannot stamp: refused before the open fences anyone
     with open_writable(path, create) as db:
-        if not dump.records:
-            return {"path": path, "records": 0, "seq": None, "ts": None}
         rows = [(r.key, r.expire_ts, r.value) for r in dump.records]
         nbytes = sum(len(r.key) + len(r.value or b"") for r in dump.records)
 
@@ -174,7 +183,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     else:
         render.print_text(
             f"loaded {render.plural(summary['records'], 'record')} ({render.plural(tombstones, 'tombstone')}) into {args.path} as one commit, "
-            f"seq {summary['seq']} (dump of {dump.header['source']} at seq {dump.header['seq']})"
+            f"seq {summary['seq']} (dump of {render.escaped(dump.header['source'])} at seq {dump.header['seq']})"
         )
     return 0
 

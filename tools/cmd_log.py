@@ -164,7 +164,10 @@ def advance_line(line: str) -> tuple[int, list[int] | None] | None:
     it is bad."""
     if '"advance"' not in line:
         return None
-    obj = json.loads(line)
+    try:
+        obj = json.loads(line)
+    except RecursionError:  # as in parse_line: a marker is one flat object
+        raise ValueError("JSON nested too deeply (a progress marker is one flat object)") from None
     if not isinstance(obj, dict) or "advance" not in obj:
         return None
     unknown = sorted(set(obj) - {"advance", "partition"})

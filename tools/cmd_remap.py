@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rm.add_argument(
         "--limit", type=render.int_arg(1), metavar="N", help="only the newest N bindings, newest first"
     )
-    rm.add_argument("--partition", type=render.int_arg(0), metavar="P", help="only partition P's rows")
+    rm.add_argument("--partition", type=_partition_arg, metavar="P", help="only partition P's rows")
     g = rm.add_mutually_exclusive_group()
     g.add_argument("--as-of", type=render.time_arg, metavar="TIME", help="the binding in force at TIME")
     g.add_argument(
@@ -44,6 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     render.add_output_args(rm, bytes_args=False)
     rm.set_defaults(func=cmd_remap)
+
+
+def _partition_arg(text: str) -> int:
+    """A partition id as `lsm log show --partition` takes it: 0..2**64-1, what a binding stores."""
+    from lsm.sources.protocol import MAX_PARTITION
+
+    return render.int_arg(0, MAX_PARTITION)(text)
 
 
 def _offset_arg(text: str) -> tuple[int, int]:
@@ -56,6 +63,10 @@ def _offset_arg(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not PARTITION:OFFSET (e.g. 0:42)") from None
     if part < 0 or off < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: partition and offset must be >= 0")
+    from lsm.sources.protocol import MAX_PARTITION
+
+    if part > MAX_PARTITION:
+        raise argparse.ArgumentTypeError(f"{text!r}: partition {part} is above {MAX_PARTITION}")
     return part, off
 
 

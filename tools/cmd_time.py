@@ -8,7 +8,9 @@ time bins (60 bins of 3 hours and longer; the histogram and "changes since a tim
 Every command but ``time-seq --reset`` and ``repair-clock`` opens the database read-only (``lsm.DB.open(path,
 read_only=True)``): no writer is fenced, the WAL is replayed in memory only. ``time-seq --reset`` opens
 it writable, which fences a running writer (its next write fails with FencedError), forgets the bins and
-commits that to the manifest.
+commits that to the manifest. ``repair-clock`` surveys the store read-only first (`DB.plan_clock_repair`)
+and opens it writable only for a repair that will run: a refused time, or nothing to repair, fences
+nobody.
 
 Times on the command line are RFC 3339 (``2024-01-31T12:00:00Z``; no offset means UTC) or epoch
 milliseconds. A lookup with no answer in the asked direction prints ``lsm: error: ...`` and exits 1
@@ -90,11 +92,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         "was once accepted, so every write fails with 'clock went back'): every row stamped after TIME "
         "(default: now) is restamped at TIME with its expiry moved back as much, remap times likewise, the "
         "seq tracker forgets the pairs after TIME and the time bins are reset; then the watermark becomes "
-        "TIME. Keys, values, seqs and their order are unchanged. The rewrite is a full compaction. Opens "
-        "the database WRITABLE: a process writing to PATH is fenced. Nothing after TIME: nothing changes.",
+        "TIME. Keys, values, seqs and their order are unchanged. The rewrite is a full compaction. A TIME "
+        "before a row committed within the skew guard (stamped at most DbOptions.max_clock_skew_ms, one "
+        "day, ahead of the host's clock now) is refused, naming the rows it would move, unless --force; "
+        "a TIME before 1970 always is. The store is checked read-only first: only a repair that will run "
+        "opens it WRITABLE, which fences a process writing to PATH. Nothing after TIME: nothing changes.",
     )
     rc.add_argument("path", metavar="PATH")
-    rc.add_argument("--to", type=render.time_arg, metavar="TIME", help="the repair time (default: now)")
+    rc.add_argument(
+        "--to",
+        type=render.time_arg,
+        metavar="TIME",
+        help="the repair time (default: now, or the newest row committed within the skew guard if later)",
+    )
+    rc.add_argument(
+        "--force",
+        action="store_true",
+        help="move rows committed within the skew guard too (their expiries move back with them: a row "
+        "may expire at once)",
+    )
     render.add_output_args(rc, bytes_args=False)
     rc.set_defaults(func=cmd_repair_clock)
 
@@ -245,11 +261,35 @@ def _reset(args: argparse.Namespace) -> int:
 # -- repair-clock ----------------------------------------------------------------------------------------
 def cmd_repair_clock(args: argparse.Namespace) -> int:
     from lsm.db import DB
+    from lsm.errors import ClockRepairError
     from lsm.options import DbOptions
     from tools.common import db_dir
 
-    with DB.open(db_dir(args.path), DbOptions(block_cache_bytes=0, background_compaction=False)) as db:
-        r = db.repair_clock(args.to)
+    path = db_dir(args.path)
+    # what the repair would do, from a read-only handle: a refused or needless repair fences nobody
+    with open_read_only(path) as db:
+        plan = db.plan_clock_repair(args.to)
+    why = plan.refusal()
+    if plan.watermark > plan.to and why is not None and not args.force:
+        raise ClockRepairError(f"{args.path}: {why} (--force)")
+    if plan.watermark <= plan.to:
+        r = None
+    else:
+        with DB.open(path, DbOptions(block_cache_bytes=0, background_compaction=False)) as db:
+            r = db.repair_clock(plan.to, force=args.force)
+    if r is None or not r.repaired:
+        before = plan.watermark if r is None else r.watermark_before
+        if args.json:
+            render.print_json(
+                {"path": args.path, "repaired": False, "watermark_before": before, "watermark_after": before,
+                 "rows_moved": 0, "rows_forced": 0}
+            )
+        else:
+            render.print_text(
+                f"{args.path}: nothing stamped after the repair time {render.time_detail(plan.to)} (watermark "
+                f"{render.time_detail(before)}): nothing to repair"
+            )
+        return 0
     if args.json:
         render.print_json(
             {
@@ -258,18 +298,17 @@ def cmd_repair_clock(args: argparse.Namespace) -> int:
                 "watermark_before": r.watermark_before,
                 "watermark_after": r.watermark_after,
                 "rows_moved": r.rows_moved,
+                "rows_forced": r.rows_forced,
             }
         )
-    elif r.repaired:
+    else:
+        forced = (
+            f" ({r.rows_forced} of them committed within the skew guard, moved by --force)" if r.rows_forced else ""
+        )
         render.print_text(
             f"{args.path}: clock watermark {render.time_detail(r.watermark_before)} -> "
-            f"{render.time_detail(r.watermark_after)}; {r.rows_moved} rows moved back; any writer that had "
+            f"{render.time_detail(r.watermark_after)}; {r.rows_moved} rows moved back{forced}; any writer that had "
             "the database open is now fenced"
-        )
-    else:
-        render.print_text(
-            f"{args.path}: nothing stamped after the repair time (watermark "
-            f"{render.time_detail(r.watermark_before)}): nothing to repair"
         )
     return 0
 

@@ -6,7 +6,9 @@ replays and flushes its WAL, and the close flushes the new row to an L0 SST. A p
 is refused unless ``--create`` is given, so a typo'd path is an error rather than a new, empty database.
 
 KEY and VALUE are UTF-8 text, or hex with ``--hex`` (an optional ``0x`` prefix), as every key argument of
-``lsm`` (`tools.render.parse_key`).
+``lsm`` (`tools.render.parse_key`). Whatever the engine would refuse (an empty or reserved key, a TTL whose
+expiry does not fit, a store whose clock is ahead of this host's) is refused before the open
+(`tools.preflight`): a refused write fences nobody.
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ def cmd_put(args: argparse.Namespace) -> int:
     key = render.parse_key(args.key, hex_in, "KEY")
     value = render.parse_key(args.value, hex_in, "VALUE")
     from lsm.options import ReadOptions
+    from tools.preflight import check_put, commit_floor
+
+    check_put(key, value, args.ttl, commit_floor(args.path))  # before the open: it fences the writer
 
     with open_writable(args.path, args.create) as db:
         seq = db.put(key, value, ttl=args.ttl)
@@ -118,6 +123,10 @@ def cmd_put(args: argparse.Namespace) -> int:
 def cmd_delete(args: argparse.Namespace) -> int:
     mode = args.bytes_mode
     key = render.parse_key(args.key, mode == "hex", "KEY")
+    from tools.preflight import check_delete, commit_floor
+
+    check_delete(key)  # before the open: it fences the writer
+    commit_floor(args.path)
     with open_writable(args.path, args.create) as db:
         had = db.get(key) is not None
         seq = db.delete(key)

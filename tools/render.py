@@ -46,7 +46,13 @@ def printable_text(b: bytes) -> str | None:
 
 
 def _escaped_utf8(b: bytes) -> str:
-    s = b.decode("utf-8", "backslashreplace")
+    return escaped(b.decode("utf-8", "backslashreplace"))
+
+
+def escaped(s: str) -> str:
+    """`s` with every character that is not printable (a newline, ESC, other control characters) as its
+    Python escape (``\\n``, ``\\x1b``): text from a file or the command line printed to a terminal can
+    neither break a line nor send it control sequences."""
     if s.isprintable():
         return s
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
@@ -327,4 +333,4 @@ def print_json_array(items: Iterable[Any]) -> None:
 def error(message: str) -> None:
     """The one-line error every command prints on failure."""
     sys.stdout.flush()
-    sys.stderr.write(f"lsm: error: {message}\n")
+    sys.stderr.write(f"lsm: error: {escaped(message)}\n")

@@ -420,3 +420,28 @@ def test_a_corrupt_record_stops_ingest_at_the_record_before_it(env) -> None:
     frontier = db.remap("old").frontier if "old" in db.sources() else {}
     assert frontier.get(0, 0) <= 25
     assert dict(db.scan()) == {b"k%02d" % i: b"v%02d" % i for i in range(frontier.get(0, 0))}
+
+
+def test_a_flush_that_raises_the_history_floor_compacts_the_remap(tmp_path) -> None:
+    """Issue 32 defect 9: the history floor rose in a flush (it dropped versions older than the window),
+    not in a compaction; the next compaction found its floor unchanged by its own job and left the
+    remap's 40 bindings, all outside the window, until the 256-batch cadence."""
+    clock = lsm.ManualClock(1000)
+    log_dir = str(tmp_path / "log")
+    w = LogWriter(log_dir)
+    with open_db(str(tmp_path / "db"), clock, history_retention=10_000) as db:
+        for i in range(40):
+            clock.advance(10)
+            w.append(0, b"k%d" % (i % 5), b"v%d" % i)
+            db.ingest(PartitionedLog(log_dir), name="s")
+        assert len(db.remap("s")) == 40 and db.remap("s").since is None
+        clock.advance(60_000)
+        floor = db.manifest.history_floor
+        db.put(b"x", b"1")
+        db.flush()
+        assert db.manifest.history_floor > floor  # the flush dropped the overwritten versions
+        db.compact(full=True)
+        r = db.remap("s")
+        assert r.since == clock.now() - 10_000 and len(r) == 1
+        assert r.frontier == {0: 40} and db.get(b"k4") == b"v39"
+    w.close()

@@ -199,6 +199,15 @@ def test_bad_dumps_are_refused_before_anything_is_written(tmp_path: Path) -> Non
             ),
             "lies in the engine's reserved key space",
         ),
+        # issue 32 defect 10: a deeply nested line with its SHA-256 recomputed was an internal error
+        "nested": (
+            _reseal([lines[0], b'{"key": ' + b"[" * 100_000 + b"]" * 100_000 + b', "value": "", "expire_ts": null}']),
+            "line 2: a record is JSON nested too deeply",
+        ),
+        "source not text": (
+            _reseal([lines[0].replace(json.dumps(str(src)).encode(), b'{"a": 1}'), *lines[1:-1]]),
+            "a version 1 header has the fields",
+        ),
     }
     for name, (content, message) in bad.items():
         f = tmp_path / "bad.dump"
@@ -225,3 +234,21 @@ def test_missing_paths(tmp_path: Path) -> None:
     # --out into a missing directory: nothing is left behind
     assert one_line_error(run_lsm("dump", src, "--out", tmp_path / "no" / "f"), 2).startswith("lsm: error: ")
     assert not (tmp_path / "no").exists()
+
+
+def test_a_dump_source_with_control_characters_is_printed_escaped(tmp_path: Path) -> None:
+    """Issue 32 defect 10: the header's source was printed raw: a newline split the summary line, an ESC
+    reached the terminal."""
+    src = _source(tmp_path)
+    out = tmp_path / "src.dump"
+    assert run_lsm("dump", src, "--out", out).code == 0
+    lines = out.read_bytes().splitlines()
+    header = json.loads(lines[0])
+    header["source"] = "evil\nlsm: error: fake\x1b[31mred"
+    f = tmp_path / "evil.dump"
+    f.write_bytes(_reseal([json.dumps(header).encode(), *lines[1:-1]]))
+    r = run_lsm("load", "--create", tmp_path / "dst", f)
+    assert r.code == 0 and r.err == "", r.err
+    assert r.out.count("\n") == 1 and "\x1b" not in r.out, r.out
+    assert r.out.endswith("(dump of evil\\nlsm: error: fake\\x1b[31mred at seq 5)\n")
+    assert run_lsm("load", "--json", tmp_path / "dst", f).json()["source"] == header["source"]

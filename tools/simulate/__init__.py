@@ -64,7 +64,7 @@ def run(
     from tools.simulate import plots as plot_mod
 
     summary: dict[str, Any] = {
-        "spec": dict(spec),
+        "spec": _without_credentials(spec),
         "engine": engine,
         "sample_every_ms": base.sample_every_ms,
         "compact_every_ms": base.compact_every_ms,
@@ -77,6 +77,21 @@ def run(
         summary["plots"] = plot_mod.write_plots(out, results, base.compact_every_ms)
     output.write_summary(os.path.join(out, "summary.json"), summary)
     return summary
+
+
+def _without_credentials(v: Any) -> Any:
+    """`v` (the spec, or a part of it) with the credentials of every ``object_store_options`` table
+    redacted (`lsm.options.redacted_store_options`): summary.json is a report, not a secret store."""
+    from lsm.options import redacted_store_options
+
+    if isinstance(v, dict):
+        return {
+            k: redacted_store_options(x) if k == "object_store_options" and isinstance(x, dict) else _without_credentials(x)
+            for k, x in v.items()
+        }
+    if isinstance(v, list):
+        return [_without_credentials(x) for x in v]
+    return v
 
 
 __all__ = ["run", "Spec", "SpecError", "load_spec", "parse_spec", "parse_duration", "grid", "Cell"]

@@ -17,7 +17,8 @@ not inside obstore (its own retries are turned off), with exponential backoff fr
 ``max_retries`` times within ``retry_timeout_ms``: so each attempt is counted, and `put_if_absent` knows
 which of its attempts may have landed. A failure that outlasts the retries, or one that retrying cannot
 cure (403, 400), is raised as `fileio.FileOpError` (an OSError), which the engine treats like a disk
-error (the failed state). A create-if-absent is refused as "already exists" on a first attempt only
+error (the failed state); a malformed URL or endpoint is `ObjectStoreConfigError` before any request is
+sent (formats.objstore_config). A create-if-absent is refused as "already exists" on a first attempt only
 because another writer's object is there (False); after an attempt of its own that may have landed (its
 response lost), the object is read back and compared with what was written, so such a PUT is recognised
 as ours, never guessed; if even that cannot be decided, `PublishUnknownError`.
@@ -39,8 +40,11 @@ from typing import Any, TypeVar
 import obstore
 from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, PreconditionError
 
+from formats.errors import ObjectStoreConfigError
 from formats.fileio import FileOpError
 from formats.objcache import ObjectCache
+from formats.objstore_config import check_config, check_root, s3_config
+from formats.objstore_errors import is_panic
 from formats.storage import PUT_DIRS, STAT_KEYS, URL_MARK, PublishUnknownError, Storage, file_buffer
 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
@@ -86,46 +90,26 @@ _FETCHERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsm-rea
 _memory_stores: dict[str, Any] = {}  # memory://name -> its MemoryStore, shared by every root under it
 _memory_lock = threading.Lock()
 
-ENV_KEYS = {
-    "AWS_ENDPOINT_URL": "endpoint",
-    "AWS_ENDPOINT": "endpoint",
-    "AWS_REGION": "region",
-    "AWS_DEFAULT_REGION": "region",
-    "AWS_ACCESS_KEY_ID": "access_key_id",
-    "AWS_SECRET_ACCESS_KEY": "secret_access_key",
-    "AWS_SESSION_TOKEN": "token",
-    "AWS_ALLOW_HTTP": "allow_http",
-}
-
-
-def s3_config(options: dict[str, Any] | None) -> dict[str, Any]:
-    """obstore S3 config: the standard environment, overridden by `options`."""
-    cfg: dict[str, Any] = {}
-    for env, key in ENV_KEYS.items():
-        v = os.environ.get(env)
-        if v and key not in cfg:
-            cfg[key] = v
-    cfg.update({k: v for k, v in (options or {}).items() if k not in RETRY_KEYS and k not in CLIENT_KEYS})
-    if isinstance(cfg.get("allow_http"), str):
-        cfg["allow_http"] = cfg["allow_http"].lower() in ("1", "true", "yes")
-    return cfg
-
-
 def make_store(root: str, options: dict[str, Any] | None) -> Any:
-    """The obstore client for the bucket of URL `root`."""
-    scheme, rest = root.split(URL_MARK, 1)
-    bucket = rest.split("/", 1)[0]
+    """The obstore client for the bucket of URL `root`; `ObjectStoreConfigError` for a malformed URL,
+    endpoint or config (checked first: obstore's HTTP client panics on an endpoint it cannot parse)."""
+    scheme, bucket = check_root(root)
     if scheme == "memory":
         with _memory_lock:
             st = _memory_stores.get(bucket)
             if st is None:
                 st = _memory_stores[bucket] = obstore.store.MemoryStore()
             return st
-    if scheme in ("s3", "s3a"):
-        client = {k: v for k, v in (options or {}).items() if k in CLIENT_KEYS}
-        return obstore.store.S3Store(bucket, config=s3_config(options), client_options=client or None,
-                                     retry_config=NO_RETRIES)
-    raise ValueError(f"unsupported object store URL {root!r}: use s3://bucket/prefix or memory://name/prefix")
+    cfg = s3_config(options, RETRY_KEYS + CLIENT_KEYS)
+    check_config(cfg, root)
+    client = {k: v for k, v in (options or {}).items() if k in CLIENT_KEYS}
+    try:
+        return obstore.store.S3Store(bucket, config=cfg, client_options=client or None, retry_config=NO_RETRIES)
+    except BaseException as e:  # a bad key or value; a panic (a BaseException) is one too
+        if not isinstance(e, Exception) and not is_panic(e):
+            raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ObjectStoreConfigError(f"{root}: the S3 client refuses its configuration: {first}") from e
 
 
 class ObjectStorage(Storage):

@@ -9,6 +9,10 @@ Exit status: 0 success; 1 a verification found a problem (``sst verify``, ``chec
 error or input that cannot be read (missing path, not an SST or database, damaged file, newer format);
 3 an internal error (a bug: set LSM_TRACEBACK=1 to see the traceback). Errors are one line on stderr,
 ``lsm: error: ...``, never a traceback.
+
+Every argument that names a database, a file or a directory (`LOCATION_ARGS`) is checked before the
+command runs (`formats.objstore_config.check_location`): a malformed URL is one line, and nothing is
+created or opened.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tools.cmd_log",
     "tools.cmd_simulate",
 )
+
+# the parsed arguments that name a database, a file or a directory; an ingest's SOURCE is one unless a
+# --source factory takes it
+LOCATION_ARGS = ("path", "paths", "file", "out", "dir", "spec")
+SOURCE_KINDS = ("partitioned-log", "database-log")
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -89,6 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_locations(args: argparse.Namespace) -> None:
+    """Refuse a malformed URL (or a local path that reads like one) among the arguments naming a
+    database, file or directory: `ObjectStoreConfigError`, before the command opens or creates anything."""
+    from formats.objstore_config import check_location
+
+    names = LOCATION_ARGS + (("log",) if getattr(args, "source", None) in SOURCE_KINDS else ())
+    for name in names:
+        value = getattr(args, name, None)
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and v != "-":
+                check_location(v, "database" if name == "path" else "file or directory")
+
+
 def describe(e: BaseException) -> str:
     """The one-line message for an error the tools expect."""
     if isinstance(e, OSError) and e.strerror:
@@ -111,6 +133,7 @@ def run(argv: Sequence[str]) -> int:
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else 0
     try:
+        check_locations(args)
         status = args.func(args)
         sys.stdout.flush()
         return status
@@ -133,4 +156,5 @@ def run(argv: Sequence[str]) -> int:
         return EXIT_INTERNAL
 
 
-__all__ = ["COMMAND_MODULES", "build_parser", "run", "describe", "Parser", "UsageError"]
+__all__ = ["COMMAND_MODULES", "LOCATION_ARGS", "build_parser", "check_locations", "describe", "run",
+           "Parser", "UsageError"]

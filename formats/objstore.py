@@ -16,9 +16,10 @@ those that succeeded, and ``retries``, how many of them repeated one that had fa
 not inside obstore (its own retries are turned off), with exponential backoff from 20 ms, at most
 ``max_retries`` times within ``retry_timeout_ms``: so each attempt is counted, and `put_if_absent` knows
 which of its attempts may have landed. A failure that outlasts the retries, or one that retrying cannot
-cure (403, 400), is raised as `fileio.FileOpError` (an OSError), which the engine treats like a disk
-error (the failed state); a malformed URL or endpoint is `ObjectStoreConfigError` before any request is
-sent (formats.objstore_config). A create-if-absent is refused as "already exists" on a first attempt only
+cure (403, 400), is raised as `objstore_errors.ObjectStoreError` (an OSError: one line with the
+operation, the object, S3's error code and a hint), which the engine treats like a disk error (the
+failed state); a malformed URL or endpoint is `ObjectStoreConfigError` before any request is sent
+(formats.objstore_config). A create-if-absent is refused as "already exists" on a first attempt only
 because another writer's object is there (False); after an attempt of its own that may have landed (its
 response lost), the object is read back and compared with what was written, so such a PUT is recognised
 as ours, never guessed; if even that cannot be decided, `PublishUnknownError`.
@@ -41,10 +42,9 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, PreconditionError
 
 from formats.errors import ObjectStoreConfigError
-from formats.fileio import FileOpError
 from formats.objcache import ObjectCache
-from formats.objstore_config import check_config, check_root, s3_config
-from formats.objstore_errors import is_panic
+from formats.objstore_config import check_config, check_root, s3_config, secrets_of
+from formats.objstore_errors import is_panic, request_error
 from formats.storage import PUT_DIRS, STAT_KEYS, URL_MARK, PublishUnknownError, Storage, file_buffer
 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
@@ -77,11 +77,15 @@ T = TypeVar("T")
 
 def transient(e: BaseException) -> bool:
     """Whether request error `e` may go away on a retry: a transport error (reset, refused, timeout),
-    a 5xx, 408 or 429. Not-found, already-exists, a failed precondition, 403 and other 4xx are final."""
+    a 5xx, 408 or 429. Not-found, already-exists, a failed precondition, 403 and other 4xx are final,
+    and so is a request the HTTP client refuses to build (a "builder error": it refuses every repeat)."""
     if not isinstance(e, GenericError):
         return False
-    m = _STATUS.search(str(e))
-    return m is None or m.group(1) in ("408", "429") or m.group(1).startswith("5")
+    text = str(e)
+    m = _STATUS.search(text)
+    if m is None:
+        return "builder error" not in text
+    return m.group(1) in ("408", "429") or m.group(1).startswith("5")
 
 # the fetches ahead of sequential readers (`RangeFile`): obstore releases the GIL while it waits, so a
 # compaction merges one window while the next is on its way
@@ -89,6 +93,7 @@ _FETCHERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsm-rea
 
 _memory_stores: dict[str, Any] = {}  # memory://name -> its MemoryStore, shared by every root under it
 _memory_lock = threading.Lock()
+
 
 def make_store(root: str, options: dict[str, Any] | None) -> Any:
     """The obstore client for the bucket of URL `root`; `ObjectStoreConfigError` for a malformed URL,
@@ -182,10 +187,16 @@ class ObjectStorage(Storage):
             time.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
-    def _error(self, op: str, path: str, e: Exception) -> OSError:
-        if isinstance(e, (NotFoundError, FileNotFoundError)):
+    def _error(self, op: str, path: str, e: BaseException) -> OSError:
+        """The OSError for request error `e` (anything but a request's failure or a panic is raised
+        again as it is): "no such object", or `ObjectStoreError`'s one line (formats.objstore_errors)."""
+        if not isinstance(e, Exception) and not is_panic(e):
+            raise e  # KeyboardInterrupt, SystemExit: not the request's
+        if isinstance(e, (NotFoundError, FileNotFoundError)) and "<Code>NoSuchBucket</Code>" not in str(e):
             return FileNotFoundError(errno.ENOENT, "no such object", path)
-        return FileOpError(errno.EIO, f"{type(e).__name__}: {_first_line(e)}", path, op)
+        cfg = s3_config(self.options, RETRY_KEYS + CLIENT_KEYS) if self.shared else {}
+        bucket = self._bucket_url.split(URL_MARK, 1)[1]
+        return request_error(e, op, path, bucket, self.key(path), cfg.get("endpoint"), secrets_of(cfg))
 
     # -- reads ---------------------------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
@@ -193,8 +204,8 @@ class ObjectStorage(Storage):
         key = self.key(path)
         try:
             data = self._retrying("get", lambda: bytes(obstore.get(self.store, key).bytes()))
-        except Exception as e:
-            raise self._error("get", path, e) from None
+        except BaseException as e:
+            raise self._error("get", path, e) from e
         self.count("get", len(data))
         return data
 
@@ -205,8 +216,8 @@ class ObjectStorage(Storage):
         key = self.key(path)
         try:
             data = self._retrying("get", lambda: bytes(obstore.get_range(self.store, key, start=start, end=end)))
-        except Exception as e:
-            raise self._error("get", path, e) from None
+        except BaseException as e:
+            raise self._error("get", path, e) from e
         self.count("get", len(data))
         return data
 
@@ -227,8 +238,8 @@ class ObjectStorage(Storage):
 
         try:
             n = self._retrying("get", attempt)
-        except Exception as e:
-            raise self._error("get", path, e) from None
+        except BaseException as e:
+            raise self._error("get", path, e) from e
         self.count("get", n)
         return n
 
@@ -243,8 +254,8 @@ class ObjectStorage(Storage):
 
         try:
             size, data, meta = self._retrying("get", attempt)
-        except Exception as e:
-            raise self._error("get", path, e) from None
+        except BaseException as e:
+            raise self._error("get", path, e) from e
         self.count("get", len(data))
         modified = meta["last_modified"].timestamp() if meta.get("last_modified") else ""
         return size, data, f"{path}\0{size}\0{meta.get('e_tag')}\0{meta.get('version')}\0{modified}"
@@ -254,8 +265,8 @@ class ObjectStorage(Storage):
         key = self.key(path)
         try:
             size = self._retrying("head", lambda: obstore.head(self.store, key)["size"])
-        except Exception as e:
-            raise self._error("head", path, e) from None
+        except BaseException as e:
+            raise self._error("head", path, e) from e
         self.count("head")
         return size
 
@@ -273,8 +284,8 @@ class ObjectStorage(Storage):
         prefix = self.key(directory).rstrip("/")
         try:
             res = self._retrying("list", lambda: obstore.list_with_delimiter(self.store, prefix or None))
-        except Exception as e:
-            raise self._error("list", directory, e) from None
+        except BaseException as e:
+            raise self._error("list", directory, e) from e
         self.count("list")
         names = [p.rsplit("/", 1)[-1] for p in res["common_prefixes"]]
         return names + [m["path"].rsplit("/", 1)[-1] for m in res["objects"]]
@@ -313,8 +324,8 @@ class ObjectStorage(Storage):
 
         try:
             return self._retrying("list", attempt)
-        except Exception as e:
-            raise self._error("list", directory, e) from None
+        except BaseException as e:
+            raise self._error("list", directory, e) from e
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
@@ -334,8 +345,8 @@ class ObjectStorage(Storage):
             # a plain PUT is idempotent: a repeat after a lost response writes the same object again
             self._retrying("put", lambda: obstore.put(self.store, key, data, use_multipart=multipart,
                                                       chunk_size=MULTIPART_CHUNK), path)
-        except Exception as e:
-            raise self._error("put", path, e) from None
+        except BaseException as e:
+            raise self._error("put", path, e) from e
         self.count("put", len(data), path)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
@@ -362,11 +373,11 @@ class ObjectStorage(Storage):
             except OSError as e:
                 raise PublishUnknownError(e) from e
             return theirs == data
-        except Exception as e:
+        except BaseException as e:
             err = self._error("put", path, e)
             if attempts == 1 and not transient(e):  # refused outright (403, ...): nothing landed
-                raise err from None
-            raise PublishUnknownError(err) from None
+                raise err from e
+            raise PublishUnknownError(err) from e
         self.count("put", len(data), path)
         return True
 
@@ -377,14 +388,9 @@ class ObjectStorage(Storage):
             self._retrying("delete", lambda: obstore.delete(self.store, key))
         except (NotFoundError, FileNotFoundError):
             return
-        except Exception as e:
-            raise self._error("delete", path, e) from None
+        except BaseException as e:
+            raise self._error("delete", path, e) from e
         self.count("delete")
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else ""
 
 
 class WindowPool:

@@ -1,6 +1,7 @@
 """`DB.open` of an object-store URL that cannot work fails with an error a program can catch and read:
 `ObjectStoreConfigError` (an LsmError) for a malformed URL or endpoint, before anything is sent or
-created. Never pyo3's PanicException, which ``except Exception`` does not catch."""
+created; `ObjectStoreError` (an OSError naming S3's code) for a store that answers no. Never pyo3's
+PanicException, which ``except Exception`` does not catch."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import pytest
 
 import lsm
+from formats.objstore_errors import ObjectStoreError
 
 
 @pytest.mark.parametrize(
@@ -39,3 +41,10 @@ def test_a_malformed_endpoint_is_an_exception_not_a_panic(s3_server, endpoint) -
         assert isinstance(e, lsm.ObjectStoreConfigError) and "endpoint" in str(e) and "\n" not in str(e)
     else:
         raise AssertionError("opened with a malformed endpoint")
+
+
+def test_a_missing_bucket_is_an_os_error_naming_it(s3_server) -> None:
+    with pytest.raises(ObjectStoreError) as e:
+        lsm.DB.open("s3://no-such-bucket-d1/db", lsm.DbOptions(object_store_options=s3_server.options()))
+    assert isinstance(e.value, OSError) and e.value.code == "NoSuchBucket"
+    assert "bucket 'no-such-bucket-d1' does not exist" in str(e.value)

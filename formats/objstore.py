@@ -43,7 +43,7 @@ from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, 
 
 from formats.errors import ObjectStoreConfigError
 from formats.objcache import ObjectCache
-from formats.objstore_config import check_config, check_root, s3_config, secrets_of
+from formats.objstore_config import check_config, check_root, redact, s3_config, secrets_of
 from formats.objstore_errors import is_panic, request_error
 from formats.storage import PUT_DIRS, STAT_KEYS, URL_MARK, PublishUnknownError, Storage, file_buffer
 
@@ -113,7 +113,7 @@ def make_store(root: str, options: dict[str, Any] | None) -> Any:
     except BaseException as e:  # a bad key or value; a panic (a BaseException) is one too
         if not isinstance(e, Exception) and not is_panic(e):
             raise
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first = redact((str(e).strip().splitlines() or [type(e).__name__])[0], secrets_of(cfg))
         raise ObjectStoreConfigError(f"{root}: the S3 client refuses its configuration: {first}") from e
 
 

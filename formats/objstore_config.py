@@ -165,8 +165,8 @@ def redact(text: str, secrets: list[str]) -> str:
 def shown_endpoint(endpoint: str) -> str:
     """`endpoint` for a message: any ``user:password@`` part replaced by ``***@``."""
     scheme, sep, rest = endpoint.partition(URL_MARK)
-    if not sep:
-        return endpoint
+    if not sep:  # no scheme: all of it is the authority and what follows
+        scheme, rest = "", endpoint
     authority, slash, path = rest.partition("/")
     if "@" in authority:
         authority = "***@" + authority.rsplit("@", 1)[1]

@@ -76,6 +76,13 @@ def test_plain_http_needs_allow_http_and_credentials_stay_out_of_the_endpoint() 
     with pytest.raises(ObjectStoreConfigError, match="holds credentials") as e:
         make_store("s3://bucket/db", {"endpoint": "http://AKIDEXAMPLE:hunter2secret@127.0.0.1:9000", "allow_http": True})
     assert "hunter2secret" not in str(e.value) and "AKIDEXAMPLE" not in str(e.value)
+    with pytest.raises(ObjectStoreConfigError, match="has no scheme") as e:  # nor without a scheme
+        make_store("s3://bucket/db", {"endpoint": "AKIDEXAMPLE:hunter2secret@127.0.0.1:9000"})
+    assert "hunter2secret" not in str(e.value) and "***@127.0.0.1:9000" in str(e.value)
+    with pytest.raises(ObjectStoreConfigError, match="refuses its configuration") as e:
+        make_store("s3://bucket/db", {"access_key_id": "AKIDEXAMPLE", "secret_access_key": "hunter2secret",
+                                      "virtual_hosted_style_request": "hunter2secret"})
+    assert "hunter2secret" not in str(e.value) and 'failed to parse "***" as boolean' in str(e.value)
     assert make_store("s3://bucket/db", {"endpoint": "https://s3.example.com:8443/base", "region": "eu-west-1"})
 
 

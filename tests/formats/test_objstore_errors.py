@@ -5,6 +5,7 @@ that checks credentials (`s3_auth_server`), and a port nothing listens on."""
 
 from __future__ import annotations
 
+import pickle
 import socket
 import time
 
@@ -41,6 +42,8 @@ def test_a_missing_bucket_names_it_and_how_to_create_it(s3_server) -> None:
         assert err.filename.startswith("s3://no-such-bucket-e1/db/manifest")
         # obstore's error, whole: a GenericError for the LIST, a FileNotFoundError (a 404) for the GET
         assert "<Code>NoSuchBucket</Code>" in str(err.__cause__) and "<Code>NoSuchBucket</Code>" in err.detail
+        back = pickle.loads(pickle.dumps(err))  # as a compaction worker sends it to its parent
+        assert (type(back), str(back), back.code, back.detail) == (ObjectStoreError, str(err), err.code, err.detail)
 
 
 def test_a_missing_object_is_still_file_not_found(s3_server) -> None:

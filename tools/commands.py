@@ -108,11 +108,12 @@ VERBOSE_HELP = "on an error, also print the errors behind it (an object store's 
 
 def _add_verbose(sub: argparse._SubParsersAction) -> None:
     """Give every command's parser --verbose too, so it may follow the command's own arguments
-    (SUPPRESS: a command's default does not undo ``lsm --verbose COMMAND``)."""
+    (SUPPRESS: a command's default does not undo ``lsm --verbose COMMAND``). Done here, walking the
+    tree argparse built, so no command module has to remember it."""
     for p in set(sub.choices.values()):
         if "--verbose" not in p._option_string_actions:
             p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
-        for action in p._subparsers._group_actions if p._subparsers else ():
+        for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):
                 _add_verbose(action)
 
@@ -153,7 +154,7 @@ def chain(e: BaseException) -> list[str]:
             lines.append(f"{type(cur).__name__}: {cur}")
         if isinstance(cur, ObjectStoreError) and cur.detail:
             lines.append(cur.detail)
-            nxt = behind(nxt) if nxt is not None else None  # the error `detail` holds the text of
+            nxt = behind(nxt) if nxt is not None else None  # `detail` was that error's text: not twice
         cur = nxt
     return ["caused by: " + redact(text, secrets).rstrip().replace("\n", "\n    ") for text in lines]
 

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint wheel-check check-java clean
+.PHONY: demo test lint wheel-check check-java clean s3
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,15 @@ check-java:
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	 if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
 	  echo "error: Java 17+ is required for pyspark 4; found version '$$v'." >&2; exit 1; fi
+
+# A local S3 server for s3:// databases (moto's, in memory): prints the lines to export, serves until
+# Ctrl-C. `make s3 PORT=9100 BUCKET=orders` picks another port or bucket (docs/object-store.md).
+$(VENV)/.installed-s3: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[s3]'
+	touch $@
+
+s3: $(VENV)/.installed-s3
+	$(VENV)/bin/lsm s3 serve $(if $(PORT),--port $(PORT)) $(if $(BUCKET),--bucket $(BUCKET))
 
 clean:
 	rm -rf $(VENV) build *.egg-info

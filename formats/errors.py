@@ -48,3 +48,10 @@ class SparkStoreError(LsmError):
     """Spark cannot run a job for this database: its store lives in the driver's process only (a
     ``memory://`` URL), and Spark's executors are other processes. Raised before any Spark work starts;
     nothing changed."""
+
+
+class ObjectStoreConfigError(LsmError):
+    """An object-store URL or the store's configuration is malformed: a URL without a bucket or a key, a
+    scheme lsm-sim does not support, a local path that reads like a URL (``s3:/bucket``), an endpoint
+    that is not ``http(s)://host[:port]``, a plain-HTTP endpoint without ``allow_http``. Raised before any
+    request is sent and before anything is created; the message is one line and names no credential."""

@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterator
 from compaction.filter import Entry
 from formats.manifest import Manifest
 from formats.objcache import cache_for
+from formats.objstore_config import check_location
 from formats.row import MAX_KEY_LEN, check_key
 from formats.storage import is_url, register, storage_for
 from lsm import history
@@ -92,10 +93,12 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         """Open (creating if needed) the database at `path`.
 
         A writable open fences every earlier handle on the path. ``read_only=True`` opens without
-        fencing anyone, replays the WAL in memory only, and refuses writes (for tools).
+        fencing anyone, replays the WAL in memory only, and refuses writes (for tools). A malformed URL
+        (no bucket or key, an unsupported scheme, ``s3:/b`` with one slash) or endpoint raises
+        `ObjectStoreConfigError` before anything is created or sent.
         """
         db = cls.__new__(cls)
-        db._init(os.fspath(path), options or DbOptions(), read_only)
+        db._init(check_location(os.fspath(path)), options or DbOptions(), read_only)
         return db
 
     def _init(self, path: str, options: DbOptions, read_only: bool) -> None:

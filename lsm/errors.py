@@ -2,7 +2,8 @@
 
 The codec errors (`CorruptionError`, `FormatVersionError`), `CompactionError` (raised by
 `compaction.scheduler.apply_plan`), `SparkUnavailableError` and `SparkStoreError` (raised by
-`compaction.spark` before it starts a JVM or a job) are defined in `formats.errors`, the lowest package, and
+`compaction.spark` before it starts a JVM or a job) and `ObjectStoreConfigError` (a malformed
+object-store URL or endpoint, raised by `formats.objstore_config`) are defined in `formats.errors`, the lowest package, and
 re-exported here so callers need one import.
 """
 
@@ -13,6 +14,7 @@ from formats.errors import (
     CorruptionError,
     FormatVersionError,
     LsmError,
+    ObjectStoreConfigError,
     SparkStoreError,
     SparkUnavailableError,
 )
@@ -35,6 +37,7 @@ __all__ = [
     "HistoryUnavailableError",
     "UnknownSourceError",
     "DbFailedError",
+    "ObjectStoreConfigError",
     "SparkStoreError",
     "SparkUnavailableError",
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.s3proxy import FaultProxy
-from tests.s3server import S3Server, environment
+from tests.s3server import AuthS3Server, S3Server, environment
 
 
 @pytest.fixture(scope="session")
@@ -18,6 +18,16 @@ def s3_server() -> Iterator[S3Server]:
     try:
         with environment(server.env):
             yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_auth_server() -> Iterator[AuthS3Server]:
+    """moto's S3 server checking credentials as S3 does (tests/s3server.py), in a process of its own."""
+    server = AuthS3Server()
+    try:
+        yield server
     finally:
         server.stop()
 

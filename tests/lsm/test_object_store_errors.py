@@ -1,0 +1,50 @@
+"""`DB.open` of an object-store URL that cannot work fails with an error a program can catch and read:
+`ObjectStoreConfigError` (an LsmError) for a malformed URL or endpoint, before anything is sent or
+created; `ObjectStoreError` (an OSError naming S3's code) for a store that answers no. Never pyo3's
+PanicException, which ``except Exception`` does not catch."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import lsm
+from formats.objstore_errors import ObjectStoreError
+
+
+@pytest.mark.parametrize(
+    "path, says",
+    [
+        ("s3://", "names no bucket"),
+        ("memory://", "names no store"),
+        ("s3:///x", "names no bucket"),
+        ("s3://lsm-test", "names no database"),
+        ("s3:/lsm-test/db", "write s3://lsm-test/db"),
+        ("s3://lsm-test/a//b", "empty segment"),
+        ("gs://bucket/db", "unsupported object store URL"),
+    ],
+)
+def test_a_malformed_url_is_refused_and_nothing_is_created(s3_server, tmp_path, monkeypatch, path, says) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(lsm.ObjectStoreConfigError, match=says):
+        lsm.DB.open(path)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("endpoint", ["localhost:9000", "http://[::1", "http://ho st:1", "http://127.0.0.1:99999"])
+def test_a_malformed_endpoint_is_an_exception_not_a_panic(s3_server, endpoint) -> None:
+    opts = lsm.DbOptions(object_store_options={**s3_server.options(), "endpoint": endpoint})
+    try:
+        lsm.DB.open(s3_server.new_url(), opts)
+    except Exception as e:  # noqa: BLE001 - the point: a PanicException is a BaseException and got through
+        assert isinstance(e, lsm.ObjectStoreConfigError) and "endpoint" in str(e) and "\n" not in str(e)
+    else:
+        raise AssertionError("opened with a malformed endpoint")
+
+
+def test_a_missing_bucket_is_an_os_error_naming_it(s3_server) -> None:
+    with pytest.raises(ObjectStoreError) as e:
+        lsm.DB.open("s3://no-such-bucket-d1/db", lsm.DbOptions(object_store_options=s3_server.options()))
+    assert isinstance(e.value, OSError) and e.value.code == "NoSuchBucket"
+    assert "bucket 'no-such-bucket-d1' does not exist" in str(e.value)

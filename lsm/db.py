@@ -55,7 +55,7 @@ from formats.manifest import Manifest
 from formats.objcache import cache_for
 from formats.objstore_config import check_location
 from formats.row import MAX_KEY_LEN, check_key
-from formats.storage import is_url, register, storage_for
+from formats.storage import is_attached, is_url, register, storage_for
 from lsm import history
 from lsm import wal as wal_files
 from lsm.clock import MonotonicClock
@@ -98,7 +98,9 @@ class DB(WriteMixin, TimeMixin, AdminMixin):
         `ObjectStoreConfigError` before anything is created or sent.
         """
         db = cls.__new__(cls)
-        db._init(check_location(os.fspath(path)), options or DbOptions(), read_only)
+        path = os.fspath(path)
+        # a backend the caller attached (a simulation's) has a scheme of its own: only a user's URL is checked
+        db._init(path if is_attached(path) else check_location(path), options or DbOptions(), read_only)
         return db
 
     def _init(self, path: str, options: DbOptions, read_only: bool) -> None:

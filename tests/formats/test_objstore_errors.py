@@ -106,8 +106,10 @@ def test_a_panic_inside_a_request_is_an_object_store_error(s3_server) -> None:
     not pyo3's PanicException, which ``except Exception`` does not catch."""
     import obstore
 
+    from formats.objclient import ObstoreClient
+
     st = register(s3_server.new_url(), s3_server.options())
-    st.store = obstore.store.S3Store("lsm-test", config={**s3_server.options(), "endpoint": "localhost:9000"})
+    st.client = ObstoreClient(obstore.store.S3Store("lsm-test", config={**s3_server.options(), "endpoint": "localhost:9000"}))
     err = _fails(lambda: st.list_names(st.root + "/manifest"))
     assert is_panic(err.__cause__) and "the S3 client failed on this request" in err.strerror
     err = _fails(lambda: st.read(st.root + "/manifest/1.manifest"))

@@ -48,3 +48,24 @@ def test_a_missing_bucket_is_an_os_error_naming_it(s3_server) -> None:
         lsm.DB.open("s3://no-such-bucket-d1/db", lsm.DbOptions(object_store_options=s3_server.options()))
     assert isinstance(e.value, OSError) and e.value.code == "NoSuchBucket"
     assert "bucket 'no-such-bucket-d1' does not exist" in str(e.value)
+
+
+def test_a_backend_the_caller_attached_opens_under_its_own_scheme_and_only_while_attached() -> None:
+    """The URL check is for a user's URL: a store served by a backend the caller built and attached (the
+    deterministic simulation's ``sim://``) opens, and the same URL is refused once it is detached."""
+    from formats.objstore import ObjectStorage
+    from formats.simstore import SimClient
+    from formats.storage import attach, detach
+
+    root = "sim://attached-check/db"
+    attach(root, ObjectStorage(root, {}, client=SimClient(clock=lambda: 100.0)))
+    try:
+        opts = lsm.DbOptions(clock=lsm.ManualClock(1000), background_compaction=False, compaction_process=False,
+                             flush_process=False, background_flush=False, wal_flush_interval_ms=None)
+        with lsm.DB.open(root, opts) as db:
+            db.put(b"k", b"v")
+            assert db.get(b"k") == b"v"
+    finally:
+        detach(root)
+    with pytest.raises(lsm.ObjectStoreConfigError, match="unsupported object store URL"):
+        lsm.DB.open(root)

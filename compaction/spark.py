@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from compaction.merge import CompactionJob, CompactionStats, MergeResult, run_job
-from compaction.spark_runtime import require_spark
+from compaction.spark_runtime import check_master, require_spark
 from formats import storage
 from formats.errors import LsmError, SparkStoreError
 from formats.sst import SsTableInfo, SstReader
@@ -124,8 +124,11 @@ def session_builder(master: str = "local[*]", app: str = "lsm-compact") -> Any:
     """A SparkSession builder for lsm-sim jobs: UI off, few shuffle partitions, fast-starting JVM, and
     executors running this interpreter (so they import the same lsm-sim and its dependencies).
 
-    SparkUnavailableError (before any JVM starts) when pyspark or a Java 17+ is missing."""
+    SparkUnavailableError (before any JVM starts) when pyspark or a Java 17+ is missing, and its subclass
+    SparkMasterUnreachableError when `master` is a ``spark://`` URL that no master answers at
+    (`compaction.spark_runtime.check_master`: within seconds, not after Spark's minute of retries)."""
     require_spark()
+    check_master(master)
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -13,6 +13,7 @@ from formats.errors import (
     CorruptionError,
     FormatVersionError,
     LsmError,
+    SparkMasterUnreachableError,
     SparkStoreError,
     SparkUnavailableError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "HistoryUnavailableError",
     "UnknownSourceError",
     "DbFailedError",
+    "SparkMasterUnreachableError",
     "SparkStoreError",
     "SparkUnavailableError",
 ]

@@ -104,6 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="bulk load slices (tasks); default: the CPUs (local) or Spark's default parallelism",
     )
+    from tools.common import add_conf_arg
+
+    add_conf_arg(ing)
     render.add_output_args(ing, bytes_args=False)
     ing.set_defaults(func=cmd_ingest)
 
@@ -241,6 +244,9 @@ def _ingest(args: argparse.Namespace) -> int:
     # Everything that can be refused is refused before the store is opened: opening it writable fences a
     # running writer, and creates the database directory when there is none.
     check_name(args.name)
+    from tools.common import check_conf_engine
+
+    check_conf_engine(args.conf, args.engine)
     if args.source == "partitioned-log" and not os.path.isdir(local_log_dir(args.log)):
         raise ValueError(f"{args.log}: no such log directory")
     if args.engine == "stream" and (args.master is not None or args.tasks is not None):
@@ -342,7 +348,9 @@ def _bulk(args: argparse.Namespace, log_source: Any) -> int:
         with contextlib.ExitStack() as stack:
             session = None
             if args.engine == "spark":  # the JVM and its workers log to a file, not on our stderr
-                run = spark_session_for(args.master or "local[*]", "ingest", progress=not args.json)
+                run = spark_session_for(
+                    args.master or "local[*]", "ingest", conf=args.conf, progress=not args.json
+                )
                 session = stack.enter_context(run).session
             stats = db.ingest(
                 log_source,

@@ -78,7 +78,8 @@ class _Starter:
 
 
 class _CliRun:
-    """`lsm compact DB --engine spark --master local[2] --tasks 2 --json` on a fresh database, started now."""
+    """`lsm compact DB --engine spark --master local[2] --conf spark.default.parallelism=3 --json` on a fresh
+    database, started now."""
 
     def __init__(self) -> None:
         from tests.spark.test_cli import lsm_cli_popen, make_db
@@ -95,8 +96,8 @@ class _CliRun:
             "spark",
             "--master",
             "local[2]",
-            "--tasks",
-            "2",
+            "--conf",  # the task count defaults to the session's parallelism: 3 only if the --conf took
+            "spark.default.parallelism=3",
             "--json",
             TMPDIR=self.tmp,
         )

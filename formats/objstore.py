@@ -8,7 +8,8 @@ the process (tests, examples).
 Configuration: obstore's config keys (``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
 ``allow_http``, …) from ``DbOptions.object_store_options``, else the standard AWS environment variables
 (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_ALLOW_HTTP``). Credentials are never logged or put in an error message.
+``AWS_ALLOW_HTTP``), else for the credentials the AWS shared credentials file (formats.aws_credentials).
+Credentials are never logged or put in an error message.
 
 Requests: every request sent is counted (`stats`): PUT, GET, LIST, DELETE and HEAD, with the bytes of
 those that succeeded, and ``retries``, how many of them repeated one that had failed. Transient failures
@@ -99,13 +100,19 @@ ENV_KEYS = {
 
 
 def s3_config(options: dict[str, Any] | None) -> dict[str, Any]:
-    """obstore S3 config: the standard environment, overridden by `options`."""
+    """obstore S3 config: the standard environment, overridden by `options`; credentials from the AWS
+    shared credentials file when neither gives a key id (`formats.aws_credentials`)."""
     cfg: dict[str, Any] = {}
     for env, key in ENV_KEYS.items():
         v = os.environ.get(env)
         if v and key not in cfg:
             cfg[key] = v
-    cfg.update({k: v for k, v in (options or {}).items() if k not in RETRY_KEYS and k not in CLIENT_KEYS})
+    given = {k: v for k, v in (options or {}).items() if k not in RETRY_KEYS and k not in CLIENT_KEYS}
+    if "access_key_id" not in cfg and not {"access_key_id", "aws_access_key_id"} & given.keys():
+        from formats.aws_credentials import shared_file_credentials
+
+        cfg.update(shared_file_credentials())
+    cfg.update(given)
     if isinstance(cfg.get("allow_http"), str):
         cfg["allow_http"] = cfg["allow_http"].lower() in ("1", "true", "yes")
     return cfg

@@ -67,9 +67,13 @@ def shared_file_credentials(environ: Mapping[str, str] | None = None) -> dict[st
     except configparser.Error as e:
         line = getattr(e, "lineno", None) or next((n for n, _ in getattr(e, "errors", ())), None)
         where = f" (line {line})" if line else ""
-        raise CredentialsFileError(f"{path}: not an AWS credentials file{where}: sections of 'key = value' lines") from None
+        raise CredentialsFileError(
+            f"{path}: not an AWS credentials file{where}: sections of 'key = value' lines"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise CredentialsFileError(f"{path}: cannot read the AWS credentials file: {type(e).__name__}") from None
+        raise CredentialsFileError(
+            f"{path}: cannot read the AWS credentials file: {type(e).__name__}"
+        ) from None
     if not parser.has_section(profile):
         if env.get("AWS_PROFILE"):
             raise CredentialsFileError(f"{path}: no profile [{profile}] (AWS_PROFILE)")

@@ -29,8 +29,16 @@ def _store_with_secret(s3_server) -> tuple[str, str]:
     url = s3_server.new_url()
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     root = url.rsplit("/", 1)[0]  # a root of its own: the bucket's store keeps the environment's settings
-    storage.register(root, dict(s3_server.options(), access_key_id="key-id-1", secret_access_key=secret,
-                                session_token="tok-1", max_retries=2))
+    storage.register(
+        root,
+        dict(
+            s3_server.options(),
+            access_key_id="key-id-1",
+            secret_access_key=secret,
+            session_token="tok-1",
+            max_retries=2,
+        ),
+    )
     return url, secret
 
 
@@ -58,7 +66,9 @@ def test_local_paths_ship_nothing_and_memory_is_refused(tmp_path) -> None:
     assert executor_stores([str(tmp_path / "db")]) == []
     import lsm
 
-    with pytest.raises(lsm.SparkStoreError, match=r"memory:// store \(a database, a log\) lives in this process"):
+    with pytest.raises(
+        lsm.SparkStoreError, match=r"memory:// store \(a database, a log\) lives in this process"
+    ):
         executor_stores(["memory://x/db"])
 
 
@@ -71,7 +81,11 @@ def test_a_local_master_gets_a_private_file(s3_server) -> None:
         assert stat.S_IMODE(os.stat(s.handoff).st_mode) == 0o600
         assert stat.S_IMODE(os.stat(os.path.dirname(s.handoff)).st_mode) == 0o700
         with open(s.handoff) as f:
-            assert json.load(f) == {"access_key_id": "key-id-1", "secret_access_key": secret, "session_token": "tok-1"}
+            assert json.load(f) == {
+                "access_key_id": "key-id-1",
+                "secret_access_key": secret,
+                "session_token": "tok-1",
+            }
         assert secret.encode() not in cloudpickle.dumps(shipped)
         # the executor side: the store registered with the driver's settings and the handed credentials
         storage.install([(s.root, {})])  # (another store under that root, as a reused worker may hold)

@@ -11,8 +11,13 @@ import pytest
 from formats.aws_credentials import CredentialsFileError, shared_file_credentials
 from formats.objstore import s3_config
 
-AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-            "AWS_SHARED_CREDENTIALS_FILE")
+AWS_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+)
 
 
 @pytest.fixture
@@ -45,10 +50,16 @@ aws_session_token=ops-token
 def test_the_default_file_and_profile(clean_env, tmp_path) -> None:
     assert shared_file_credentials() == {}  # no file at ~/.aws/credentials: nothing, no error
     write(tmp_path / "home" / ".aws" / "credentials", FILE)
-    assert shared_file_credentials() == {"access_key_id": "AKIDDEFAULT", "secret_access_key": "default-secret"}
+    assert shared_file_credentials() == {
+        "access_key_id": "AKIDDEFAULT",
+        "secret_access_key": "default-secret",
+    }
     clean_env.setenv("AWS_PROFILE", "ops")
-    assert shared_file_credentials() == {"access_key_id": "AKIDOPS", "secret_access_key": "ops-secret",
-                                         "token": "ops-token"}
+    assert shared_file_credentials() == {
+        "access_key_id": "AKIDOPS",
+        "secret_access_key": "ops-secret",
+        "token": "ops-token",
+    }
 
 
 def test_a_named_file(clean_env, tmp_path) -> None:
@@ -62,7 +73,11 @@ def test_a_named_file(clean_env, tmp_path) -> None:
         (None, {"AWS_SHARED_CREDENTIALS_FILE": "{tmp}/missing"}, "missing: no such file"),
         (FILE, {"AWS_PROFILE": "nope"}, "no profile [nope] (AWS_PROFILE)"),
         ("aws_secret_access_key = leaked-secret\n", {}, "not an AWS credentials file (line 1)"),
-        ("[default]\naws_access_key_id = A\nleaked-secret-line\n", {}, "not an AWS credentials file (line 3)"),
+        (
+            "[default]\naws_access_key_id = A\nleaked-secret-line\n",
+            {},
+            "not an AWS credentials file (line 3)",
+        ),
         ("[default]\naws_access_key_id = A\n", {}, "needs both aws_access_key_id and aws_secret_access_key"),
     ],
 )

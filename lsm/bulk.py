@@ -18,9 +18,9 @@ Driver, in order:
    clock at the reservation. Seqs are a function of the plan, so a retried task writes the same rows.
 4. The tasks (lsm.bulk_task), on Spark executors or in threads of this process: each reads its slice from
    the files, resolves it and writes sorted SSTs under attempt-unique names, returning metadata only.
-   On an object-store database they write by URL, with the store registered on the executor from the
-   task closure, which holds no credential (`compaction.spark_stores`): the executors share no directory
-   with the driver.
+   On an object-store database they write by URL, and a `PartitionedLog` on an object store they read by
+   URL, with the stores registered on the executor from the task closure, which holds no credential
+   (`compaction.spark_stores`): the executors share no directory with the driver.
 5. Transactions. The tasks do not write records that carry a ``tx``; they return them, and the driver
    passes them, in (partition, offset) order, through the source's transactions exactly as streaming
    ingest does with one batch (lsm.ingest_tx): what completes is written at the binding's seq, what
@@ -181,7 +181,7 @@ def spark_task(task: BulkTask, stores: list[Any]) -> dict[str, Any]:
 def spark_runner(session: Any, master: str | None, stores: list[Any] | None = None) -> Runner:
     """Runs tasks as one Spark job, one Spark task per bulk task (see compaction.spark for the session).
 
-    `stores`: the object store of the database, as
+    `stores`: the object stores of the database and of the source, as
     `compaction.spark_stores.executor_stores` gives them (no credential), shipped in the task closure and
     registered on each executor before its task; on a local master with the driver's credentials handed
     over in a private file (`compaction.spark_stores.handed_off`)."""
@@ -204,6 +204,15 @@ def spark_runner(session: Any, master: str | None, stores: list[Any] | None = No
                 raise SparkJobError(f"Spark bulk load failed: {_short(e)}") from e
 
     return run
+
+
+def source_locations(source: Any) -> list[str]:
+    """The object-store URLs a bulk load's tasks read `source` from: a `PartitionedLog` on an object store
+    (its segments), none for a local one or another source (which reads wherever it reads)."""
+    from formats.storage import is_url
+    from lsm.sources.object_log import ObjectLog
+
+    return [source.directory] if isinstance(source, ObjectLog) and is_url(source.directory) else []
 
 
 @contextlib.contextmanager
@@ -266,10 +275,10 @@ def bulk_ingest(
     if engine == "spark":
         from compaction.spark_stores import executor_stores
 
-        # the tasks write into the database's sst/ by path or URL (SparkStoreError for memory://, before
-        # any Spark work); like compaction: the given session, else DbOptions.spark_session, else one
-        # for the master
-        stores = executor_stores([db.path])
+        # the tasks write into the database's sst/ by path or URL, and read a log on an object store by
+        # URL (SparkStoreError for memory://, before any Spark work); like compaction: the given session,
+        # else DbOptions.spark_session, else one for the master
+        stores = executor_stores([db.path, *source_locations(source)])
         o = db.options
         if spark is None and master is None:
             spark, master = o.spark_session, o.spark_master

@@ -236,10 +236,11 @@ def _ingest(args: argparse.Namespace) -> int:
     import os
 
     import lsm
+    from formats.storage import is_url
     from lsm.remap_store import check_name
     from lsm.sources import BatchSource
     from lsm.sources.registry import SOURCES, open_source
-    from tools.cmd_log import local_log_dir
+    from tools.cmd_log import log_location
 
     # Everything that can be refused is refused before the store is opened: opening it writable fences a
     # running writer, and creates the database directory when there is none.
@@ -247,8 +248,8 @@ def _ingest(args: argparse.Namespace) -> int:
     from tools.common import check_conf_engine
 
     check_conf_engine(args.conf, args.engine)
-    if args.source == "partitioned-log" and not os.path.isdir(local_log_dir(args.log)):
-        raise ValueError(f"{args.log}: no such log directory")
+    if args.source == "partitioned-log" and not is_url(log_location(args.log)) and not os.path.isdir(args.log):
+        raise ValueError(f"{args.log}: no such log directory")  # (a URL without a log: SourceError below)
     if args.engine == "stream" and (args.master is not None or args.tasks is not None):
         raise ValueError("--master and --tasks apply to --engine local or spark only")
     if args.engine != "stream" and args.times != "store":

@@ -197,6 +197,34 @@ def test_spark_bulk_load_into_an_s3_store_equals_local(spark, s3_server, tmp_pat
     assert pickled_tasks and not [t for t in pickled_tasks if secret.encode() in t]
 
 
+def test_spark_bulk_load_of_a_log_on_s3(spark, s3_server, tmp_path, monkeypatch, pickled_tasks) -> None:
+    """The log on the object store too (segment objects, lsm.sources.object_log): the tasks read their
+    slices by URL, so the driver's directory holds nothing of it either."""
+    options, secret = secret_options(s3_server)
+    url, log_url = s3_server.new_url(), s3_server.new_url("log")
+    local_log = str(tmp_path / "log")
+    for where, kw in ((local_log, {}), (log_url, {"segment_bytes": 20_000})):
+        write_log(where, seed=32, n=2000, partitions=3, **kw)
+    monkeypatch.chdir(tmp_path)
+    want_db = open_db(str(tmp_path / "local"))
+    try:
+        want_db.ingest(PartitionedLog(local_log), name="events", engine="local", tasks=4)
+        want = contents(want_db)
+    finally:
+        want_db.close()
+    db = open_db(url, object_store_options=options)
+    sc = spark.sparkContext
+    try:
+        with executor_env(sc, DEAD_ENV):
+            db.ingest(PartitionedLog(log_url), name="events", engine="spark", spark=spark, tasks=5)
+        assert contents(db) == want and len(want["rows"]) > 100
+    finally:
+        db.close()
+    assert sorted(os.listdir(tmp_path)) == ["local", "log"]
+    assert pickled_tasks and not [t for t in pickled_tasks if secret.encode() in t]
+    assert [t for t in pickled_tasks if log_url.encode() in t]  # the slices name the segments by URL
+
+
 def test_a_store_from_the_environment(spark, s3_server, tmp_path) -> None:
     """Without object_store_options: the driver's store comes from the standard AWS variables, and the
     executors reach the same server (its endpoint travels in the task; on this local master the keys in

@@ -319,7 +319,8 @@ class ObjectLogWriter(LogWriter):
     visible, and their offsets final, when the partition's segment is published: by `flush`, `close`, once
     `segment_bytes` are buffered for the partition, or at every append with ``sync=True``. A partition that
     another writer extended meanwhile cannot be published: `SourceError`, and the records this writer
-    buffered for it are dropped (their offsets are the other writer's); reopen to append after them."""
+    buffered for it are dropped (their offsets are the other writer's); the next append to the partition
+    lists it again and continues after the other writer's records."""
 
     def __init__(
         self, directory: str | os.PathLike[str], *, sync: bool = False, segment_bytes: int = SEGMENT_BYTES
@@ -388,7 +389,7 @@ class ObjectLogWriter(LogWriter):
             raise SourceError(
                 f"{path}: another writer published offset {base} of partition {partition} first; the "
                 f"{len(records)} record(s) buffered here for offsets {base}..{base + len(records) - 1} were "
-                "not written (reopen the writer to append after the other's records)"
+                "not written (the next append continues after the other writer's records)"
             )
         self._chain.entries[path] = len(records)
         f[0], f[1], f[2] = base + len(records), [], 0

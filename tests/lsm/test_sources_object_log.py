@@ -123,11 +123,12 @@ def test_two_writers_never_give_one_offset_two_records() -> None:
     a.flush()
     with pytest.raises(lsm.SourceError, match="another writer published offset 0 of partition 0 first"):
         b.flush()
-    b.close()  # nothing left to publish: what b buffered was dropped
+    assert b.append(0, b"again-b", b"4") == 1  # b lists the partition again: after a's record
+    b.close()  # what b buffered before the refusal was dropped
     a.close()
-    assert [(r.offset, r.key) for r in PartitionedLog(url).read(0, 0)] == [(0, b"from-a")]
-    with LogWriter(url) as c:  # a writer opened afterwards appends after a's record
-        assert c.append(0, b"from-c", b"3") == 1
+    assert [(r.offset, r.key) for r in PartitionedLog(url).read(0, 0)] == [(0, b"from-a"), (1, b"again-b")]
+    with LogWriter(url) as c:  # a writer opened afterwards appends after them
+        assert c.append(0, b"from-c", b"3") == 2
 
 
 def test_what_is_not_a_log_is_refused(tmp_path) -> None:

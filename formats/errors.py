@@ -44,6 +44,14 @@ class SparkUnavailableError(LsmError):
     Raised before any JVM is started (`compaction.spark_runtime`); the message says what to install."""
 
 
+class SparkMasterUnreachableError(SparkUnavailableError):
+    """The Spark master a session was asked for cannot be reached: its host name does not resolve, nothing
+    listens on its port (connection refused), or it does not answer in time; or its URL is malformed.
+
+    Raised before any JVM is started (`compaction.spark_runtime.check_master`), within seconds, where Spark
+    itself would retry its registration for a minute; the message names the master URL and the cause."""
+
+
 class SparkStoreError(LsmError):
     """Spark cannot run a job for this database: its store lives in the driver's process only (a
     ``memory://`` URL), and Spark's executors are other processes. Raised before any Spark work starts;

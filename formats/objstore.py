@@ -8,7 +8,8 @@ the process (tests, examples).
 Configuration: obstore's config keys (``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
 ``allow_http``, …) from ``DbOptions.object_store_options``, else the standard AWS environment variables
 (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_ALLOW_HTTP``). Credentials are never logged or put in an error message.
+``AWS_ALLOW_HTTP``), else for the credentials the AWS shared credentials file (formats.aws_credentials).
+Credentials are never logged or put in an error message.
 
 Requests: every request sent is counted (`stats`): PUT, GET, LIST, DELETE and HEAD, with the bytes of
 those that succeeded, and ``retries``, how many of them repeated one that had failed. Transient failures

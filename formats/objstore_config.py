@@ -117,8 +117,9 @@ def check_root(root: str, shown: str | None = None) -> tuple[str, str]:
 
 def s3_config(options: Mapping[str, Any] | None, ignore: Iterable[str] = ()) -> dict[str, Any]:
     """obstore S3 config: the standard environment, overridden by `options` but for the keys in `ignore`
-    (the store's own: retries, HTTP client). The endpoint and allow_http of `options` count under any of
-    obstore's names for them (``aws_endpoint_url``, ...), so they override the environment's."""
+    (the store's own: retries, HTTP client); credentials from the AWS shared credentials file when
+    neither gives a key id (`formats.aws_credentials`). The endpoint and allow_http of `options` count
+    under any of obstore's names for them (``aws_endpoint_url``, ...), so they override the environment's."""
     cfg: dict[str, Any] = {}
     for env, key in ENV_KEYS.items():
         v = os.environ.get(env)
@@ -130,6 +131,10 @@ def s3_config(options: Mapping[str, Any] | None, ignore: Iterable[str] = ()) -> 
         value = config_value(given, names)
         if value is not None:
             given = {k: v for k, v in given.items() if str(k).lower() not in names} | {key: value}
+    if "access_key_id" not in cfg and config_value(given, ("access_key_id", "aws_access_key_id")) is None:
+        from formats.aws_credentials import shared_file_credentials
+
+        cfg.update(shared_file_credentials())
     cfg.update(given)
     if isinstance(cfg.get("allow_http"), str):
         cfg["allow_http"] = cfg["allow_http"].lower() in ("1", "true", "yes")

@@ -15,6 +15,7 @@ from formats.errors import (
     FormatVersionError,
     LsmError,
     ObjectStoreConfigError,
+    SparkMasterUnreachableError,
     SparkStoreError,
     SparkUnavailableError,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "UnknownSourceError",
     "DbFailedError",
     "ObjectStoreConfigError",
+    "SparkMasterUnreachableError",
     "SparkStoreError",
     "SparkUnavailableError",
 ]

@@ -17,7 +17,14 @@ from typing import Any
 from lsm.db import DB
 from lsm.options import DbOptions
 from tools import render
-from tools.common import db_dir, latest_manifest, spark_session_for, start_spark
+from tools.common import (
+    add_conf_arg,
+    check_conf_engine,
+    db_dir,
+    latest_manifest,
+    spark_session_for,
+    start_spark,
+)
 
 ENGINES = ("local", "spark")
 
@@ -46,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="Spark tasks (key ranges); default: the session's default parallelism",
     )
+    add_conf_arg(p)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     p.set_defaults(func=cmd_compact)
 
@@ -161,13 +169,14 @@ def print_report(r: dict[str, Any]) -> None:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
+    check_conf_engine(args.conf, args.engine)
     if args.engine != "spark":
         report = compact_database(args.path, args.engine, tasks=args.tasks)
     else:
         db_dir(args.path)  # a bad path fails before a JVM is started
         # The JVM (and the Python workers, whose output it relays) log to a file, not to our stderr: a
         # failing job is one line here, pointing at the log, instead of pages of Java and Python traces.
-        with spark_session_for(args.master, "compact", progress=not args.json) as run:
+        with spark_session_for(args.master, "compact", conf=args.conf, progress=not args.json) as run:
             report = compact_database(
                 args.path, "spark", session=run.session, master=args.master, tasks=args.tasks
             )

@@ -104,6 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="bulk load slices (tasks); default: the CPUs (local) or Spark's default parallelism",
     )
+    from tools.common import add_conf_arg
+
+    add_conf_arg(ing)
     render.add_output_args(ing, bytes_args=False)
     ing.set_defaults(func=cmd_ingest)
 
@@ -233,17 +236,21 @@ def _ingest(args: argparse.Namespace) -> int:
     import os
 
     import lsm
+    from formats.storage import is_url
     from lsm.remap_store import check_name
     from lsm.sources import BatchSource
     from lsm.sources.protocol import ProgressSource
     from lsm.sources.registry import SOURCES, open_source
-    from tools.cmd_log import local_log_dir
+    from tools.cmd_log import log_location
 
     # Everything that can be refused is refused before the store is opened: opening it writable fences a
     # running writer, and creates the database directory when there is none.
     check_name(args.name)
-    if args.source == "partitioned-log" and not os.path.isdir(local_log_dir(args.log)):
-        raise ValueError(f"{args.log}: no such log directory")
+    from tools.common import check_conf_engine
+
+    check_conf_engine(args.conf, args.engine)
+    if args.source == "partitioned-log" and not is_url(log_location(args.log)) and not os.path.isdir(args.log):
+        raise ValueError(f"{args.log}: no such log directory")  # (a URL without a log: SourceError below)
     if args.engine == "stream" and (args.master is not None or args.tasks is not None):
         raise ValueError("--master and --tasks apply to --engine local or spark only")
     if args.engine != "stream" and args.times != "store":
@@ -367,7 +374,7 @@ def _bulk(args: argparse.Namespace, log_source: Any) -> int:
     with contextlib.ExitStack() as stack:
         session = None
         if args.engine == "spark":  # ...and Spark starts before the open, which fences a running writer
-            run = spark_session_for(args.master or "local[*]", "ingest", progress=not args.json)
+            run = spark_session_for(args.master or "local[*]", "ingest", conf=args.conf, progress=not args.json)
             session = stack.enter_context(run).session  # the JVM and its workers log to a file
         with lsm.DB.open(args.path, lsm.DbOptions(history_retention=args.history_retention)) as db:
             stats = db.ingest(

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from tools import render
-from tools.common import spark_session_for
+from tools.common import add_conf_arg, check_conf_engine, spark_session_for
 
 DAY_MS = 86_400_000
 
@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="local: the simulations one after another in this process (default); spark: one Spark task each",
     )
     p.add_argument("--master", metavar="URL", help="Spark master for --engine spark (default local[*])")
+    add_conf_arg(p)
     p.add_argument(
         "--jobs",
         type=int,
@@ -120,6 +121,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise SpecError(f"{args.spec}: {e}") from None
     if args.engine != "spark" and args.master:
         raise ValueError("--master needs --engine spark")
+    check_conf_engine(args.conf, args.engine)
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.jobs > 1 and args.engine == "spark":
@@ -128,7 +130,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         session = None
         if args.engine == "spark":  # the JVM and its workers log to a file, not on our stderr
             run = spark_session_for(
-                args.master or "local[*]", "simulate", progress=not (args.no_progress or args.json)
+                args.master or "local[*]",
+                "simulate",
+                conf=args.conf,
+                progress=not (args.no_progress or args.json),
             )
             session = stack.enter_context(run).session
         summary = simulate.run(

@@ -1,5 +1,9 @@
 """A Kafka-like partitioned log on the file system: `PartitionedLog` (the source) and `LogWriter` (producer).
 
+Given an object-store URL (``s3://bucket/prefix``) instead of a directory, both construct their
+object-store counterparts (`lsm.sources.object_log`: immutable segment objects per partition, the same
+records, offsets and checks); what follows is the local log.
+
 A directory holds one append-only file per partition, ``<partition>.log`` (decimal, no leading zeros,
 0..2**64-1: the ids a remap binding stores), in the format of `formats.log`; a record's offset is its
 index in its file. Files appear atomically: the writer creates a file with its header under a temporary
@@ -49,7 +53,7 @@ from formats.log import (
     scan_heads,
     scan_records,
 )
-from formats.storage import LOCAL, PublishUnknownError
+from formats.storage import LOCAL, PublishUnknownError, is_url
 from lsm.clock import I64_MAX, I64_MIN, check_i64_ms
 from lsm.errors import LsmError, SourceError
 from lsm.sources.protocol import MAX_PARTITION, SourceRecord, check_range, make_record
@@ -158,6 +162,14 @@ class PartitionedLog:
     Not thread-safe: give each consumer its own instance. `end(p)` costs O(bytes appended since the last
     call); `read(p, start, stop)` costs O(records read).
     """
+
+    def __new__(cls, directory: str | os.PathLike[str] | None = None, *args: Any, **kwargs: Any) -> PartitionedLog:
+        # a URL is a log of segment objects (lsm.sources.object_log): the same source on an object store
+        if cls is PartitionedLog and directory is not None and is_url(os.fspath(directory)):
+            from lsm.sources.object_log import ObjectLog
+
+            return super().__new__(ObjectLog)
+        return super().__new__(cls)
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = os.fspath(directory)
@@ -376,6 +388,14 @@ class LogWriter:
     ever consumed it), so appends continue at the next offset. Partition ids are 0..2**64-1 (ValueError
     beyond); a `directory` that is an lsm-sim database is refused (SourceError).
     """
+
+    def __new__(cls, directory: str | os.PathLike[str] | None = None, *args: Any, **kwargs: Any) -> LogWriter:
+        # a URL: the writer of a log of segment objects (lsm.sources.object_log)
+        if cls is LogWriter and directory is not None and is_url(os.fspath(directory)):
+            from lsm.sources.object_log import ObjectLogWriter
+
+            return super().__new__(ObjectLogWriter)
+        return super().__new__(cls)
 
     def __init__(self, directory: str | os.PathLike[str], *, sync: bool = False) -> None:
         from lsm.inspect import is_database_dir

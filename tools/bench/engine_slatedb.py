@@ -218,7 +218,8 @@ class SlatedbS3Engine(SlatedbEngine):
     def requests(self) -> dict[str, int]:
         """The object-store requests of this database so far (SlateDB's ``object_store.request_count``
         counters, every component: writer, compactor, garbage collector), in lsm's kinds; ``put_wal``
-        is SlateDB's count of WAL buffer flushes, one WAL object each."""
+        is SlateDB's count of WAL buffer flushes, one WAL object each (read a moment apart from the
+        request counters, the two may differ by a flush in flight)."""
         out = dict.fromkeys(("put", "get", "head", "list", "delete"), 0)
         for m in self._recorder.metrics_by_name("slatedb.object_store.request_count"):
             api = next((lab.value for lab in m.labels if lab.key == "api"), "")

@@ -24,6 +24,10 @@ from tools.simulate.sweep import Cell, grid, run_cells, run_cells_parallel, run_
 
 Progress = Callable[[Cell], Any]
 
+# the fields of a policy's summary that are measured on the host, not simulated: the only ones that
+# differ between two runs of one spec (everything else, and every CSV and plot, is the same bytes)
+WALL_CLOCK_FIELDS = ("wall_s", "cpu_s", "sample_cpu_s")
+
 
 def run(
     spec: Mapping[str, Any],
@@ -94,4 +98,4 @@ def _without_credentials(v: Any) -> Any:
     return v
 
 
-__all__ = ["run", "Spec", "SpecError", "load_spec", "parse_spec", "parse_duration", "grid", "Cell"]
+__all__ = ["run", "WALL_CLOCK_FIELDS", "Spec", "SpecError", "load_spec", "parse_spec", "parse_duration", "grid", "Cell"]

@@ -320,12 +320,19 @@ def ingest(
 
 def compact_remap(db: DB, name: str, since: int) -> Remap | None:
     """Compact the stored remap of `name` at `since` (lsm.remap) when two or more bindings lie at or
-    before it; reads only those bindings. Returns the compacted prefix, or None when nothing changed."""
+    before it; reads only those bindings. Returns the compacted prefix, or None when nothing changed.
+    ValueError for a `since` after the store's time now, nothing written: the merged binding is
+    rewritten at `since`, and the next ingest's binding, committed at a time before it, would break the
+    remap's order (it could no longer be read)."""
     check_name(name)
     if type(since) is not int:
         raise TypeError(f"since is int milliseconds, not {type(since).__name__}")
     host(db).check_writable()
     with _state(db, name).lock:
+        now = host(db).now()
+        if since > now:
+            raise ValueError(f"since {since} lies after the store's time now ({now}): a remap is compacted "
+                             "at a time already passed")
         return _compact_remap_locked(db, name, since)
 
 

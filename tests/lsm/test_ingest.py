@@ -326,6 +326,26 @@ def test_remap_compaction_in_the_store(env, monkeypatch) -> None:
         db.close()
 
 
+def test_remap_compaction_after_the_store_time_is_refused(env) -> None:
+    """A since ahead of the store's time would rewrite the merged binding after the time the next ingest
+    commits at, and that ingest's binding would leave the stored remap out of order (db.remap raised
+    ValueError from then on). It is refused, nothing written, and the next ingests read back in order."""
+    clock, w, log, db, _ = env
+    for _ in range(2):
+        clock.advance(5)
+        w.append(0, b"k", b"v")
+        db.ingest(log, name="s")
+    before = db.remap("s")
+    with pytest.raises(ValueError, match="after the store's time now"):
+        ingest_mod.compact_remap(db, "s", clock.now() + 5)
+    clock.advance(1)  # before the refused since
+    w.append(0, b"k", b"v")
+    db.ingest(log, name="s")
+    after = db.remap("s")
+    assert after.since is None and after.bindings()[:2] == before.bindings() and len(after.bindings()) == 3
+    assert ingest_mod.compact_remap(db, "s", clock.now()) is not None  # at the store's time: allowed
+
+
 def test_the_remap_compaction_cadence_survives_restarts(tmp_path) -> None:
     """Issue 24 defect 6: 800 batches over 40 short runs, each in a new handle, with retention 0. The
     cadence counts the bindings stored since the last compaction, not one handle's batches, so the remap

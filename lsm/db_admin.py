@@ -28,14 +28,36 @@ class AdminMixin:
     """Compaction, reclocked ingest and introspection of `lsm.db.DB`."""
 
     # -- compaction --------------------------------------------------------------------------------
-    def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
+    def compact(
+        self,
+        full: bool = False,
+        executor: str | None = None,
+        *,
+        start: bytes | None = None,
+        end: bytes | None = None,
+    ) -> CompactionStats:
         """Run what the scheduler picks until nothing is due; full=True merges everything into one run.
+
+        `start` and/or `end` (bytes; end exclusive, None unbounded) compact a key range instead, as
+        RocksDB's CompactRange: every SST overlapping [start, end) in L0 and the runs is merged (with the
+        SSTs overlapping those, so that nothing left out overlaps the output), and the output takes their
+        place in the oldest run, where tombstones and expired rows are dropped. Rows still in the
+        memtable are not part of it (flush first), as with full=True. A start after end is ValueError.
 
         executor: None (local, or Spark for jobs of at least DbOptions.spark_offload_min_bytes),
         "local" or "spark". Returns the jobs' CompactionStats (also accumulated in compaction_stats).
         A failing job (e.g. a filter that raises) leaves the database as it was and raises here."""
         self._check_writable()
-        return self._compactor.compact(full=full, executor=executor)
+        if start is None and end is None:
+            return self._compactor.compact(full=full, executor=executor)
+        for name, key in (("start", start), ("end", end)):
+            if key is not None and type(key) is not bytes:
+                raise TypeError(f"{name} must be bytes or None, not {type(key).__name__}")
+        if full:
+            raise ValueError("full=True compacts every key: give it or start/end, not both")
+        if start is not None and end is not None and start > end:
+            raise ValueError(f"start {start!r} is after end {end!r}")
+        return self._compactor.compact(executor=executor, key_range=(start, end))
 
     @property
     def compaction_stats(self) -> CompactionStats:

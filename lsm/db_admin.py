@@ -13,6 +13,7 @@ from compaction.purge_lag import PurgeLag
 from formats.manifest import Manifest, SstEntry
 from lsm import bulk as bulk_mod
 from lsm import ingest as ingest_mod
+from lsm.approx import ApproximateSize, approximate_size
 from lsm.errors import RetentionError
 from lsm.fsutil import fsync_dir
 from lsm.remap import IngestStats, Remap
@@ -269,3 +270,22 @@ class AdminMixin:
             "l0": [e.name for e, _ in st.l0],
             "runs": [[e.name for e in run.record.ssts] for run in st.runs],
         }
+
+    def approximate_size(
+        self, start: bytes | None = None, end: bytes | None = None, *, include_memtables: bool = True
+    ) -> ApproximateSize:
+        """Estimated bytes of the keys in [start, end) (None: unbounded), RocksDB's GetApproximateSizes:
+        the stored size of the SSTs' data blocks that can hold keys of the range, from their block
+        indexes (no data block read; block-grained, every stored version counted), and with
+        `include_memtables` the unflushed versions in the range. An `lsm.approx.ApproximateSize`."""
+        self._check_open()
+        for name, key in (("start", start), ("end", end)):
+            if key is not None and type(key) is not bytes:
+                raise TypeError(f"{name} must be bytes or None, not {type(key).__name__}")
+        if start is not None and end is not None and start > end:
+            raise ValueError(f"start {start!r} is after end {end!r}")
+        st = self._vs.pin()
+        try:
+            return approximate_size(st, start, end, include_memtables)
+        finally:
+            self._vs.unpin(st.gen)

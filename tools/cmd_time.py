@@ -278,22 +278,22 @@ def cmd_repair_clock(args: argparse.Namespace) -> int:
 CHANGE_HEADERS = ("seq", "ts", "op", "key", "value")
 
 
-def _change_json(c: tuple[int, bytes, bytes | None, int | None], mode: str) -> dict[str, Any]:
+def _change_json(c: tuple[int, bytes, bytes | None, int | None], mode: render.BytesMode) -> dict[str, Any]:
     seq, key, value, ts = c
     d: dict[str, Any] = {"seq": seq, "ts": ts, "op": "put" if value is not None else "delete"}
-    render.put_bytes(d, "key", key, mode)
-    render.put_bytes(d, "value", value, mode)
+    render.put_bytes(d, "key", key, mode.key)
+    render.put_bytes(d, "value", value, mode.value)
     return d
 
 
-def _change_cells(c: tuple[int, bytes, bytes | None, int | None], mode: str) -> tuple:
+def _change_cells(c: tuple[int, bytes, bytes | None, int | None], mode: render.BytesMode) -> tuple:
     seq, key, value, ts = c
     return (
         seq,
         render.time_cell(ts),
         "put" if value is not None else "delete",
-        render.bytes_for_table(key, mode),
-        "" if value is None else render.bytes_for_table(value, mode, render.MAX_VALUE_CHARS),
+        render.bytes_for_table(key, mode.key),
+        "" if value is None else render.bytes_for_table(value, mode.value, render.MAX_VALUE_CHARS),
     )
 
 

@@ -111,6 +111,7 @@ def run(argv: Sequence[str]) -> int:
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else 0
     try:
+        render.finish_output_args(args)  # the bytes encodings, decided once for the whole output
         status = args.func(args)
         sys.stdout.flush()
         return status

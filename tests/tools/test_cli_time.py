@@ -146,8 +146,8 @@ def test_changes(db_path):
     newest = T0 + 400_000 + 4 * HOUR
     table, since_bin, since_zero, limited = run_all(
         ("changes", db_path, "--seq", 8),
-        ("changes", db_path, "--since", rfc3339(newest - newest % (3 * HOUR)), "--json"),
-        ("changes", db_path, "--since", 0, "--json"),
+        ("changes", db_path, "--since", rfc3339(newest - newest % (3 * HOUR)), "--json", "--key-encoding", "hex"),
+        ("changes", db_path, "--since", 0, "--json", "--key-encoding", "hex"),
         ("changes", db_path, "--since", T0 + 100 * HOUR, "--seq", 0, "--limit", 2, "--json"),
     )
     lines = ok(table).splitlines()
@@ -160,14 +160,14 @@ def test_changes(db_path):
     ]
     assert lines[1].split()[1] == rfc3339(T0 + 320_000) and lines[4].split()[3] == "0xff00"
     assert json.loads(ok(since_bin)) == [
-        {"seq": 11, "ts": newest, "op": "delete", "key": "k1", "value": None},
+        {"seq": 11, "ts": newest, "op": "delete", "key": "6b31", "key_hex": True, "value": None},
         {"seq": 12, "ts": newest, "op": "put", "key": "ff00", "key_hex": True, "value": "bin"},
     ]
     # k1's put (seq 2) was replaced by its delete
     assert [c["seq"] for c in json.loads(ok(since_zero))] == [1, *range(3, 13)]
     assert "argument --seq: not allowed with argument --since" in fails(2, limited)
     limited, future = run_all(
-        ("changes", db_path, "--seq", 0, "--limit", 2, "--json"),
+        ("changes", db_path, "--seq", 0, "--limit", 2, "--json", "--key-encoding", "base64"),
         ("changes", db_path, "--since", rfc3339(T0 + 100 * HOUR)),
     )
     assert [c["seq"] for c in json.loads(ok(limited))] == [1, 3]

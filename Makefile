@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint wheel-check check-java clean s3 docs-figures
+.PHONY: demo test test-fast lint wheel-check check-java clean s3 docs-figures
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,13 @@ test: check-java $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(PY) ci/wheel_check.py
 	$(PY) -m pytest
+
+# A contributor's quick run: ruff and the tests not marked spark or slow, each property test bounded to
+# 10 examples (tests/conftest.py says which tests are slow and how). No Java needed. `make test` is the
+# whole suite, and what must pass.
+test-fast: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	LSM_TEST_FAST=1 $(PY) -m pytest -m "not spark and not slow"
 
 # The wheel as a user gets it: built from a copy of the tree, installed into a fresh virtualenv (its own
 # dependencies, no source tree on the path), then imported and driven through `lsm` (~15 s with pip's

@@ -137,9 +137,14 @@ class DbCompactor:
         return plan is not None
 
     def compact(
-        self, full: bool = False, executor: str | None = None, row_map: Callable[[list[tuple]], list[tuple]] | None = None
+        self,
+        full: bool = False,
+        executor: str | None = None,
+        row_map: Callable[[list[tuple]], list[tuple]] | None = None,
+        key_range: tuple[bytes | None, bytes | None] | None = None,
     ) -> CompactionStats:
-        """Run what the scheduler picks until nothing is due (or, with full=True, merge everything).
+        """Run what the scheduler picks until nothing is due (or, with full=True, merge everything; with
+        `key_range` (start, end), merge the SSTs overlapping [start, end): `scheduler.pick_range`).
         `row_map` (full only, never a trivial move): see CompactionJob.row_map."""
         if executor not in (None, "local", "spark"):
             raise ValueError(f"unknown executor {executor!r}: use 'local' or 'spark'")
@@ -147,10 +152,13 @@ class DbCompactor:
         if not full:
             self.db.flush_if_idle()
         with self._lock:
-            if full:
+            if full or key_range is not None:
                 t0 = time.perf_counter()
                 m = self.versions.manifest
-                plan = scheduler.pick_full(m.l0, m.runs)
+                if key_range is not None:
+                    plan = scheduler.pick_range(m.l0, m.runs, *key_range)
+                else:
+                    plan = scheduler.pick_full(m.l0, m.runs)
                 if plan is not None:
                     total.add(self._run(plan, executor, planned=time.perf_counter() - t0, row_map=row_map))
             else:

@@ -13,6 +13,7 @@ from compaction.purge_lag import PurgeLag
 from formats.manifest import Manifest, SstEntry
 from lsm import bulk as bulk_mod
 from lsm import ingest as ingest_mod
+from lsm.approx import ApproximateSize, approximate_size
 from lsm.errors import RetentionError
 from lsm.fsutil import fsync_dir
 from lsm.remap import IngestStats, Remap
@@ -28,14 +29,36 @@ class AdminMixin:
     """Compaction, reclocked ingest and introspection of `lsm.db.DB`."""
 
     # -- compaction --------------------------------------------------------------------------------
-    def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
+    def compact(
+        self,
+        full: bool = False,
+        executor: str | None = None,
+        *,
+        start: bytes | None = None,
+        end: bytes | None = None,
+    ) -> CompactionStats:
         """Run what the scheduler picks until nothing is due; full=True merges everything into one run.
+
+        `start` and/or `end` (bytes; end exclusive, None unbounded) compact a key range instead, as
+        RocksDB's CompactRange: every SST overlapping [start, end) in L0 and the runs is merged (with the
+        SSTs overlapping those, so that nothing left out overlaps the output), and the output takes their
+        place in the oldest run, where tombstones and expired rows are dropped. Rows still in the
+        memtable are not part of it (flush first), as with full=True. A start after end is ValueError.
 
         executor: None (local, or Spark for jobs of at least DbOptions.spark_offload_min_bytes),
         "local" or "spark". Returns the jobs' CompactionStats (also accumulated in compaction_stats).
         A failing job (e.g. a filter that raises) leaves the database as it was and raises here."""
         self._check_writable()
-        return self._compactor.compact(full=full, executor=executor)
+        if start is None and end is None:
+            return self._compactor.compact(full=full, executor=executor)
+        for name, key in (("start", start), ("end", end)):
+            if key is not None and type(key) is not bytes:
+                raise TypeError(f"{name} must be bytes or None, not {type(key).__name__}")
+        if full:
+            raise ValueError("full=True compacts every key: give it or start/end, not both")
+        if start is not None and end is not None and start > end:
+            raise ValueError(f"start {start!r} is after end {end!r}")
+        return self._compactor.compact(executor=executor, key_range=(start, end))
 
     @property
     def compaction_stats(self) -> CompactionStats:
@@ -247,3 +270,22 @@ class AdminMixin:
             "l0": [e.name for e, _ in st.l0],
             "runs": [[e.name for e in run.record.ssts] for run in st.runs],
         }
+
+    def approximate_size(
+        self, start: bytes | None = None, end: bytes | None = None, *, include_memtables: bool = True
+    ) -> ApproximateSize:
+        """Estimated bytes of the keys in [start, end) (None: unbounded), RocksDB's GetApproximateSizes:
+        the stored size of the SSTs' data blocks that can hold keys of the range, from their block
+        indexes (no data block read; block-grained, every stored version counted), and with
+        `include_memtables` the unflushed versions in the range. An `lsm.approx.ApproximateSize`."""
+        self._check_open()
+        for name, key in (("start", start), ("end", end)):
+            if key is not None and type(key) is not bytes:
+                raise TypeError(f"{name} must be bytes or None, not {type(key).__name__}")
+        if start is not None and end is not None and start > end:
+            raise ValueError(f"start {start!r} is after end {end!r}")
+        st = self._vs.pin()
+        try:
+            return approximate_size(st, start, end, include_memtables)
+        finally:
+            self._vs.unpin(st.gen)

@@ -116,8 +116,13 @@ class TimeMixin:
         return snap
 
     def changes(
-        self, since: int | str | None = None, *, seq: int | None = None, options: ReadOptions | None = None
-    ) -> Iterator[tuple[int, bytes, bytes | None, int | None]]:
+        self,
+        since: int | str | None = None,
+        *,
+        seq: int | None = None,
+        options: ReadOptions | None = None,
+        with_expire_ts: bool = False,
+    ) -> Iterator[tuple]:
         """(seq, key, value or None, ts) for keys whose latest version is newer than a point, oldest
         change first, one per key (its newest version; None for a delete or an expired row).
 
@@ -127,6 +132,8 @@ class TimeMixin:
         its range until it commits, then its rows come in one answer, whatever their seqs in the range).
         ReadOptions as in `get`: `now` judges expiry at that time, `include_expired` reports an expired
         row with its value, and `snapshot` ends the changes at its seq instead of the latest.
+        `with_expire_ts=True` yields (seq, key, value or None, ts, expire_ts) instead: a delete has no
+        expire_ts, a row with a TTL has its own, so an expiry is told from a delete.
         """
         self._check_open()
         if (since is None) == (seq is None):
@@ -140,7 +147,7 @@ class TimeMixin:
             now = self._clock.read()
         st, top = self._vs.pin_with(lambda: self.stable_seq if max_seq is None else min(max_seq, self.stable_seq))
         try:
-            out = changed_rows(st, seq, top, now, include_expired)
+            out = changed_rows(st, seq, top, now, include_expired, with_expire_ts)
         finally:
             self._vs.unpin(st.gen)
         return iter(out)

@@ -51,7 +51,7 @@ from tools import render
 
 SHOW_COLUMNS = ("partition", "offset", "op", "key", "value", "ttl", "event_ts", "tx")
 FIELDS = frozenset(
-    ("partition", "offset", "key", "key_hex", "value", "value_hex", "ttl", "event_ts", "tx", "tx_end")
+    ("partition", "offset", "key", "key_hex", "key_base64", "value", "value_hex", "value_base64", "ttl", "event_ts", "tx", "tx_end")
 )
 
 
@@ -256,23 +256,23 @@ def cmd_write(args: argparse.Namespace) -> int:
 
 
 # -- show -----------------------------------------------------------------------------------------------
-def record_json(r: Any, mode: str) -> dict[str, Any]:
+def record_json(r: Any, mode: render.BytesMode) -> dict[str, Any]:
     """One record as a JSON object (the shape `lsm log write` reads, plus its offset)."""
     d: dict[str, Any] = {"partition": r.partition, "offset": r.offset}
-    render.put_bytes(d, "key", r.key, mode)
-    render.put_bytes(d, "value", r.value, mode)
+    render.put_bytes(d, "key", r.key, mode.key)
+    render.put_bytes(d, "value", r.value, mode.value)
     d.update(ttl=r.ttl, event_ts=r.event_ts, tx=r.tx, tx_end=r.tx_end)
     return d
 
 
-def _cells(r: Any, mode: str) -> tuple:
+def _cells(r: Any, mode: render.BytesMode) -> tuple:
     """The table cells of one record: partition, offset, op, key, value, ttl, event_ts, tx."""
     return (
         r.partition,
         r.offset,
         "delete" if r.value is None else "put",
-        render.bytes_for_table(r.key, mode),
-        render.bytes_for_table(r.value, mode, render.MAX_VALUE_CHARS),
+        render.bytes_for_table(r.key, mode.key),
+        render.bytes_for_table(r.value, mode.value, render.MAX_VALUE_CHARS),
         "-" if r.ttl is None else r.ttl,
         render.time_cell(r.event_ts),
         "-" if r.tx is None else f"{r.tx}{' (end)' if r.tx_end else ''}",
@@ -302,11 +302,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if cells:
         render.print_text(render.table(SHOW_COLUMNS, cells))
     ends = {p: log.end(p) for p in parts}
-    total = sum(ends.values())
-    render.print_text(
-        f"{len(parts)} partition{'s' if len(parts) != 1 else ''}, {total} record{'s' if total != 1 else ''}"
-        + (f" ({', '.join(f'{p}: {n}' for p, n in ends.items())})" if parts else "")
-    )
+    render.print_text(count_line(cells, ends))
     for p in parts:
         torn = log.torn_bytes(p)
         if torn:
@@ -315,6 +311,21 @@ def cmd_show(args: argparse.Namespace) -> int:
                 "appended (or cut short); it is not a record yet"
             )
     return 0
+
+
+def count_line(cells: list[tuple], ends: dict[int, int]) -> str:
+    """The line under ``log show``'s table: the partitions and the records it shows; when --from or
+    --limit left some out, how many of each partition's records those are."""
+    shown: dict[int, int] = dict.fromkeys(ends, 0)
+    for c in cells:
+        shown[c[0]] += 1
+    n, total = len(cells), sum(ends.values())
+    parts = render.plural(len(ends), "partition")
+    if n == total:
+        per = f" ({', '.join(f'{p}: {k}' for p, k in ends.items())})" if ends else ""
+        return f"{parts}, {render.plural(n, 'record')}{per}"
+    per = ", ".join(f"{p}: {shown[p]} of {k}" for p, k in ends.items())
+    return f"{parts}, {n} of {render.plural(total, 'record')} shown ({per})"
 
 
 # -- show --follow --------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 
 from tools import render
 from tools.common import add_conf_arg, check_conf_engine, spark_session_for
+from tools.simulate.output import TABLE_WIDTH
 
 DAY_MS = 86_400_000
 
@@ -54,6 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "results are the same)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help=f"print every column of the table (by default, columns are left out to fit {TABLE_WIDTH})",
+    )
     render.add_output_args(p, bytes_args=False)
     p.set_defaults(func=cmd_simulate)
 
@@ -65,6 +71,7 @@ class _Bars:
     def __init__(self, enabled: bool) -> None:
         self.tqdm = None
         self.overall: Any = None
+        self.plots: Any = None
         if enabled and sys.stderr.isatty():
             try:
                 from tqdm import tqdm
@@ -72,6 +79,16 @@ class _Bars:
                 self.tqdm = tqdm
             except ImportError:
                 pass
+
+    def plot(self, done: int, total: int) -> None:
+        """`tools.simulate.run` draws the plots: a bar of plots written, cleared once all are."""
+        if self.tqdm is None:
+            return
+        if self.plots is None:
+            self.plots = self.tqdm(total=total, desc="plots", unit="plot", file=sys.stderr, leave=False)
+        self.plots.update(done - self.plots.n)
+        if done >= total:
+            self.plots.close()
 
     def begin(self, n: int) -> None:
         """`tools.simulate.run` says how many simulations there are."""
@@ -150,7 +167,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         key = output.key_table(summary["policies"])
         if key is not None:  # a sweep: what P1, P2, ... stand for, before the rows that use them
             render.print_text(key + "\n\n")
-        render.print_text(output.summary_table(summary["policies"]))
+        render.print_text(output.summary_table(summary["policies"], None if args.wide else TABLE_WIDTH))
         files = ["summary.json", "timeseries.csv", "policies.csv", *summary["plots"]]
         render.print_text(f"wrote {', '.join(files)} in {args.out}")
     if not summary["plots"]:

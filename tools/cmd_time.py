@@ -120,9 +120,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Print one line per key whose newest version is newer than the point: --seq N (seq > "
         "N), or --since TIME (RFC 3339 or epoch ms), which the decaying time bins map to a seq at or "
         "before TIME: it errs towards too many changes, never too few, and a TIME more than 3 hours after "
-        "the newest bin gives nothing. A delete, or a row whose TTL has passed, shows as op 'delete' with "
-        "no value (unless --include-expired; --expiry-at judges expiry at another time); deletes whose "
-        "tombstone compaction has removed are not shown. Ordered by seq. SSTs holding nothing newer are "
+        "the newest bin gives nothing. Op 'put', 'delete', or 'expired': a put whose TTL has passed (its "
+        "seq and ts are the put's, expire_ts says when it expired; its value only with --include-expired; "
+        "--expiry-at judges expiry at another time). Deletes and expired rows that compaction has removed "
+        "are not shown. Ordered by seq. SSTs holding nothing newer are "
         "not read. Opens the database read-only; its read options are those of get and scan.",
     )
     ch.add_argument("path", metavar="PATH")
@@ -314,42 +315,61 @@ def cmd_repair_clock(args: argparse.Namespace) -> int:
 
 
 # -- changes ---------------------------------------------------------------------------------------------
-CHANGE_HEADERS = ("seq", "ts", "op", "key", "value")
+CHANGE_HEADERS = ("seq", "ts", "op", "key", "expire_ts", "value")
 
 
-def _change_json(c: tuple[int, bytes, bytes | None, int | None], mode: str) -> dict[str, Any]:
-    seq, key, value, ts = c
-    d: dict[str, Any] = {"seq": seq, "ts": ts, "op": "put" if value is not None else "delete"}
-    render.put_bytes(d, "key", key, mode)
-    render.put_bytes(d, "value", value, mode)
+def change_op(c: tuple, now: int) -> str:
+    """What a change (seq, key, value, ts, expire_ts) was, as judged at `now`: "delete" (a tombstone),
+    "expired" (a put whose TTL passed by `now`: the key went without a delete) or "put". A put with a
+    TTL is a put until then; a tombstone carries no expire_ts."""
+    _seq, _key, value, _ts, exp = c
+    if exp is not None and now > exp:
+        return "expired"
+    return "delete" if value is None else "put"
+
+
+def _change_json(c: tuple, op: str, mode: render.BytesMode) -> dict[str, Any]:
+    seq, key, value, ts, exp = c
+    d: dict[str, Any] = {"seq": seq, "ts": ts, "op": op}
+    render.put_bytes(d, "key", key, mode.key)
+    render.put_bytes(d, "value", value, mode.value)
+    d["expire_ts"] = exp
     return d
 
 
-def _change_cells(c: tuple[int, bytes, bytes | None, int | None], mode: str) -> tuple:
-    seq, key, value, ts = c
+def _change_cells(c: tuple, op: str, mode: render.BytesMode) -> tuple:
+    seq, key, value, ts, exp = c
     return (
         seq,
         render.time_cell(ts),
-        "put" if value is not None else "delete",
-        render.bytes_for_table(key, mode),
-        "" if value is None else render.bytes_for_table(value, mode, render.MAX_VALUE_CHARS),
+        op,
+        render.bytes_for_table(key, mode.key),
+        render.time_cell(exp),
+        "" if value is None else render.bytes_for_table(value, mode.value, render.MAX_VALUE_CHARS),
     )
 
 
 def cmd_changes(args: argparse.Namespace) -> int:
+    import dataclasses
+
     mode = args.bytes_mode
     with read_options.reading(args) as (db, options):
+        # one judging time for the library's filter and for the ops printed
+        now = options.now if options.now is not None else db.engine.now()
+        options = dataclasses.replace(options, now=now)
         if args.since is not None:
-            it: Iterator = db.changes(since=args.since, options=options)
+            it: Iterator = db.changes(since=args.since, options=options, with_expire_ts=True)
         else:
-            it = db.changes(seq=args.seq, options=options)
+            it = db.changes(seq=args.seq, options=options, with_expire_ts=True)
         rows = list(it)
     if args.limit is not None:
         rows = rows[: args.limit]
+    ops = [change_op(c, now) for c in rows]
     if args.json:
-        render.print_json_array(_change_json(c, mode) for c in rows)
+        render.print_json_array(_change_json(c, op, mode) for c, op in zip(rows, ops, strict=True))
     else:
-        render.print_text(render.table(CHANGE_HEADERS, [_change_cells(c, mode) for c in rows]))
+        cells = [_change_cells(c, op, mode) for c, op in zip(rows, ops, strict=True)]
+        render.print_text(render.table(CHANGE_HEADERS, cells))
     return 0
 
 

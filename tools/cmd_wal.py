@@ -58,15 +58,15 @@ def segments_to_dump(path: str, include_all: bool) -> tuple[list[tuple[int | Non
     return wal_files.live_segments(wal_dir, m.wal_replay_from), m.last_seq
 
 
-def op_json(row: tuple, mode: str) -> dict[str, Any]:
+def op_json(row: tuple, mode: render.BytesMode) -> dict[str, Any]:
     d: dict[str, Any] = {"op": "delete" if row[4] is None else "put"}
-    render.put_bytes(d, "key", row[0], mode)
+    render.put_bytes(d, "key", row[0], mode.key)
     d["expire_ts"] = row[3]
-    render.put_bytes(d, "value", row[4], mode)
+    render.put_bytes(d, "value", row[4], mode.value)
     return d
 
 
-def segment_json(seg: dict[str, Any], mode: str) -> dict[str, Any]:
+def segment_json(seg: dict[str, Any], mode: render.BytesMode) -> dict[str, Any]:
     d = dict(seg)
     d["records"] = [
         {"offset": rec.offset, "seq": rec.seq, "ts": rec.ts, "ops": [op_json(r, mode) for r in rec.rows]}
@@ -128,9 +128,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
                         rec.seq,
                         render.time_cell(rec.ts),
                         "delete" if row[4] is None else "put",
-                        render.bytes_for_table(row[0], mode),
+                        render.bytes_for_table(row[0], mode.key),
                         render.time_cell(row[3]),
-                        render.bytes_for_table(row[4], mode, render.MAX_VALUE_CHARS),
+                        render.bytes_for_table(row[4], mode.value, render.MAX_VALUE_CHARS),
                     )
                 )
     if cells:

@@ -88,11 +88,41 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
+def docs_dir() -> str | None:
+    """The directory holding the docs (cli.md, spark.md, ...): the checkout's docs/ when this runs from a
+    source tree (or an editable install of one), else the copy a wheel installs under
+    ``<prefix>/share/doc/lsm-sim/docs`` (pyproject.toml's data-files, for a virtualenv or a --user
+    install); None when neither exists."""
+    import sysconfig
+    from pathlib import Path
+
+    candidates = [Path(__file__).resolve().parents[1] / "docs"]
+    for scheme in (None, f"{os.name}_user"):
+        try:
+            data = sysconfig.get_path("data", scheme) if scheme else sysconfig.get_path("data")
+        except KeyError:  # no user scheme on this platform
+            continue
+        candidates.append(Path(data) / "share" / "doc" / "lsm-sim" / "docs")
+    return next((str(d) for d in candidates if (d / "cli.md").is_file()), None)
+
+
+def docs_epilog() -> str:
+    """The last line of ``lsm --help``: where the reference of every command is, on this installation."""
+    where = docs_dir()
+    docs = (
+        f"Docs: {os.path.join(where, 'cli.md')}\n(every command; the other guides beside it, README.md one level up)"
+        if where is not None
+        else "Docs: docs/cli.md of the lsm-sim source (not installed here)"
+    )
+    return f"Run 'lsm COMMAND --help' for the options of a command.\n{docs}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="lsm",
         description="Inspect and verify lsm-sim databases and the files they are made of.",
-        epilog="Run 'lsm COMMAND --help' for the options of a command. Docs: docs/cli.md",
+        epilog=docs_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # a path in the epilog is never broken
     )
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
@@ -182,6 +212,7 @@ def run(argv: Sequence[str]) -> int:
         return e.code if isinstance(e.code, int) else 0
     try:
         check_locations(args)
+        render.finish_output_args(args)  # the bytes encodings, decided once for the whole output
         status = args.func(args)
         sys.stdout.flush()
         return status

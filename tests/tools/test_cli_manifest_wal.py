@@ -110,6 +110,9 @@ def test_top_level_parser_and_bench_forwarding() -> None:
     assert r.code == 0
     for cmd in ("sst", "manifest", "wal", "get", "scan", "check", "du", "bench"):
         assert cmd in r.out
+    # the docs it names exist on this installation, on one line (ci/wheel_check.py: in a wheel's too)
+    docs = next(line.removeprefix("Docs: ") for line in r.out.splitlines() if line.startswith("Docs: "))
+    assert Path(docs).is_absolute() and Path(docs).name == "cli.md" and Path(docs).is_file(), docs
     assert (
         one_line_error(run_lsm(), 2)
         == "lsm: error: the following arguments are required: COMMAND (see 'lsm --help')"

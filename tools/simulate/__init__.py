@@ -48,7 +48,8 @@ def run(
 
     ``progress_for(cell)`` (local engine) returns a callable that gets each sample's (simulated ms
     since the start, operations done) of that cell, or None; if `progress_for` also has a ``begin``
-    method, it is called first with the number of simulations."""
+    method, it is called first with the number of simulations, and if it has a ``plot`` method, that is
+    called with (plots written, plots) while the plots are drawn."""
     if engine not in ("local", "spark"):
         raise ValueError(f"unknown engine {engine!r}: use 'local' or 'spark'")
     if type(jobs) is not int or jobs < 1:
@@ -78,7 +79,8 @@ def run(
     output.write_timeseries(os.path.join(out, "timeseries.csv"), results)
     output.write_key(os.path.join(out, "policies.csv"), summary["policies"])
     if plots and plot_mod.available():
-        summary["plots"] = plot_mod.write_plots(out, results, base.compact_every_ms)
+        on_plot = getattr(progress_for, "plot", None)
+        summary["plots"] = plot_mod.write_plots(out, results, base.compact_every_ms, on_plot)
     output.write_summary(os.path.join(out, "summary.json"), summary)
     return summary
 

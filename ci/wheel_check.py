@@ -8,7 +8,8 @@ no system site-packages (so the wheel's own dependency list must install; pip's 
 and every command runs in an empty directory with PYTHONPATH unset.
 
 Checks, in order: every module of the four packages imports (a module that needs an optional extra may
-fail only on that extra, or on pytest for the pytest plugin lsm.testing), `lsm --help`, and an end-to-end
+fail only on that extra, or on pytest for the pytest plugin lsm.testing), `lsm --help` (and the docs file
+it names, which the wheel installs into the virtualenv), and an end-to-end
 flow through the installed console script: `lsm log write`, `lsm ingest`, `lsm scan`, `lsm check`, and
 `lsm simulate` of examples/demo.toml; then one object-store flow: a database at an ``s3://`` URL on
 moto's S3 server, written by one process of the virtualenv (puts, a flush to an SST object, a synced
@@ -142,8 +143,13 @@ def check(tmp: Path) -> None:
         env=env,
     )
     print("   ", run("import every module", [vpy, "-c", IMPORT_ALL], cwd=work, env=env).strip())
-    if "usage: lsm" not in run("lsm --help", [lsm, "--help"], cwd=work, env=env):
+    help_text = run("lsm --help", [lsm, "--help"], cwd=work, env=env)
+    if "usage: lsm" not in help_text:
         raise CheckFailed("lsm --help printed no usage line")
+    # the docs it names are the wheel's own copy (data-files), inside the virtualenv
+    docs = next((line.removeprefix("Docs: ").strip() for line in help_text.splitlines() if line.startswith("Docs: ")), "")
+    if not docs.startswith(str(venv)) or not os.path.isfile(docs):
+        raise CheckFailed(f"lsm --help names docs the wheel did not install: {docs!r}")
     run("lsm log write", [lsm, "log", "write", "events"], cwd=work, env=env, stdin=EVENTS)
     run("lsm ingest", [lsm, "ingest", "db", "events", "--name", "events"], cwd=work, env=env)
     out = run("lsm scan", [lsm, "scan", "--json", "db"], cwd=work, env=env)

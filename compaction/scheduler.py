@@ -81,7 +81,8 @@ class Plan:
     merged; ``partial`` = (run id, SST names) for an in-place rewrite of part of one run (the outputs
     go into that run; the names may be empty, when only ``l0`` or ``lifted`` feed it). ``lifted`` =
     (run id, SST names) takes SSTs out of a newer run into the job, whose outputs go to the ``partial``
-    run (a leveled push, compaction/leveled.py). ``drop`` names
+    run (a leveled push, compaction/leveled.py); ``taken`` does the same for any number of runs (a range
+    compaction, `pick_range`). ``drop`` names
     SSTs (anywhere) that leave the manifest with no merge and no output: a plan with ``drop`` has no
     other inputs (compaction/fifo.py).
     """
@@ -93,6 +94,7 @@ class Plan:
     is_last_run: bool = False
     drop: tuple[str, ...] = ()
     lifted: tuple[int, tuple[str, ...]] | None = None
+    taken: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
     def input_entries(self, l0: Sequence[SstEntry], runs: Sequence[SortedRun]) -> list[list[SstEntry]]:
         """The inputs as sorted sources, newest first: each L0 SST alone, then each run."""
@@ -101,7 +103,7 @@ class Plan:
         for r in runs:
             if r.id in self.runs:
                 sources.append(list(r.ssts))
-            for part in (self.lifted, self.partial):
+            for part in (*self.taken, self.lifted, self.partial):
                 if part is not None and r.id == part[0] and part[1]:
                     wanted = set(part[1])
                     sources.append([e for e in r.ssts if e.name in wanted])
@@ -117,6 +119,49 @@ def pick_full(l0: Sequence[SstEntry], runs: Sequence[SortedRun]) -> Plan | None:
     if not l0 and not runs:
         return None
     return Plan(Reason.MANUAL, tuple(e.name for e in l0), tuple(r.id for r in runs), None, True)
+
+
+def _overlaps(e: SstEntry, lo: bytes | None, hi: bytes | None, hi_inclusive: bool) -> bool:
+    first, last = e.info.first_key, e.info.last_key
+    below_hi = hi is None or (first <= hi if hi_inclusive else first < hi)
+    return below_hi and (lo is None or last >= lo)
+
+
+def pick_range(
+    l0: Sequence[SstEntry], runs: Sequence[SortedRun], start: bytes | None, end: bytes | None
+) -> Plan | None:
+    """A manual compaction of the keys in [start, end) (None: unbounded), RocksDB's CompactRange: every
+    SST whose key range overlaps it is merged, from L0 and from every run, and the outputs replace the
+    oldest run's SSTs among them in the oldest run (tombstones and expired rows are dropped there). None
+    when no SST overlaps.
+
+    The inputs are closed under overlap: the range grows to the union of the chosen SSTs' key ranges, and
+    any SST overlapping that joins, until none does. So no SST left out overlaps an output: the outputs'
+    SSTs sit beside the oldest run's others without overlapping them, and the read order (newer sources
+    first, for keys they share) holds, since no newer source shares a key with an output."""
+    entries = [(None, e) for e in l0] + [(r.id, e) for r in runs for e in r.ssts]
+    chosen = [_overlaps(e, start, end, False) for _, e in entries]
+    while any(chosen):
+        lo = min(e.info.first_key for (_, e), c in zip(entries, chosen, strict=True) if c)
+        hi = max(e.info.last_key for (_, e), c in zip(entries, chosen, strict=True) if c)
+        grown = [c or _overlaps(e, lo, hi, True) for (_, e), c in zip(entries, chosen, strict=True)]
+        if grown == chosen:
+            break
+        chosen = grown
+    if not any(chosen):
+        return None
+    names = {e.name for (_, e), c in zip(entries, chosen, strict=True) if c}
+    take_l0 = tuple(e.name for e in l0 if e.name in names)
+    if not runs:
+        return Plan(Reason.MANUAL, take_l0, (), None, is_last_run=True)
+    taken = tuple(
+        (r.id, tuple(e.name for e in r.ssts if e.name in names))
+        for r in runs[:-1]
+        if any(e.name in names for e in r.ssts)
+    )
+    bottom = runs[-1]
+    partial = (bottom.id, tuple(e.name for e in bottom.ssts if e.name in names))
+    return Plan(Reason.MANUAL, take_l0, (), partial, is_last_run=True, taken=taken)
 
 
 def pick_size_tiered(l0: Sequence[SstEntry], runs: Sequence[SortedRun], o: SchedulerOptions) -> Plan | None:
@@ -233,7 +278,7 @@ def apply_plan(
     run_ssts = {r.id: {e.name for e in r.ssts} for r in m.runs}
     gone_partial = any(
         part is not None and (part[0] not in run_ssts or not set(part[1]) <= run_ssts[part[0]])
-        for part in (plan.partial, plan.lifted)
+        for part in (plan.partial, plan.lifted, *plan.taken)
     )
     if not set(plan.l0) <= l0_names or not set(plan.runs) <= run_ssts.keys() or gone_partial:
         raise CompactionError("the compaction's inputs changed before it could commit")
@@ -241,8 +286,8 @@ def apply_plan(
     new_l0 = tuple(e for e in m.l0 if e.name not in gone)
     runs = list(m.runs)
     next_run_id = m.next_run_id
-    if plan.lifted is not None:  # out of the newer run; the outputs go to the partial run below
-        rid, names = plan.lifted
+    for rid, names in (*plan.taken, *(() if plan.lifted is None else (plan.lifted,))):
+        # out of a newer run; the outputs go to the partial run below
         idx = next(k for k, r in enumerate(runs) if r.id == rid)
         kept = tuple(e for e in runs[idx].ssts if e.name not in set(names))
         if kept:

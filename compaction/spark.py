@@ -18,12 +18,12 @@ Driver:
 Where the files are: a local database must be the same directory on the driver and on every executor
 (a shared mount). An object-store database (``s3://bucket/prefix``) needs nothing shared: the tasks read
 their inputs and write their outputs by URL through `storage`, only metadata comes back, and the
-driver commits the manifest. The database's store is shipped in the task closure as (root, options)
-(`executor_stores`) and registered on the executor before the task touches a URL, so
-``DbOptions.object_store_options`` (credentials included) reach the executors without appearing in a job
-description, a log line or an error message; without options the executors take the standard AWS
-variables of their own environment (``spark.executorEnv.AWS_*``, or an instance role). A ``memory://``
-database lives in the driver's process only: `SparkStoreError` before any Spark work.
+driver commits the manifest. The task closure carries the database's store as its URL and the driver's
+settings for it without any credential (`compaction.spark_stores`): the executor registers it before
+the task touches a URL and takes the credentials from a file the driver hands it on a local master, else
+from its own environment, the AWS shared credentials file or the instance's role. No secret is in a
+task, a job description, a log line or an error message. A ``memory://`` database lives in the driver's
+process only: `SparkStoreError` before any Spark work.
 
 Failures: a failed attempt removes what it wrote; if it could not (a killed executor), its files carry
 a name nobody references and `gc` removes them later. A retried attempt writes new names, so a
@@ -50,8 +50,9 @@ from typing import Any
 
 import storage
 from compaction.merge import CompactionJob, CompactionStats, MergeResult, run_job
-from compaction.spark_runtime import require_spark
-from formats.errors import LsmError, SparkStoreError
+from compaction.spark_runtime import check_master, require_spark
+from compaction.spark_stores import ExecutorStore, executor_stores, handed_off, on_executor
+from formats.errors import LsmError
 from formats.sst import SsTableInfo
 from storage.ssts import open_sst
 
@@ -125,8 +126,11 @@ def session_builder(master: str = "local[*]", app: str = "lsm-compact") -> Any:
     """A SparkSession builder for lsm-sim jobs: UI off, few shuffle partitions, fast-starting JVM, and
     executors running this interpreter (so they import the same lsm-sim and its dependencies).
 
-    SparkUnavailableError (before any JVM starts) when pyspark or a Java 17+ is missing."""
+    SparkUnavailableError (before any JVM starts) when pyspark or a Java 17+ is missing, and its subclass
+    SparkMasterUnreachableError when `master` is a ``spark://`` URL that no master answers at
+    (`compaction.spark_runtime.check_master`: within seconds, not after Spark's minute of retries)."""
     require_spark()
+    check_master(master)
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -180,34 +184,8 @@ def plan_ranges(job: CompactionJob, k: int) -> list[tuple[bytes | None, bytes | 
     return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
 
-def executor_stores(paths: list[str]) -> list[tuple[str, dict[str, Any]]]:
-    """(root, options) of the object stores holding `paths`, for the tasks to register on their executor
-    (`on_executor`): only those stores, not every one this driver knows. Empty for local paths.
-
-    SparkStoreError if a path is in a store other processes cannot see (``memory://``)."""
-    roots = set()
-    for p in paths:
-        st = storage.storage_for(p)  # registers the bucket of a URL no database registered
-        if not st.shared:
-            raise SparkStoreError(
-                f"{p}: a memory:// database lives in this process only and Spark's executors are other "
-                "processes: run this job with the local engine, or keep the database on an object store "
-                "(s3://...) or a directory every executor mounts"
-            )
-        if not st.local:
-            roots.add(st.root)
-    return [(root, options) for root, options in storage.registered() if root in roots]
-
-
-def on_executor(stores: list[tuple[str, dict[str, Any]]]) -> None:
-    """Executor side, before a task touches a URL: register the driver's object stores with their options
-    (a reused Python worker keeps them; `storage.install` replaces one whose options changed)."""
-    if stores:
-        storage.install(stores)
-
-
 def _run_task(
-    job: CompactionJob, index: int, start: bytes | None, end: bytes | None, stores: list[tuple[str, dict[str, Any]]]
+    job: CompactionJob, index: int, start: bytes | None, end: bytes | None, stores: list[ExecutorStore]
 ) -> dict:
     """Executor side: merge one key range into uniquely named SSTs; return metadata only."""
     on_executor(stores)
@@ -283,15 +261,17 @@ class SparkExecutor:
         self.last_ranges = ranges
         storage.storage_for(job.output.directory).makedirs(job.output.directory)
 
-        def task(i: int) -> dict:
-            start, end = ranges[i]
-            return _run_task(job, i, start, end, stores)
-
         sc.setJobDescription(f"lsm compaction: {len(job.inputs)} SSTs, {len(ranges)} ranges")
-        try:
-            results = sc.parallelize(range(len(ranges)), len(ranges)).map(task).collect()
-        except Exception as e:
-            raise SparkJobError(f"Spark compaction job failed: {_short(e)}") from e
+        with handed_off(stores, sc.master) as shipped:  # no credential in the task (compaction.spark_stores)
+
+            def task(i: int) -> dict:
+                start, end = ranges[i]
+                return _run_task(job, i, start, end, shipped)
+
+            try:
+                results = sc.parallelize(range(len(ranges)), len(ranges)).map(task).collect()
+            except Exception as e:
+                raise SparkJobError(f"Spark compaction job failed: {_short(e)}") from e
         try:
             outputs = check_outputs(ranges, results)
         except SparkJobError as e:

@@ -44,7 +44,22 @@ class SparkUnavailableError(LsmError):
     Raised before any JVM is started (`compaction.spark_runtime`); the message says what to install."""
 
 
+class SparkMasterUnreachableError(SparkUnavailableError):
+    """The Spark master a session was asked for cannot be reached: its host name does not resolve, nothing
+    listens on its port (connection refused), or it does not answer in time; or its URL is malformed.
+
+    Raised before any JVM is started (`compaction.spark_runtime.check_master`), within seconds, where Spark
+    itself would retry its registration for a minute; the message names the master URL and the cause."""
+
+
 class SparkStoreError(LsmError):
     """Spark cannot run a job for this database: its store lives in the driver's process only (a
     ``memory://`` URL), and Spark's executors are other processes. Raised before any Spark work starts;
     nothing changed."""
+
+
+class ObjectStoreConfigError(LsmError):
+    """An object-store URL or the store's configuration is malformed: a URL without a bucket or a key, a
+    scheme lsm-sim does not support, a local path that reads like a URL (``s3:/bucket``), an endpoint
+    that is not ``http(s)://host[:port]``, a plain-HTTP endpoint without ``allow_http``. Raised before any
+    request is sent and before anything is created; the message is one line and names no credential."""

@@ -18,8 +18,9 @@ Driver, in order:
    clock at the reservation. Seqs are a function of the plan, so a retried task writes the same rows.
 4. The tasks (lsm.bulk_task), on Spark executors or in threads of this process: each reads its slice from
    the files, resolves it and writes sorted SSTs under attempt-unique names, returning metadata only.
-   On an object-store database they write by URL, with the store registered on the executor from the
-   task closure (`compaction.spark.executor_stores`): the executors share no directory with the driver.
+   On an object-store database they write by URL, and a `PartitionedLog` on an object store they read by
+   URL, with the stores registered on the executor from the task closure, which holds no credential
+   (`compaction.spark_stores`): the executors share no directory with the driver.
 5. Transactions. The tasks do not write records that carry a ``tx``; they return them, and the driver
    passes them, in (partition, offset) order, through the source's transactions exactly as streaming
    ingest does with one batch (lsm.ingest_tx): what completes is written at the binding's seq, what
@@ -167,38 +168,49 @@ def local_runner(workers: int | None, discard: Callable[[list[str]], object] | N
     return run
 
 
-def spark_task(task: BulkTask, stores: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Executor side: register the database's object store (`compaction.spark.on_executor`), run the task."""
-    from compaction.spark import on_executor
+def spark_task(task: BulkTask, stores: list[Any]) -> dict[str, Any]:
+    """Executor side: register the job's object stores (`compaction.spark_stores.on_executor`), run the task."""
+    from compaction.spark_stores import on_executor
 
     on_executor(stores)
     return run_task(task)
 
 
-def spark_runner(session: Any, master: str | None, stores: list[tuple[str, dict[str, Any]]] | None = None) -> Runner:
+def spark_runner(session: Any, master: str | None, stores: list[Any] | None = None) -> Runner:
     """Runs tasks as one Spark job, one Spark task per bulk task (see compaction.spark for the session).
 
-    `stores`: the database's object store as `compaction.spark.executor_stores` gives it, shipped in the
-    task closure (never in the job description) and registered on each executor before its task."""
+    `stores`: the object stores of the database and of the source, as
+    `compaction.spark_stores.executor_stores` gives them (no credential), shipped in the task closure and
+    registered on each executor before its task; on a local master with the driver's credentials handed
+    over in a private file (`compaction.spark_stores.handed_off`)."""
     from compaction.spark import SparkJobError, _short, get_session
-
-    shipped_stores = list(stores or ())
+    from compaction.spark_stores import handed_off
 
     def run(tasks: list[BulkTask]) -> list[dict]:
         s = session if session is not None else get_session(master or "local[*]")
         sc = s.sparkContext
         sc.setJobDescription(f"lsm bulk load: {len(tasks)} slices")
         shipped = list(tasks)
-        try:
-            return (
-                sc.parallelize(range(len(shipped)), len(shipped))
-                .map(lambda i: spark_task(shipped[i], shipped_stores))
-                .collect()
-            )
-        except Exception as e:
-            raise SparkJobError(f"Spark bulk load failed: {_short(e)}") from e
+        with handed_off(list(stores or ()), sc.master) as shipped_stores:
+            try:
+                return (
+                    sc.parallelize(range(len(shipped)), len(shipped))
+                    .map(lambda i: spark_task(shipped[i], shipped_stores))
+                    .collect()
+                )
+            except Exception as e:
+                raise SparkJobError(f"Spark bulk load failed: {_short(e)}") from e
 
     return run
+
+
+def source_locations(source: Any) -> list[str]:
+    """The object-store URLs a bulk load's tasks read `source` from: a `PartitionedLog` on an object store
+    (its segments), none for a local one or another source (which reads wherever it reads)."""
+    from lsm.sources.object_log import ObjectLog
+    from storage import is_url
+
+    return [source.directory] if isinstance(source, ObjectLog) and is_url(source.directory) else []
 
 
 @contextlib.contextmanager
@@ -257,12 +269,12 @@ def bulk_ingest(
     if engine == "local" and (spark is not None or master is not None):
         raise ValueError("spark= and master= apply to engine='spark' only")
     if engine == "spark":
-        from compaction.spark import executor_stores
+        from compaction.spark_stores import executor_stores
 
-        # the tasks write into the database's sst/ by path or URL (SparkStoreError for memory://, before
-        # any Spark work); like compaction: the given session, else DbOptions.spark_session, else one
-        # for the master
-        stores = executor_stores([db.path])
+        # the tasks write into the database's sst/ by path or URL, and read a log on an object store by
+        # URL (SparkStoreError for memory://, before any Spark work); like compaction: the given session,
+        # else DbOptions.spark_session, else one for the master
+        stores = executor_stores([db.path, *source_locations(source)])
         o = db.options
         if spark is None and master is None:
             spark, master = o.spark_session, o.spark_master

@@ -25,6 +25,7 @@ from formats.log import byte_windows
 from lsm.clock import I64_MAX, I64_MIN
 from lsm.ingest import resolve_tuples
 from lsm.options import NO_TTL
+from lsm.sources.object_log import SegmentSlice
 from lsm.sources.slices import LogSlice
 from lsm.syskeys import SYSTEM_PREFIX
 
@@ -78,7 +79,8 @@ def _plain_columns(task: BulkTask) -> tuple[tuple[list[bytes], Any, Any], int, i
     gets `default_ttl` from the load's ts. Keys and values are copied out of the slice's bytes once,
     the survivors only, in key order; no tuple is made per row (`SstOutput.write_columns` takes them)."""
     sl = task.slice
-    cols = sl.plain() if isinstance(sl, LogSlice) else None
+    # a LogSlice (a file) or a SegmentSlice (objects of a log on an object store) can give columns
+    cols = sl.plain() if isinstance(sl, LogSlice | SegmentSlice) else None
     if cols is None:
         return None
     buf, kstarts, kends, vstarts, vends = cols

@@ -100,7 +100,8 @@ class MonotonicClock:
     times="source")`` makes): time is what the source's
     commits set (`tick_at`); the user clock is no longer read, `read()` returns the last source time and
     `tick()` (any other writer) raises ClockError: a write stamped by the user clock could land after
-    times the source has yet to commit, which would then go back.
+    times the source has yet to commit, which would then go back. A source time more than `max_skew_ms`
+    ahead of the host's wall clock is refused, whatever the user clock: it is no reading of it.
     """
 
     def __init__(self, clock: Clock, floor: int = 0, max_skew_ms: int | None = None) -> None:
@@ -118,6 +119,9 @@ class MonotonicClock:
         # one, and it is refreshed (one time_ns call) only when a reading passes it: a write on a user
         # clock pays one comparison, and SystemClock none (its limit is I64_MAX, the check tick already does).
         self._skew = None if self._system or isinstance(clock, ManualClock) else max_skew_ms
+        # a source's own times (`tick_at`) come from no clock of ours, whatever `clock` is: the guard
+        # applies to them always (a ManualClock moves on purpose, a progress marker in year 9999 does not)
+        self._source_skew = max_skew_ms
         self._limit = I64_MAX
         if self._skew is not None:
             self._refresh_limit()
@@ -144,8 +148,8 @@ class MonotonicClock:
 
     def tick_at(self, ts: object, source: str, committed: int) -> int:
         """The time for a commit of source `source` at its own time `ts`: ClockError naming both if `ts`
-        lies below `committed`, the newest commit's time (the store's watermark; nothing is written).
-        Reads made before the clock was driven, at the user clock's time, do not hold it back: the
+        lies below `committed`, the newest commit's time (the store's watermark), or more than the skew
+        guard (DbOptions.max_clock_skew_ms) ahead of the host's wall clock; nothing is written. Reads made before the clock was driven, at the user clock's time, do not hold it back: the
         store's time becomes the source's."""
         if type(ts) is not int or not I64_MIN <= ts <= I64_MAX:
             raise ClockError(f"source {source!r} gave time {ts!r}, not int milliseconds of a signed 64-bit range")
@@ -153,6 +157,13 @@ class MonotonicClock:
             raise ClockError(
                 f"source {source!r} time {ts} ms is below the store's watermark {committed} ms (its newest "
                 "commit; the store's clock never goes back); nothing was written"
+            )
+        skew = self._source_skew
+        if skew is not None and ts > (host := _time_ns() // 1_000_000) + skew:
+            raise ClockError(
+                f"source {source!r} time {ts} ms is {ts - host} ms ahead of the host's wall clock ({host} "
+                f"ms), more than DbOptions.max_clock_skew_ms={skew}; nothing was written (it would become "
+                "the floor of every later write; max_clock_skew_ms=None turns this check off)"
             )
         self.drive(source)
         with self._lock:

@@ -19,21 +19,33 @@ The rewrite is a full compaction (so what any full compaction drops, e.g. overwr
 `history_retention` and expired rows, goes too), committed like any compaction, and the watermark commit
 comes after it: interrupted at any point, the store is either as before or repaired, or repaired but with
 the old watermark, and running the repair again finishes it.
+
+What may move: only what the skew guard would have refused. A row stamped at most
+`DbOptions.max_clock_skew_ms` (one day when the guard is off) ahead of the host's wall clock now was
+committed legitimately (the guard let it pass, at the latest now), and moving it back would shift its
+TTL too: a row with two days left, moved back to 1970, expires at once and the repair's compaction drops
+it. So a repair time below the newest such row is refused (`ClockRepairError`, nothing changed) unless
+forced; the default time is the host's clock now or, if later, that newest legitimate row's time. A time
+before 1970 (negative) is always refused. `survey` counts what a repair time would move, on a read-only
+handle too (``lsm repair-clock`` checks before it opens the store writable).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import TYPE_CHECKING
 
 import msgpack
 
+from lsm.errors import ClockRepairError
 from lsm.remap_store import REMAP_PREFIX
 from lsm.seq_tracker import SeqTracker
 
 if TYPE_CHECKING:
-    from formats.manifest import SstEntry
-    from lsm.versions import VersionSet
+    from collections.abc import Callable, Iterable, Iterator
+
+DEFAULT_SKEW_MS = 86_400_000  # what counts as "within the guard" when DbOptions.max_clock_skew_ms is None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,11 +55,108 @@ class ClockRepair:
     watermark_before: int
     watermark_after: int
     rows_moved: int  # rows (user and remap rows) whose ts was after the repair time
+    rows_forced: int = 0  # of those, rows committed within the skew guard (moved with force=True only)
 
     @property
     def repaired(self) -> bool:
         """Whether there was anything in the future to repair."""
         return self.watermark_after < self.watermark_before
+
+
+@dataclasses.dataclass(frozen=True)
+class RepairSurvey:
+    """What a repair to `to` would move (`survey`). Rows stamped at or before `limit` (the host's wall clock
+    plus the skew guard, when surveyed) were committed within the guard: "legitimate"."""
+
+    to: int
+    limit: int
+    watermark: int  # the store's clock watermark: the repair has work only if it lies after `to`
+    rows_moved: int  # rows with ts > to
+    legit_moved: int  # of those, rows with ts <= limit
+    legit_first: int | None  # the oldest and newest ts of those rows (None: no such row)
+    legit_last: int | None
+    newest_legit: int | None  # the newest ts <= limit of any row (None: no row)
+    expire_at_once: int  # of the legitimate rows moved, those whose TTL runs now and would be over once moved
+
+    def refusal(self) -> str | None:
+        """Why a repair to `to` needs force=True (rows committed within the guard would move), or None."""
+        if not self.legit_moved:
+            return None
+        return (
+            f"repair time {_time(self.to)} is before {self.legit_moved} row(s) committed within the skew guard "
+            f"(stamped {_time(self.legit_first)} to {_time(self.legit_last)}; the guard passes times up to "
+            f"{_time(self.limit)}): they would move back, their expiries with them"
+            + (f", and {self.expire_at_once} would expire at once and be dropped" if self.expire_at_once else "")
+            + f"; give a time at or after {_time(self.legit_last)}, or force the repair; nothing was changed"
+        )
+
+
+def _time(ms: int | None) -> str:
+    """`ms` as epoch ms and RFC 3339 UTC, for messages."""
+    try:
+        iso = (datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(milliseconds=ms or 0))
+        return f"{ms} ms ({iso.strftime('%Y-%m-%dT%H:%M:%S.')}{iso.microsecond // 1000:03d}Z)"
+    except OverflowError:
+        return f"{ms} ms"
+
+
+class RowSource:
+    """One set of rows a survey reads: its ts bounds and count if known (an SST's info), and its rows."""
+
+    __slots__ = ("lo", "hi", "n", "rows")
+
+    def __init__(self, lo: int | None, hi: int | None, n: int, rows: Callable[[], Iterator[tuple]]) -> None:
+        self.lo, self.hi, self.n, self.rows = lo, hi, n, rows
+
+
+def check_repair_time(to: object) -> int:
+    """`to` (int ms), or the error for one no repair may use: not an int (TypeError), outside the i64
+    range (ValueError), before 1970 (ClockRepairError: rows would be stamped before the epoch)."""
+    from lsm.clock import check_i64_ms
+
+    if type(to) is not int:
+        raise TypeError(f"to_ms must be int milliseconds, not {type(to).__name__}")
+    check_i64_ms(to, "to_ms")
+    if to < 0:
+        raise ClockRepairError(
+            f"repair time {to} ms is before 1970-01-01T00:00:00Z: rows would be stamped before the epoch; "
+            "nothing was changed"
+        )
+    return to
+
+
+def survey(sources: Iterable[RowSource], to: int, limit: int, judge: int, watermark: int) -> RepairSurvey:
+    """Count what a repair to `to` would move in `sources`; `limit`: the newest legitimate ts; `judge`: the
+    time expiry is judged at after the repair (for `expire_at_once`). A source whose bounds decide it
+    (wholly legitimate and not moving, or wholly beyond the guard and moving) is not read."""
+    moved = legit = at_once = 0
+    first = last = newest = None
+    for src in sources:
+        lo, hi = src.lo, src.hi
+        if lo is not None and hi is not None:
+            if hi <= to and hi <= limit:
+                newest = hi if newest is None else max(newest, hi)
+                continue
+            if lo > to and lo > limit:
+                moved += src.n
+                continue
+        for row in src.rows():
+            ts = row[2]
+            if ts is None:
+                continue
+            if ts <= limit and (newest is None or ts > newest):
+                newest = ts
+            if ts <= to:
+                continue
+            moved += 1
+            if ts <= limit:
+                legit += 1
+                first = ts if first is None or ts < first else first
+                last = ts if last is None or ts > last else last
+                exp = row[3]
+                if exp is not None and exp >= judge and exp - (ts - to) < judge:
+                    at_once += 1
+    return RepairSurvey(to, limit, watermark, moved, legit, first, last, newest, at_once)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,10 +204,3 @@ def clamp_tracker(tracker: SeqTracker, to_s: int) -> SeqTracker:
         out.seqs.append(future[0][0])
         out.timestamps.append(to_s)
     return out
-
-
-def rows_after(vs: VersionSet, entry: SstEntry, to: int) -> int:
-    """How many rows of SST `entry` have ts > `to` (0 without reading it when its max_ts is not)."""
-    if entry.info.max_ts is None or entry.info.max_ts <= to:
-        return 0
-    return sum(1 for row in vs.reader(entry.name).iter() if row[2] is not None and row[2] > to)

@@ -78,7 +78,7 @@ class CompactionHost(Protocol):
         """Flush a memtable whose oldest row is periodic_compaction_interval old; True if it flushed."""
 
     def history_advanced(self) -> None:
-        """A compaction advanced the history floor: compact what lives beside the data (the remaps)."""
+        """A flush or compaction advanced the history floor: compact what lives beside the data (the remaps)."""
 
 
 class DbCompactor:
@@ -96,6 +96,9 @@ class DbCompactor:
         # one job at a time (plan, run, commit); taken before the version set's commit and state locks,
         # never while holding the DB's write lock (docs/architecture.md, "Owners, callers and locks")
         self._lock = threading.Lock()
+        # the history floor the remaps were last compacted at (`_after_jobs`): a flush raises the floor
+        # too, and the next compaction must see that rise, not only one of its own jobs
+        self._remaps_floor = self.versions.manifest.history_floor
         self.background: BackgroundCompactor | None = None
         if o.background_compaction:
             self.background = BackgroundCompactor(self.step, self.policy.poll_seconds())
@@ -126,16 +129,20 @@ class DbCompactor:
             t0 = time.perf_counter()
             m = self.versions.manifest
             plan = self._pick(m, db.now())
-            if plan is None:
-                return False
-            self._run(plan, None, background=True, planned=time.perf_counter() - t0)
-        self._after_jobs(m.history_floor)
-        return True
+            if plan is not None:
+                self._run(plan, None, background=True, planned=time.perf_counter() - t0)
+        self._after_jobs()  # also without a job: a flush may have raised the floor (it wakes this thread)
+        return plan is not None
 
     def compact(
-        self, full: bool = False, executor: str | None = None, row_map: Callable[[list[tuple]], list[tuple]] | None = None
+        self,
+        full: bool = False,
+        executor: str | None = None,
+        row_map: Callable[[list[tuple]], list[tuple]] | None = None,
+        key_range: tuple[bytes | None, bytes | None] | None = None,
     ) -> CompactionStats:
-        """Run what the scheduler picks until nothing is due (or, with full=True, merge everything).
+        """Run what the scheduler picks until nothing is due (or, with full=True, merge everything; with
+        `key_range` (start, end), merge the SSTs overlapping [start, end): `scheduler.pick_range`).
         `row_map` (full only, never a trivial move): see CompactionJob.row_map."""
         if executor not in (None, "local", "spark"):
             raise ValueError(f"unknown executor {executor!r}: use 'local' or 'spark'")
@@ -143,11 +150,13 @@ class DbCompactor:
         if not full:
             self.db.flush_if_idle()
         with self._lock:
-            floor = self.versions.manifest.history_floor
-            if full:
+            if full or key_range is not None:
                 t0 = time.perf_counter()
                 m = self.versions.manifest
-                plan = scheduler.pick_full(m.l0, m.runs)
+                if key_range is not None:
+                    plan = scheduler.pick_range(m.l0, m.runs, *key_range)
+                else:
+                    plan = scheduler.pick_full(m.l0, m.runs)
                 if plan is not None:
                     total.add(self._run(plan, executor, planned=time.perf_counter() - t0, row_map=row_map))
             else:
@@ -158,14 +167,16 @@ class DbCompactor:
                     if plan is None:
                         break
                     total.add(self._run(plan, executor, planned=time.perf_counter() - t0))
-        self._after_jobs(floor)
+        self._after_jobs()
         return total
 
-    def _after_jobs(self, floor: int) -> None:
+    def _after_jobs(self) -> None:
         """After the job lock is released (the DB's hook commits rows and takes other locks): tell the DB
-        when the history floor rose past `floor` (its value before the jobs: a merge or a drop raised
-        it), so its remaps compact whenever its data does."""
-        if self.versions.manifest.history_floor > floor:
+        when the history floor rose since its remaps were last compacted (a merge, a drop, or a flush
+        raised it), so its remaps compact whenever its data does."""
+        floor = self.versions.manifest.history_floor
+        if floor > self._remaps_floor:
+            self._remaps_floor = floor
             self.db.history_advanced()
 
     def _expired_before(self, tick: int) -> int:

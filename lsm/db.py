@@ -33,9 +33,10 @@ from compaction.merge import CompactionStats, OutputSpec
 from compaction.purge_lag import PurgeLag
 from formats.manifest import Manifest, SstEntry
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_value
+from lsm.approx import ApproximateSize, approximate_size
 from lsm.bulk import bulk_ingest, place_bulk
 from lsm.clock import MonotonicClock
-from lsm.clock_repair import ClockRepair
+from lsm.clock_repair import ClockRepair, RepairSurvey
 from lsm.compactor import DbCompactor
 from lsm.engine import Engine
 from lsm.errors import FencedError, NotADatabaseError
@@ -58,7 +59,9 @@ from lsm.timeline import Timeline, parse_time
 from lsm.versions import Run, State, VersionSet
 from lsm.wal_manager import WalManager
 from lsm.write_path import ReadOnlyError, WritePath
+from storage import is_attached
 from storage.objcache import cache_for
+from storage.objstore_config import check_location
 from storage.paths import DbStore, open_store
 
 
@@ -72,9 +75,14 @@ class DB:
         URL).
 
         A writable open fences every earlier handle on the path. ``read_only=True`` opens without
-        fencing anyone, replays the WAL in memory only, and refuses writes (for tools).
+        fencing anyone, replays the WAL in memory only, and refuses writes (for tools). A malformed URL
+        (no bucket or key, an unsupported scheme, ``s3:/b`` with one slash) or endpoint raises
+        `ObjectStoreConfigError` before anything is created or sent.
         """
         options = options or DbOptions()
+        path = os.fspath(path)
+        # a backend the caller attached (a simulation's) has a scheme of its own: only a user's URL is checked
+        path = path if is_attached(path) else check_location(path)
         return cls(open_store(path, options.object_store_options), options, read_only)
 
     def __init__(self, store: DbStore, options: DbOptions, read_only: bool = False) -> None:
@@ -293,7 +301,7 @@ class DB:
         return self._timeline.seq_for_timestamp(parse_time(ts_ms), round)
 
     def changes(self, since: int | str | None = None, *, seq: int | None = None,
-                options: ReadOptions | None = None) -> Iterator[tuple[int, bytes, bytes | None, int | None]]:
+                options: ReadOptions | None = None, with_expire_ts: bool = False) -> Iterator[tuple]:
         """(seq, key, value or None, ts) for keys whose latest version is newer than a point, oldest
         change first, one per key (its newest version; None for a delete or an expired row).
 
@@ -302,41 +310,68 @@ class DB:
         Only final seqs are returned: none above `stable_seq` (a running bulk load holds the feed below
         its range until it commits, then its rows come in one answer, whatever their seqs in the range).
         ReadOptions as in `get`: `now` judges expiry at that time, `include_expired` reports an expired
-        row with its value, and `snapshot` ends the changes at its seq instead of the latest."""
+        row with its value, and `snapshot` ends the changes at its seq instead of the latest.
+        `with_expire_ts=True` yields (seq, key, value or None, ts, expire_ts) instead: a delete has no
+        expire_ts, a row with a TTL has its own, so an expiry is told from a delete."""
         self._reads.check_open()
-        return self._time.changes(since, seq, options)
+        return self._time.changes(since, seq, options, with_expire_ts)
 
     def time_seq_histogram(self) -> list[tuple[str, int]]:
         """(RFC 3339 bin start, number of updates) oldest first, from the decaying time bins."""
         self._reads.check_open()
         return self._timeline.histogram(self._writer.seq)
 
-    def repair_clock(self, to_ms: int | None = None) -> ClockRepair:
+    def repair_clock(self, to_ms: int | None = None, *, force: bool = False) -> ClockRepair:
         """Mend a store whose clock watermark is in the future (a far-future clock reading was once
-        accepted): every row stamped after `to_ms` (default: the host's wall clock now) is restamped at
-        `to_ms` with its expire_ts moved back as much, remap times are clamped likewise, the seq tracker
-        forgets the pairs after it and the time bins are reset; then the watermark becomes `to_ms` (or the
-        handle's clock, if later). Seqs and the order of versions are unchanged. A full compaction does
-        the rewrite. Returns a `lsm.clock_repair.ClockRepair`; with nothing after `to_ms` it changes
-        nothing (docs/time.md)."""
+        accepted): every row stamped after `to_ms` is restamped at `to_ms` with its expire_ts moved back as
+        much, remap times are clamped likewise, the seq tracker forgets the pairs after it and the time
+        bins are reset; then the watermark becomes `to_ms` (or the handle's clock, if later). Seqs and the
+        order of versions are unchanged. A full compaction does the rewrite. Returns a
+        `lsm.clock_repair.ClockRepair`; with nothing after `to_ms` it changes nothing (docs/time.md).
+
+        `to_ms` defaults to the host's wall clock now, or the newest row committed within the skew guard
+        if later (`plan_clock_repair`). A `to_ms` below a row committed within the guard (stamped at most
+        DbOptions.max_clock_skew_ms ahead of the host's clock) raises `ClockRepairError` naming what would
+        move, unless `force`; one before 1970 always does. Nothing is changed then."""
         return self._time.repair_clock(
-            to_ms, lambda row_map: self._compactor.compact(full=True, executor="local", row_map=row_map),
+            to_ms, force, lambda row_map: self._compactor.compact(full=True, executor="local", row_map=row_map),
             self._engine.forget_source_heads,
         )
+
+    def plan_clock_repair(self, to_ms: int | None = None) -> RepairSurvey:
+        """What `repair_clock(to_ms)` would do, changing nothing (a read-only handle may ask): the repair
+        time (`to`: the default resolved), the watermark, the rows it would move and, of those, the ones
+        committed within the skew guard, which make the repair refuse without force (`refusal()`).
+        ClockRepairError for a time before 1970. Reads every row of the SSTs whose ts bounds straddle the
+        repair time or the guard's limit."""
+        self._reads.check_open()
+        return self._time.plan_clock_repair(to_ms)
 
     def reset_time_seq(self) -> None:
         """Forget the time bins (after a clock mishap); committed to the manifest at once."""
         self._time.reset_time_seq()
 
     # -- compaction --------------------------------------------------------------------------------
-    def compact(self, full: bool = False, executor: str | None = None) -> CompactionStats:
+    def compact(self, full: bool = False, executor: str | None = None, *, start: bytes | None = None,
+                end: bytes | None = None) -> CompactionStats:
         """Run what the scheduler picks until nothing is due; full=True merges everything into one run.
+
+        `start` and/or `end` (bytes; end exclusive, None unbounded) compact a key range instead, as
+        RocksDB's CompactRange: every SST overlapping [start, end) in L0 and the runs is merged (with the
+        SSTs overlapping those, so that nothing left out overlaps the output), and the output takes their
+        place in the oldest run, where tombstones and expired rows are dropped. Rows still in the
+        memtable are not part of it (flush first), as with full=True. A start after end is ValueError.
 
         executor: None (local, or Spark for jobs of at least DbOptions.spark_offload_min_bytes),
         "local" or "spark". Returns the jobs' CompactionStats (also accumulated in compaction_stats).
         A failing job (e.g. a filter that raises) leaves the database as it was and raises here."""
         self._writer.check_writable()
-        return self._compactor.compact(full=full, executor=executor)
+        if start is None and end is None:
+            return self._compactor.compact(full=full, executor=executor)
+        _check_range(start, end)
+        if full:
+            raise ValueError("full=True compacts every key: give it or start/end, not both")
+        return self._compactor.compact(executor=executor, key_range=(start, end))
 
     def gc(self, grace_ms: int | None = None) -> list[str]:
         """Delete SST files the manifest does not reference and older than the grace period
@@ -491,6 +526,21 @@ class DB:
         """The current manifest (the LSM shape)."""
         return self._versions.manifest
 
+    def approximate_size(self, start: bytes | None = None, end: bytes | None = None, *,
+                         include_memtables: bool = True) -> ApproximateSize:
+        """Estimated bytes of the keys in [start, end) (None: unbounded), RocksDB's GetApproximateSizes:
+        the stored size of the SSTs' data blocks that can hold keys of the range, from their block
+        indexes (no data block read; block-grained, every stored version counted), and with
+        `include_memtables` the unflushed versions in the range. An `lsm.approx.ApproximateSize`."""
+        self._reads.check_open()
+        _check_range(start, end)
+        vs = self._versions
+        st = vs.pin()
+        try:
+            return approximate_size(st, start, end, include_memtables)
+        finally:
+            vs.unpin(st.gen)
+
     def lsm_shape(self) -> dict[str, Any]:
         """The current shape, for tools and tests: memtable rows, immutable memtables, L0 SST names
         (newest first) and each sorted run's SST names (newest run first)."""
@@ -559,6 +609,15 @@ class DB:
 
     def __repr__(self) -> str:
         return f"DB({self.path!r}, seq={self._writer.seq})"
+
+
+def _check_range(start: bytes | None, end: bytes | None) -> None:
+    """TypeError unless both bounds are bytes or None; ValueError if start is after end."""
+    for name, key in (("start", start), ("end", end)):
+        if key is not None and type(key) is not bytes:
+            raise TypeError(f"{name} must be bytes or None, not {type(key).__name__}")
+    if start is not None and end is not None and start > end:
+        raise ValueError(f"start {start!r} is after end {end!r}")
 
 
 def _prepare(store: DbStore, create: bool) -> None:

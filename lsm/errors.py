@@ -2,7 +2,8 @@
 
 The codec errors (`CorruptionError`, `FormatVersionError`), `CompactionError` (raised by
 `compaction.scheduler.apply_plan`), `SparkUnavailableError` and `SparkStoreError` (raised by
-`compaction.spark` before it starts a JVM or a job) are defined in `formats.errors`, the lowest package, and
+`compaction.spark` before it starts a JVM or a job) and `ObjectStoreConfigError` (a malformed
+object-store URL or endpoint, raised by `storage.objstore_config`) are defined in `formats.errors`, the lowest package, and
 re-exported here so callers need one import.
 """
 
@@ -13,6 +14,8 @@ from formats.errors import (
     CorruptionError,
     FormatVersionError,
     LsmError,
+    ObjectStoreConfigError,
+    SparkMasterUnreachableError,
     SparkStoreError,
     SparkUnavailableError,
 )
@@ -23,6 +26,7 @@ __all__ = [
     "CorruptionError",
     "FormatVersionError",
     "ClockError",
+    "ClockRepairError",
     "FencedError",
     "ClosedError",
     "NotADatabaseError",
@@ -34,6 +38,8 @@ __all__ = [
     "HistoryUnavailableError",
     "UnknownSourceError",
     "DbFailedError",
+    "ObjectStoreConfigError",
+    "SparkMasterUnreachableError",
     "SparkStoreError",
     "SparkUnavailableError",
 ]
@@ -41,6 +47,11 @@ __all__ = [
 
 class ClockError(LsmError):
     """The clock returned a time below one the engine already used; nothing was written."""
+
+
+class ClockRepairError(ClockError):
+    """`DB.repair_clock` refused its repair time: before 1970, or before a row committed within the
+    skew guard (without force=True). Nothing was changed."""
 
 
 class FencedError(LsmError):

@@ -26,9 +26,9 @@ Rules, in the order they apply:
    (``ttl_base="event"``; records without one count from the commit ts), so a row may expire on
    arrival. Records without a ttl get DbOptions.default_ttl, as `DB.put` does.
 6. Within a batch the last record of a key wins (offset order within a partition).
-7. Every compaction of the store that advances its history floor compacts every source's remap at
-   ``since = now - history_retention`` (`compact_remaps`; a running ingest does it after its next
-   batch), and so does every `REMAP_COMPACT_EVERY`-th batch (for a store whose compactions drop
+7. The first compaction (or background compaction poll) after the store's history floor advanced, in a
+   flush or a compaction, compacts every source's remap at ``since = now - history_retention``
+   (`compact_remaps`; a running ingest does it after its next batch), and so does every `REMAP_COMPACT_EVERY`-th batch (for a store whose compactions drop
    nothing), each in its own commit of system rows, when at least two bindings lie at or before since.
    The count survives restarts: a handle starts it from the bindings stored since the remap's last
    compaction (`lsm.remap_store.bindings_since_compaction`), so an ingester that runs a few batches per
@@ -320,18 +320,25 @@ def ingest(
 
 def compact_remap(db: DB, name: str, since: int) -> Remap | None:
     """Compact the stored remap of `name` at `since` (lsm.remap) when two or more bindings lie at or
-    before it; reads only those bindings. Returns the compacted prefix, or None when nothing changed."""
+    before it; reads only those bindings. Returns the compacted prefix, or None when nothing changed.
+    ValueError for a `since` after the store's time now, nothing written: the merged binding is
+    rewritten at `since`, and the next ingest's binding, committed at a time before it, would break the
+    remap's order (it could no longer be read)."""
     check_name(name)
     if type(since) is not int:
         raise TypeError(f"since is int milliseconds, not {type(since).__name__}")
     host(db).check_writable()
     with _state(db, name).lock:
+        now = host(db).now()
+        if since > now:
+            raise ValueError(f"since {since} lies after the store's time now ({now}): a remap is compacted "
+                             "at a time already passed")
         return _compact_remap_locked(db, name, since)
 
 
 def compact_remaps(db: DB) -> None:
     """Compact every source's remap at ``since = now - history_retention``: what the store's compaction
-    calls whenever it advances the history floor (the remap is compactable whenever the data is). A
+    calls whenever the history floor has advanced, by a flush or a compaction (the remap is compactable whenever the data is). A
     source whose ingest is running is marked instead, and that ingest compacts after its next batch, so
     compaction never waits for an ingest call."""
     now = host(db).now()

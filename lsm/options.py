@@ -26,6 +26,25 @@ class _NoTtl:
 
 NO_TTL: Any = _NoTtl()
 
+# words in the name of an object-store config key whose value is a credential (obstore's S3, GCS and Azure
+# keys: secret_access_key, token, session_token, access_key_id, account_key, sas_token, client_secret,
+# service_account_key, credentials, ...): `redacted_store_options` hides such values
+_SECRET_WORDS = ("secret", "token", "password", "credential", "key")
+REDACTED = "<redacted>"
+
+
+def is_secret_option(name: object) -> bool:
+    """Whether the object-store config key `name` holds a credential (its value is never printed)."""
+    return not isinstance(name, str) or any(w in name.lower() for w in _SECRET_WORDS)
+
+
+def redacted_store_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`options` (DbOptions.object_store_options) with the value of every credential key replaced by
+    ``"<redacted>"``: what a repr, a message, a log line or a report may show of them."""
+    if options is None:
+        return None
+    return {k: REDACTED if is_secret_option(k) else v for k, v in options.items()}
+
 
 def check_ttl(ttl: object) -> None:
     """ttl is None (use the default), NO_TTL, or an int >= 0 (ms)."""
@@ -136,6 +155,17 @@ class DbOptions:
     # nothing of an object-store database is written locally unless this names a directory)
     object_cache_dir: str | None = None
     object_cache_bytes: int = 1 << 30
+
+    def __repr__(self) -> str:
+        # the dataclass's repr, without the credentials of object_store_options: an options object ends
+        # up in logs, tracebacks and test output
+        fields = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "object_store_options" and isinstance(v, dict):
+                v = redacted_store_options(v)
+            fields.append(f"{f.name}={v!r}")
+        return f"{type(self).__qualname__}({', '.join(fields)})"
 
     def __post_init__(self) -> None:
         if not callable(getattr(self.clock, "now", None)):

@@ -308,11 +308,12 @@ def concat(first: Iterator, second: Iterator) -> Iterator:
 
 
 def changed_rows(
-    st: State, seq: int, top: int, now: int, include_expired: bool = False
-) -> list[tuple[int, bytes, bytes | None, int | None]]:
+    st: State, seq: int, top: int, now: int, include_expired: bool = False, with_expire_ts: bool = False
+) -> list[tuple]:
     """(seq, key, value or None, ts) for user keys whose newest version (seq <= top) is newer than `seq`,
     oldest change first; None for a delete or (unless `include_expired`) a row expired at `now`. Skips
-    SSTs with nothing newer."""
+    SSTs with nothing newer. `with_expire_ts`: (seq, key, value or None, ts, expire_ts), so that an
+    expired row (its expire_ts) is told from a delete (None)."""
     sources = [st.mem.iter()] + [m.iter() for m in st.imm]
     sources += [r.iter() for _e, r in st.l0 if r.info.max_seq > seq]
     for run in st.runs:
@@ -328,7 +329,7 @@ def changed_rows(
         value = row[4]
         if value is not None and row[3] is not None and now > row[3] and not include_expired:
             value = None
-        out.append((row[1], row[0], value, row[2]))
+        out.append((row[1], row[0], value, row[2], row[3]) if with_expire_ts else (row[1], row[0], value, row[2]))
     out.sort(key=lambda c: (c[0], c[1]))
     return out
 

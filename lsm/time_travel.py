@@ -14,10 +14,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from lsm.clock import I64_MIN, check_i64_ms
-from lsm.clock_repair import ClampTs, ClockRepair, rows_after
+from lsm.clock import I64_MAX, I64_MIN
+from lsm.clock_repair import (
+    DEFAULT_SKEW_MS,
+    ClampTs,
+    ClockRepair,
+    RepairSurvey,
+    RowSource,
+    check_repair_time,
+    survey,
+)
 from lsm.commit_time import first_seq_after
-from lsm.errors import NotYetCompleteError, RetentionError
+from lsm.errors import ClockRepairError, NotYetCompleteError, RetentionError
 from lsm.history import stable_seq
 from lsm.options import ReadOptions
 from lsm.readpath import changed_rows
@@ -167,8 +175,8 @@ class TimeTravel:
         return snap
 
     # -- the change feed -----------------------------------------------------------------------------------
-    def changes(self, since: int | str | None, seq: int | None,
-                options: ReadOptions | None) -> Iterator[tuple[int, bytes, bytes | None, int | None]]:
+    def changes(self, since: int | str | None, seq: int | None, options: ReadOptions | None,
+                with_expire_ts: bool = False) -> Iterator[tuple]:
         """(seq, key, value or None, ts) for keys whose latest version is newer than a point (`DB.changes`)."""
         if (since is None) == (seq is None):
             raise ValueError("changes() needs exactly one of since= or seq=")
@@ -182,28 +190,31 @@ class TimeTravel:
         vs = self.versions
         st, top = vs.pin_with(lambda: self.stable_seq() if max_seq is None else min(max_seq, self.stable_seq()))
         try:
-            out = changed_rows(st, seq, top, now, include_expired)
+            out = changed_rows(st, seq, top, now, include_expired, with_expire_ts)
         finally:
             vs.unpin(st.gen)
         return iter(out)
 
     # -- mending time ------------------------------------------------------------------------------------
-    def repair_clock(self, to_ms: int | None, compact: Callable[[ClampTs], object],
+    def repair_clock(self, to_ms: int | None, force: bool, compact: Callable[[ClampTs], object],
                      forget_heads: Callable[[], None]) -> ClockRepair:
-        """Restamp every row after `to_ms` at `to_ms` (`DB.repair_clock`); `compact(row_map)` runs the full
-        compaction that rewrites them, `forget_heads()` drops cached remap heads (they hold old times)."""
-        self.writer.check_writable()
-        to = time.time_ns() // 1_000_000 if to_ms is None else to_ms
-        if type(to) is not int:
-            raise TypeError(f"to_ms must be int milliseconds, not {type(to).__name__}")
-        check_i64_ms(to, "to_ms")
-        vs = self.versions
+        """Restamp every row after the repair time at it (`DB.repair_clock`); `compact(row_map)` runs the
+        full compaction that rewrites them, `forget_heads()` drops cached remap heads (they hold old times)."""
         w = self.writer
-        before = max(vs.manifest.clock_watermark, self.clock.last)
-        if before <= to:
-            return ClockRepair(before, before, 0)
+        w.check_writable()
+        if to_ms is not None:
+            check_repair_time(to_ms)
+        vs = self.versions
         with w.lock:
             w.check_fence()
+            # surveyed under the write lock: no commit comes between what it counts and the clock's lowering
+            plan = self.survey(to_ms)
+            if plan.watermark <= plan.to:
+                return ClockRepair(plan.watermark, plan.watermark, 0)
+            why = plan.refusal()
+            if why is not None and not force:
+                raise ClockRepairError(f"{self.path}: {why}")
+            to = plan.to
             # from here on writes are stamped from `to` on; the rows still in the memtable go to L0 with
             # the rest of the future, which the compaction below moves back
             self.clock.lower_to(to)
@@ -211,14 +222,42 @@ class TimeTravel:
             self.timeline.clamp(to // 1000)
             w.rotate()
         self.flusher.wait_flushed()
-        m = vs.manifest
-        moved = sum(rows_after(vs, e, to) for e in (*m.l0, *(s for r in m.runs for s in r.ssts)))
         compact(ClampTs(to))
         forget_heads()
         after = vs.commit(
             lambda cur: cur.replace(clock_watermark=max(to, self.clock.last), **self.timeline.to_manifest())
         ).clock_watermark
-        return ClockRepair(before, after, moved)
+        return ClockRepair(plan.watermark, after, plan.rows_moved, plan.legit_moved)
+
+    def plan_clock_repair(self, to_ms: int | None) -> RepairSurvey:
+        """What `repair_clock(to_ms)` would do, changing nothing (`DB.plan_clock_repair`)."""
+        if to_ms is not None:
+            check_repair_time(to_ms)
+        return self.survey(to_ms)
+
+    def survey(self, to_ms: int | None) -> RepairSurvey:
+        """The rows a repair to `to_ms` (None: the default) would move, and which of them the guard let
+        through (lsm.clock_repair.survey), over the memtables and every SST."""
+        host = time.time_ns() // 1_000_000
+        skew = self.options.max_clock_skew_ms
+        limit = min(host + (DEFAULT_SKEW_MS if skew is None else skew), I64_MAX)
+        now = self.options.clock.now()
+        now = now if type(now) is int else host  # expiry after the repair is judged at max(clock, to)
+        vs = self.versions
+        watermark = max(vs.manifest.clock_watermark, self.clock.last)
+        st = vs.pin()
+        try:
+            sources = [RowSource(None, None, len(m), m.iter) for m in (st.mem, *st.imm)]
+            ssts = [*st.l0, *(p for run in st.runs for p in zip(run.record.ssts, run.readers, strict=True))]
+            sources += [RowSource(e.info.min_ts, e.info.max_ts, e.info.num_rows, r.iter) for e, r in ssts]
+            to = host if to_ms is None else to_ms
+            plan = survey(sources, to, limit, max(now, to), watermark)
+            if to_ms is None and plan.newest_legit is not None and plan.newest_legit > to:
+                to = plan.newest_legit  # the default never moves a row the guard let through
+                plan = survey(sources, to, limit, max(now, to), watermark)
+            return plan
+        finally:
+            vs.unpin(st.gen)
 
     def reset_time_seq(self) -> None:
         """Forget the time bins (after a clock mishap); committed to the manifest at once."""

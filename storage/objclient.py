@@ -23,16 +23,37 @@ import obstore
 class Client(Protocol):
     """One object-store request per method (see the module docstring)."""
 
-    def get(self, key: str) -> bytes: ...
-    def get_range(self, key: str, start: int, end: int) -> bytes: ...
-    def get_range_stream(self, key: str, start: int, end: int, chunk: int) -> Iterator[Any]: ...
-    def get_tail(self, key: str, nbytes: int) -> tuple[int, bytes, dict[str, Any]]: ...
-    def head(self, key: str) -> int: ...
-    def list_pages(self, prefix: str, page: int) -> Iterator[list[dict[str, Any]]]: ...
-    def list_with_delimiter(self, prefix: str | None) -> dict[str, Any]: ...
-    def put(self, key: str, data: Any, multipart: bool, chunk_size: int) -> None: ...
-    def put_create(self, key: str, data: bytes) -> None: ...
-    def delete(self, key: str) -> None: ...
+    def get(self, key: str) -> bytes:
+        """The whole object (GET)."""
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the object (a ranged GET)."""
+
+    def get_range_stream(self, key: str, start: int, end: int, chunk: int) -> Iterator[Any]:
+        """Bytes [start, end) as a stream of buffers of about `chunk` bytes (one ranged GET)."""
+
+    def get_tail(self, key: str, nbytes: int) -> tuple[int, bytes, dict[str, Any]]:
+        """(object size, its last `nbytes` bytes, its metadata: e_tag, version, last_modified), one GET."""
+
+    def head(self, key: str) -> int:
+        """The object's size (HEAD)."""
+
+    def list_pages(self, prefix: str, page: int) -> Iterator[list[dict[str, Any]]]:
+        """Metadata (path, size, last_modified) of the objects under `prefix`, one list per LIST response
+        of up to `page` keys."""
+
+    def list_with_delimiter(self, prefix: str | None) -> dict[str, Any]:
+        """The objects ("objects") and common prefixes ("common_prefixes") one level under `prefix`."""
+
+    def put(self, key: str, data: Any, multipart: bool, chunk_size: int) -> None:
+        """Write the object, replacing any (in parts of `chunk_size` if `multipart`)."""
+
+    def put_create(self, key: str, data: bytes) -> None:
+        """Write the object only if none exists (If-None-Match: *): AlreadyExistsError or PreconditionError
+        if one does."""
+
+    def delete(self, key: str) -> None:
+        """Remove the object (one already gone is fine)."""
 
 
 class ObstoreClient:

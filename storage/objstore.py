@@ -8,7 +8,8 @@ the process (tests, examples).
 Configuration: obstore's config keys (``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
 ``allow_http``, …) from ``DbOptions.object_store_options``, else the standard AWS environment variables
 (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_ALLOW_HTTP``). Credentials are never logged or put in an error message.
+``AWS_ALLOW_HTTP``), else for the credentials the AWS shared credentials file (storage.aws_credentials).
+Credentials are never logged or put in an error message.
 
 Requests: every request sent is counted (`stats`): PUT, GET, LIST, DELETE and HEAD, with the bytes of
 those that succeeded, and ``retries``, how many of them repeated one that had failed. Transient failures
@@ -16,8 +17,10 @@ those that succeeded, and ``retries``, how many of them repeated one that had fa
 not inside obstore (its own retries are turned off), with exponential backoff from 20 ms, at most
 ``max_retries`` times within ``retry_timeout_ms``: so each attempt is counted, and `put_if_absent` knows
 which of its attempts may have landed. A failure that outlasts the retries, or one that retrying cannot
-cure (403, 400), is raised as `fileio.FileOpError` (an OSError), which the engine treats like a disk
-error (the failed state). A create-if-absent is refused as "already exists" on a first attempt only
+cure (403, 400), is raised as `objstore_errors.ObjectStoreError` (an OSError: one line with the
+operation, the object, S3's error code and a hint), which the engine treats like a disk error (the
+failed state); a malformed URL or endpoint is `ObjectStoreConfigError` before any request is sent
+(storage.objstore_config). A create-if-absent is refused as "already exists" on a first attempt only
 because another writer's object is there (False); after an attempt of its own that may have landed (its
 response lost), the object is read back and compared with what was written, so such a PUT is recognised
 as ours, never guessed; if even that cannot be decided, `PublishUnknownError`.
@@ -38,7 +41,7 @@ from typing import Any, TypeVar
 import obstore
 from obstore.exceptions import AlreadyExistsError, GenericError, NotFoundError, PreconditionError
 
-from formats.fileio import FileOpError
+from formats.errors import ObjectStoreConfigError
 from storage.base import (
     BACKOFF_MAX_MS,
     PUT_DIRS,
@@ -52,6 +55,8 @@ from storage.base import (
 )
 from storage.objcache import ObjectCache
 from storage.objclient import Client, ObstoreClient
+from storage.objstore_config import check_config, check_root, redact, s3_config, secrets_of
+from storage.objstore_errors import is_panic, request_error
 from storage.registry import URL_MARK
 
 # objects above this are uploaded in parts (S3 wants parts of >= 5 MiB; a few parts keep a retry cheap)
@@ -83,11 +88,15 @@ T = TypeVar("T")
 
 def transient(e: BaseException) -> bool:
     """Whether request error `e` may go away on a retry: a transport error (reset, refused, timeout),
-    a 5xx, 408 or 429. Not-found, already-exists, a failed precondition, 403 and other 4xx are final."""
+    a 5xx, 408 or 429. Not-found, already-exists, a failed precondition, 403 and other 4xx are final,
+    and so is a request the HTTP client refuses to build (a "builder error": it refuses every repeat)."""
     if not isinstance(e, GenericError):
         return False
-    m = _STATUS.search(str(e))
-    return m is None or m.group(1) in ("408", "429") or m.group(1).startswith("5")
+    text = str(e)
+    m = _STATUS.search(text)
+    if m is None:
+        return "builder error" not in text
+    return m.group(1) in ("408", "429") or m.group(1).startswith("5")
 
 # the fetches ahead of sequential readers (`RangeFile`): obstore releases the GIL while it waits, so a
 # compaction merges one window while the next is on its way
@@ -96,46 +105,27 @@ _FETCHERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsm-rea
 _memory_stores: dict[str, Any] = {}  # memory://name -> its MemoryStore, shared by every root under it
 _memory_lock = threading.Lock()
 
-ENV_KEYS = {
-    "AWS_ENDPOINT_URL": "endpoint",
-    "AWS_ENDPOINT": "endpoint",
-    "AWS_REGION": "region",
-    "AWS_DEFAULT_REGION": "region",
-    "AWS_ACCESS_KEY_ID": "access_key_id",
-    "AWS_SECRET_ACCESS_KEY": "secret_access_key",
-    "AWS_SESSION_TOKEN": "token",
-    "AWS_ALLOW_HTTP": "allow_http",
-}
-
-
-def s3_config(options: dict[str, Any] | None) -> dict[str, Any]:
-    """obstore S3 config: the standard environment, overridden by `options`."""
-    cfg: dict[str, Any] = {}
-    for env, key in ENV_KEYS.items():
-        v = os.environ.get(env)
-        if v and key not in cfg:
-            cfg[key] = v
-    cfg.update({k: v for k, v in (options or {}).items() if k not in RETRY_KEYS and k not in CLIENT_KEYS})
-    if isinstance(cfg.get("allow_http"), str):
-        cfg["allow_http"] = cfg["allow_http"].lower() in ("1", "true", "yes")
-    return cfg
-
 
 def make_store(root: str, options: dict[str, Any] | None) -> Any:
-    """The obstore client for the bucket of URL `root`."""
-    scheme, rest = root.split(URL_MARK, 1)
-    bucket = rest.split("/", 1)[0]
+    """The obstore client for the bucket of URL `root`; `ObjectStoreConfigError` for a malformed URL,
+    endpoint or config (checked first: obstore's HTTP client panics on an endpoint it cannot parse)."""
+    scheme, bucket = check_root(root)
     if scheme == "memory":
         with _memory_lock:
             st = _memory_stores.get(bucket)
             if st is None:
                 st = _memory_stores[bucket] = obstore.store.MemoryStore()
             return st
-    if scheme in ("s3", "s3a"):
-        client = {k: v for k, v in (options or {}).items() if k in CLIENT_KEYS}
-        return obstore.store.S3Store(bucket, config=s3_config(options), client_options=client or None,
-                                     retry_config=NO_RETRIES)
-    raise ValueError(f"unsupported object store URL {root!r}: use s3://bucket/prefix or memory://name/prefix")
+    cfg = s3_config(options, RETRY_KEYS + CLIENT_KEYS)
+    check_config(cfg, root)
+    client = {k: v for k, v in (options or {}).items() if k in CLIENT_KEYS}
+    try:
+        return obstore.store.S3Store(bucket, config=cfg, client_options=client or None, retry_config=NO_RETRIES)
+    except BaseException as e:  # a bad key or value; a panic (a BaseException) is one too
+        if not isinstance(e, Exception) and not is_panic(e):
+            raise
+        first = redact((str(e).strip().splitlines() or [type(e).__name__])[0], secrets_of(cfg))
+        raise ObjectStoreConfigError(f"{root}: the S3 client refuses its configuration: {first}") from e
 
 
 class ObjectStorage(Storage):
@@ -218,10 +208,16 @@ class ObjectStorage(Storage):
             clock.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
-    def _error(self, op: str, path: str, e: Exception) -> OSError:
-        if isinstance(e, (NotFoundError, FileNotFoundError)):
+    def _error(self, op: str, path: str, e: BaseException) -> OSError:
+        """The OSError for request error `e` (anything but a request's failure or a panic is raised
+        again as it is): "no such object", or `ObjectStoreError`'s one line (storage.objstore_errors)."""
+        if not isinstance(e, Exception) and not is_panic(e):
+            raise e  # KeyboardInterrupt, SystemExit: not the request's
+        if isinstance(e, (NotFoundError, FileNotFoundError)) and "<Code>NoSuchBucket</Code>" not in str(e):
             return FileNotFoundError(errno.ENOENT, "no such object", path)
-        return FileOpError(errno.EIO, f"{type(e).__name__}: {_first_line(e)}", path, op)
+        cfg = s3_config(self.options, RETRY_KEYS + CLIENT_KEYS) if self.shared else {}
+        bucket = self._bucket_url.split(URL_MARK, 1)[1]
+        return request_error(e, op, path, bucket, self.key(path), cfg.get("endpoint"), secrets_of(cfg))
 
     # -- reads ---------------------------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
@@ -229,8 +225,8 @@ class ObjectStorage(Storage):
         key = self.key(path)
         try:
             data = self._retrying("get", lambda: self.client.get(key))
-        except Exception as e:
-            raise self._error("get", path, e) from None
+        except BaseException as e:
+            raise self._error("get", path, e) from e
         self.count("get", len(data))
         return data
 
@@ -241,8 +237,8 @@ class ObjectStorage(Storage):
         key = self.key(path)
         try:
             data = self._retrying("get", lambda: self.client.get_range(key, start, end))
-        except Exception as e:
-            raise self._error("get", path, e) from None
+        except BaseException as e:
+            raise self._error("get", path, e) from e
         self.count("get", len(data))
         return data
 
@@ -262,8 +258,8 @@ class ObjectStorage(Storage):
 
         try:
             n = self._retrying("get", attempt)
-        except Exception as e:
-            raise self._error("get", path, e) from None
+        except BaseException as e:
+            raise self._error("get", path, e) from e
         self.count("get", n)
         return n
 
@@ -274,8 +270,8 @@ class ObjectStorage(Storage):
 
         try:
             size, data, meta = self._retrying("get", lambda: self.client.get_tail(key, nbytes))
-        except Exception as e:
-            raise self._error("get", path, e) from None
+        except BaseException as e:
+            raise self._error("get", path, e) from e
         self.count("get", len(data))
         modified = meta["last_modified"].timestamp() if meta.get("last_modified") else ""
         return size, data, f"{path}\0{size}\0{meta.get('e_tag')}\0{meta.get('version')}\0{modified}"
@@ -285,8 +281,8 @@ class ObjectStorage(Storage):
         key = self.key(path)
         try:
             size = self._retrying("head", lambda: self.client.head(key))
-        except Exception as e:
-            raise self._error("head", path, e) from None
+        except BaseException as e:
+            raise self._error("head", path, e) from e
         self.count("head")
         return size
 
@@ -310,8 +306,8 @@ class ObjectStorage(Storage):
         prefix = self.key(directory).rstrip("/")
         try:
             res = self._retrying("list", lambda: self.client.list_with_delimiter(prefix or None))
-        except Exception as e:
-            raise self._error("list", directory, e) from None
+        except BaseException as e:
+            raise self._error("list", directory, e) from e
         self.count("list")
         names = [p.rsplit("/", 1)[-1] for p in res["common_prefixes"]]
         return names + [m["path"].rsplit("/", 1)[-1] for m in res["objects"]]
@@ -350,8 +346,8 @@ class ObjectStorage(Storage):
 
         try:
             return self._retrying("list", attempt)
-        except Exception as e:
-            raise self._error("list", directory, e) from None
+        except BaseException as e:
+            raise self._error("list", directory, e) from e
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
@@ -370,8 +366,8 @@ class ObjectStorage(Storage):
         try:
             # a plain PUT is idempotent: a repeat after a lost response writes the same object again
             self._retrying("put", lambda: self.client.put(key, data, multipart, MULTIPART_CHUNK), path)
-        except Exception as e:
-            raise self._error("put", path, e) from None
+        except BaseException as e:
+            raise self._error("put", path, e) from e
         self.count("put", len(data), path)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
@@ -398,11 +394,11 @@ class ObjectStorage(Storage):
             except OSError as e:
                 raise PublishUnknownError(e) from e
             return theirs == data
-        except Exception as e:
+        except BaseException as e:
             err = self._error("put", path, e)
             if attempts == 1 and not transient(e):  # refused outright (403, ...): nothing landed
-                raise err from None
-            raise PublishUnknownError(err) from None
+                raise err from e
+            raise PublishUnknownError(err) from e
         self.count("put", len(data), path)
         return True
 
@@ -413,14 +409,9 @@ class ObjectStorage(Storage):
             self._retrying("delete", lambda: self.client.delete(key))
         except (NotFoundError, FileNotFoundError):
             return
-        except Exception as e:
-            raise self._error("delete", path, e) from None
+        except BaseException as e:
+            raise self._error("delete", path, e) from e
         self.count("delete")
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else ""
 
 
 class WindowPool:

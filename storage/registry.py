@@ -26,6 +26,7 @@ def is_url(path: str) -> bool:
 
 # -- the registry of object stores -------------------------------------------------------------------------
 _registry: dict[str, Storage] = {}  # root URL (no trailing "/") -> its backend
+_attached: set[str] = set()  # the roots of `_registry` whose backend a caller built (`attach`)
 _registry_lock = threading.Lock()
 
 
@@ -48,6 +49,7 @@ def register(root: str, options: dict[str, Any] | None = None) -> Storage:
 
         st = ObjectStorage(root, options)
         _registry[root] = st
+        _attached.discard(root)
         return st
 
 
@@ -56,13 +58,23 @@ def attach(root: str, storage: Storage) -> Storage:
     storage.simstore), until `detach(root)`. Returns `storage`."""
     with _registry_lock:
         _registry[root.rstrip("/")] = storage
+        _attached.add(root.rstrip("/"))
     return storage
+
+
+def is_attached(path: str) -> bool:
+    """Whether `path` is a URL under a root whose backend a caller attached (`attach`): its scheme is that
+    backend's own (a simulation's ``sim://``), not one of the URLs a user may give, so the checks of
+    `storage.objstore_config` do not apply to it."""
+    with _registry_lock:
+        return any(path == root or path.startswith(root + "/") for root in _attached)
 
 
 def detach(root: str) -> None:
     """Forget the backend of `root` (`attach`, `register`)."""
     with _registry_lock:
         _registry.pop(root.rstrip("/"), None)
+        _attached.discard(root.rstrip("/"))
 
 
 def registered() -> list[tuple[str, dict[str, Any]]]:

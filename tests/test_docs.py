@@ -15,6 +15,14 @@ where `...` in the shown line stands for any text), and a comment `# exit N` on 
 it must exit N (`lsm check` finding a problem: `# exit 1`, and its `lsm: error:` line still compared). Other output is NOT compared with what the doc shows (times, sizes and paths differ
 from run to run); a command must never print a traceback.
 
+A ```toml block is a simulation spec (docs/simulate.md) and runs through `tools.simulate.run` (no
+plots): a whole spec (one with ``[workload]``) as it is, a block without one as a change to the doc's
+last whole spec (a ``[sweep]`` table added to it, say). To keep the docs test short a spec is run with
+fewer operations in the same simulated time: every ``ops_per_sec`` (a phase's, and a ``[sweep]`` list of
+them) is scaled by one factor, so that its largest simulation makes about `SPEC_MAX_OPS` operations.
+Times, TTLs, samples, compaction ticks and policies stay as written: every field is checked and every
+code path of the spec runs.
+
 A block that cannot run here (it needs a cluster, a broker, runs until Ctrl-C, takes minutes) is
 preceded, on the line right before its opening fence, by `<!-- docs-test: skip (the reason) -->`; the
 reason is required. A `$ lsm` line outside a ```console block is an error too: it would go untested.
@@ -23,11 +31,13 @@ reason is required. A `$ lsm` line outside a ```console block is an error too: i
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tomllib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,12 +47,15 @@ import pytest
 import lsm
 from compaction import policy
 from tests.tools._cli import LSM_CMD, ROOT, lsm_env
+from tools import simulate
+from tools.simulate.spec import parse_duration
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(\s*)```\s*([\w+-]*)\s*$")
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*skip\s*\((?P<reason>.*)\)\s*-->\s*$")
 EXIT_COMMENT = re.compile(r"#[^'\"]*\bexit (\d+)\b[^'\"]*$")
 COMMAND_TIMEOUT_S = 120
+SPEC_MAX_OPS = 3000  # operations per simulation of a ```toml spec block (scaled down to about it, see above)
 
 
 @dataclass
@@ -169,6 +182,53 @@ def run_python(block: Block, where: str, namespace: dict) -> None:
     exec(compile(source, where, "exec"), namespace)
 
 
+def _phase_ops(phase: dict, rate: float) -> float:
+    return parse_duration(phase["duration"], "duration") / 1000 * rate
+
+
+def shrink_spec(spec: dict, max_ops: int) -> dict:
+    """`spec` with every ``ops_per_sec`` (each phase's, and each value of a ``[sweep]`` entry that sets
+    one) scaled by the one factor that brings its largest simulation to at most `max_ops` operations;
+    the spec itself when it is that small already."""
+    spec = copy.deepcopy(spec)
+    phases = spec["workload"]["phases"]
+    rates = [[p.get("ops_per_sec", 0)] for p in phases]
+    swept = {}
+    for path, values in spec.get("sweep", {}).items():
+        m = re.fullmatch(r"workload\.phases\[(\d+)\]\.ops_per_sec", path)
+        if m:
+            swept[path] = int(m.group(1))
+            rates[int(m.group(1))] = values
+    ops = sum(_phase_ops(p, max(r)) for p, r in zip(phases, rates, strict=True))
+    if ops <= max_ops:
+        return spec
+    f = max_ops / ops
+    for p in phases:
+        p["ops_per_sec"] = p.get("ops_per_sec", 0) * f
+    for path in swept:
+        spec["sweep"][path] = [v * f for v in spec["sweep"][path]]
+    return spec
+
+
+def run_spec(block: Block, where: str, last: dict | None, out: Path) -> dict:
+    """Run a ```toml block as a spec (see the module docstring); return the whole spec it was."""
+    try:
+        text = tomllib.loads("\n".join(block.lines))
+    except tomllib.TOMLDecodeError as e:
+        raise AssertionError(f"{where}:{block.line}: not TOML: {e}") from None
+    if "workload" not in text:
+        assert last is not None, f"{where}:{block.line}: a spec fragment with no whole spec before it"
+        text = {**copy.deepcopy(last), **text}
+    summary = simulate.run(shrink_spec(text, SPEC_MAX_OPS), out, plots=False)
+    policies = summary["policies"]
+    cells = 1
+    for values in text.get("sweep", {}).values():
+        cells *= len(values)
+    assert len(policies) == cells * len(text["policy"]), f"{where}:{block.line}: {len(policies)} simulations"
+    assert all(p["ops"] > 0 and p["samples"] > 0 for p in policies), f"{where}:{block.line}: {policies}"
+    return text
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_doc_runs(doc: Path, tmp_path, monkeypatch, lsm_bin):
     where = str(doc.relative_to(ROOT))
@@ -187,12 +247,15 @@ def test_doc_runs(doc: Path, tmp_path, monkeypatch, lsm_bin):
     namespace = module.__dict__
     # An example may register a compaction policy (docs/compaction.md): it must not outlive this test.
     policies = dict(policy.POLICIES)
+    spec = None  # the doc's last whole ```toml spec
     try:
         for b in blocks:
             if b.skip is not None:
                 continue
             if b.lang == "python":
                 run_python(b, where, namespace)
+            elif b.lang == "toml":
+                spec = run_spec(b, where, spec, tmp_path / f"spec-{b.line}")
             elif b.lang == "console":
                 for cmd in console_commands(b):
                     run_command(cmd, where, tmp_path, lsm_bin)
@@ -256,3 +319,15 @@ def test_a_command_is_held_to_its_exit_status_and_error_line(tmp_path, lsm_bin):
         run_command(wrong_line, "x.md", tmp_path, lsm_bin)
     with pytest.raises(AssertionError, match="exit 0, the doc expects 1"):
         run_command(wrong_status, "x.md", tmp_path, lsm_bin)
+
+
+def test_a_spec_block_is_shrunk_by_its_rates_alone():
+    spec = {
+        "workload": {"phases": [{"duration": "10d", "ops_per_sec": 1}, {"duration": "2d", "ops_per_sec": 0}]},
+        "sweep": {"workload.phases[0].ops_per_sec": [0.5, 2], "policy.l0_compaction_threshold": [4, 8]},
+    }
+    small = shrink_spec(spec, 17_280)  # the largest cell: 10 days at 2/s = 1,728,000 operations
+    assert small["workload"]["phases"] == [{"duration": "10d", "ops_per_sec": 0.01}, {"duration": "2d", "ops_per_sec": 0}]
+    assert small["sweep"] == {"workload.phases[0].ops_per_sec": [0.005, 0.02], "policy.l0_compaction_threshold": [4, 8]}
+    assert spec["workload"]["phases"][0]["ops_per_sec"] == 1  # a copy
+    assert shrink_spec(small, 17_280) == small

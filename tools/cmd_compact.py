@@ -1,8 +1,10 @@
-"""``lsm compact PATH [--engine local|spark]`` and ``lsm gc PATH``: maintenance of a closed database.
+"""``lsm compact PATH [--engine local|spark] [--from A --to B]`` and ``lsm gc PATH``: maintenance of a
+closed database.
 
 ``lsm compact`` opens the database at PATH (writable: it fences any earlier handle, so run it on a
-database no writer holds open), merges everything into one sorted run with the local executor or as a
-Spark batch, commits one manifest edit and prints what the job did. ``lsm gc`` deletes SST files the
+database no writer holds open), merges everything into one sorted run (or, with --from/--to, the SSTs
+overlapping that key range, `DB.compact(start=, end=)`) with the local executor or as a Spark batch,
+commits one manifest edit and prints what the job did. ``lsm gc`` deletes SST files the
 manifest does not reference (leftovers of failed jobs, killed Spark tasks or crashes).
 
 `compact_database` is shared with ``tools/spark_compact.py``, the same job for ``spark-submit``.
@@ -17,7 +19,14 @@ from typing import Any
 from lsm.db import DB
 from lsm.options import DbOptions
 from tools import render
-from tools.common import db_dir, latest_manifest, spark_session_for, start_spark
+from tools.common import (
+    add_conf_arg,
+    check_conf_engine,
+    db_dir,
+    latest_manifest,
+    spark_session_for,
+    start_spark,
+)
 
 ENGINES = ("local", "spark")
 
@@ -46,7 +55,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="Spark tasks (key ranges); default: the session's default parallelism",
     )
+    add_conf_arg(p)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    p.add_argument(
+        "--from",
+        dest="start",
+        metavar="KEY",
+        help="compact only the SSTs overlapping [KEY, --to), as RocksDB's CompactRange (inclusive)",
+    )
+    p.add_argument("--to", dest="end", metavar="KEY", help="end of the key range (exclusive)")
+    render.add_key_input_args(p)
     p.set_defaults(func=cmd_compact)
 
     g = sub.add_parser(
@@ -77,8 +95,11 @@ def compact_database(
     session: Any = None,
     master: str = "local[*]",
     tasks: int | None = None,
+    start: bytes | None = None,
+    end: bytes | None = None,
 ) -> dict[str, Any]:
-    """Full compaction of the database at `path` with `engine`; returns the report `lsm compact` prints.
+    """Full compaction of the database at `path` with `engine` (or, with `start`/`end`, of the SSTs
+    overlapping [start, end)); returns the report `lsm compact` prints.
 
     With engine "spark" the job runs on `session` (started for `master` when None)."""
     if engine not in ENGINES:
@@ -98,9 +119,14 @@ def compact_database(
     )
     with DB.open(path, opts) as db:
         before = db.manifest
-        stats = db.compact(full=True, executor=engine)
+        if start is None and end is None:
+            stats = db.compact(full=True, executor=engine)
+        else:
+            stats = db.compact(executor=engine, start=start, end=end)
         after = db.manifest
     report: dict[str, Any] = {"path": path, "engine": engine}
+    if start is not None or end is not None:
+        report.update(range_report(before, after, start, end))
     if engine == "spark":
         sc = session.sparkContext
         report["master"] = sc.master
@@ -111,6 +137,19 @@ def compact_database(
     report["ssts_after"] = len(after.all_ssts())
     report.update(stats.to_dict())
     return report
+
+
+def range_report(before: Any, after: Any, start: bytes | None, end: bytes | None) -> dict[str, Any]:
+    """What a range compaction changed: the range, and the SSTs it merged and wrote (the names that left
+    and joined the manifest), out of how many."""
+    old = {e.name for e in before.all_ssts()}
+    new = {e.name for e in after.all_ssts()}
+    bound = lambda b: None if b is None else render.printable_text(b) or "0x" + b.hex()  # noqa: E731
+    return {
+        "range": {"from": bound(start), "to": bound(end)},
+        "ssts_compacted": len(old - new),
+        "ssts_written": len(new - old),
+    }
 
 
 def output_format(path: str) -> dict[str, Any]:
@@ -129,15 +168,27 @@ def print_report(r: dict[str, Any]) -> None:
     engine = r["engine"]
     if engine == "spark":
         engine = f"spark (master {r['master']}, {render.plural(r['tasks'], 'task')})"
+    if "range" in r:  # a range compaction: the SSTs it merged, out of the whole
+        rng = r["range"]
+        where = f"[{rng['from'] or '-'}, {rng['to'] or '-'})"
+        shape = [
+            ("range", where),
+            ("inputs", f"{r['ssts_compacted']} of {render.plural(r['ssts_before'], 'SST')} (those overlapping the range)"),
+            ("outputs", f"{render.plural(r['ssts_written'], 'SST')} in the oldest run ({r['ssts_after']} SSTs in all)"),
+        ]
+    else:
+        shape = [
+            (
+                "inputs",
+                f"{render.plural(r['ssts_before'], 'SST')} in {render.plural(r['sources_before'], 'sorted source')}",
+            ),
+            ("outputs", render.plural(r["ssts_after"], "SST")),
+        ]
     pairs: list[tuple[str, Any]] = [
         ("path", r["path"]),
         ("engine", engine),
         ("jobs", r["jobs"]),
-        (
-            "inputs",
-            f"{render.plural(r['ssts_before'], 'SST')} in {render.plural(r['sources_before'], 'sorted source')}",
-        ),
-        ("outputs", render.plural(r["ssts_after"], "SST")),
+        *shape,
         ("rows in", r["rows_in"]),
         ("rows out", r["rows_out"]),
         ("bytes in", f"{r['bytes_in']} ({hb(r['bytes_in'])})"),
@@ -161,15 +212,17 @@ def print_report(r: dict[str, Any]) -> None:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
+    check_conf_engine(args.conf, args.engine)
+    start, end = render.key_range(args)
     if args.engine != "spark":
-        report = compact_database(args.path, args.engine, tasks=args.tasks)
+        report = compact_database(args.path, args.engine, tasks=args.tasks, start=start, end=end)
     else:
         db_dir(args.path)  # a bad path fails before a JVM is started
         # The JVM (and the Python workers, whose output it relays) log to a file, not to our stderr: a
         # failing job is one line here, pointing at the log, instead of pages of Java and Python traces.
-        with spark_session_for(args.master, "compact", progress=not args.json) as run:
+        with spark_session_for(args.master, "compact", conf=args.conf, progress=not args.json) as run:
             report = compact_database(
-                args.path, "spark", session=run.session, master=args.master, tasks=args.tasks
+                args.path, "spark", session=run.session, master=args.master, tasks=args.tasks, start=start, end=end
             )
         report["spark_startup_seconds"] = run.startup_seconds
     if args.json:

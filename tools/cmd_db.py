@@ -25,13 +25,15 @@ if TYPE_CHECKING:  # the engine is imported where it is used (see tools.cmd_mani
 def register(sub: argparse._SubParsersAction) -> None:
     get = sub.add_parser(
         "get",
-        help="the visible value of a key, read-only",
+        help="the visible value of one or more keys, read-only",
         description="Read KEY through the engine, read-only (a running writer is not fenced): the latest "
-        "state, or with --as-of/--seq the state as of a time or a commit. Exits 1 when the key is absent, "
-        "deleted or expired.",
+        "state, or with --as-of/--seq the state as of a time or a commit. Several KEYs are read from the "
+        "same state and printed one row per key, in the order given, a key without a visible value as "
+        "'(not found)' (JSON: a list, with \"found\": false). Exits 1 when a key is absent, deleted or "
+        "expired.",
     )
     get.add_argument("path", metavar="PATH")
-    get.add_argument("key", metavar="KEY")
+    get.add_argument("keys", metavar="KEY", nargs="+")
     read_options.add_read_options(get, "as-of")
     get.set_defaults(func=cmd_get)
 
@@ -86,24 +88,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     render.add_output_args(du, bytes_args=False)
     du.set_defaults(func=cmd_du)
 
+    ap = sub.add_parser(
+        "approx-size",
+        help="estimated bytes of a key range, from the SSTs' block indexes (read-only)",
+        description="Estimate the bytes the keys in [--from, --to) take, as RocksDB's GetApproximateSizes: "
+        "the stored size of the SST data blocks that can hold keys of the range, found in each SST's block "
+        "index (no data block is read; whole blocks, so up to one block too many at each end of each SST; "
+        "every stored version counts: shadowed ones, tombstones and expired rows too), plus the rows of "
+        "the range not flushed yet (the WAL, replayed into memory). Opens the database read-only.",
+    )
+    ap.add_argument("path", metavar="PATH")
+    ap.add_argument("--from", dest="start", metavar="KEY", help="first key (inclusive)")
+    ap.add_argument("--to", dest="end", metavar="KEY", help="last key (exclusive)")
+    ap.add_argument("--no-memtable", action="store_true", help="the SSTs only, not the unflushed rows")
+    ap.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    render.add_key_input_args(ap)
+    ap.set_defaults(func=cmd_approx_size)
 
-def entry_json(e: Entry, mode: str) -> dict[str, Any]:
+
+def entry_json(e: Entry, mode: render.BytesMode) -> dict[str, Any]:
     d: dict[str, Any] = {}
-    render.put_bytes(d, "key", e.key, mode)
-    render.put_bytes(d, "value", e.value, mode)
+    render.put_bytes(d, "key", e.key, mode.key)
+    render.put_bytes(d, "value", e.value, mode.value)
     d["seq"] = e.seq
     d["ts"] = e.ts
     d["expire_ts"] = e.expire_ts
     return d
 
 
-def entry_cells(e: Entry, mode: str) -> tuple:
+def entry_cells(e: Entry, mode: render.BytesMode) -> tuple:
     return (
-        render.bytes_for_table(e.key, mode),
+        render.bytes_for_table(e.key, mode.key),
         e.seq,
         render.time_cell(e.ts),
         render.time_cell(e.expire_ts),
-        render.bytes_for_table(e.value, mode, render.MAX_VALUE_CHARS),
+        render.bytes_for_table(e.value, mode.value, render.MAX_VALUE_CHARS),
     )
 
 
@@ -113,13 +132,16 @@ ENTRY_HEADERS = ("key", "seq", "ts", "expire_ts", "value")
 # -- get / scan -----------------------------------------------------------------------------------------
 def cmd_get(args: argparse.Namespace) -> int:
     mode = args.bytes_mode
-    key = render.parse_key(args.key, mode == "hex", "KEY")
+    keys = [render.parse_key(k, mode.key_in, "KEY") for k in args.keys]
     with read_options.reading(args) as (db, options):
-        e = db.get_entry(key, options)
+        entries = [db.get_entry(key, options) for key in keys]  # one state: a read-only handle's own
+    if len(keys) > 1:
+        return _print_many(args, keys, entries)
+    key, e = keys[0], entries[0]
     if e is None:
         if args.json:
             render.print_json(None)
-        render.error(f"key {render.bytes_for_table(key, mode)} not found (absent, deleted or expired)")
+        render.error(f"key {render.bytes_for_table(key, mode.key)} not found (absent, deleted or expired)")
         return 1
     if args.json:
         render.print_json(entry_json(e, mode))
@@ -127,8 +149,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         render.print_text(
             render.properties(
                 [
-                    ("key", render.bytes_for_table(e.key, mode)),
-                    ("value", render.bytes_for_table(e.value, mode)),
+                    ("key", render.bytes_for_table(e.key, mode.key)),
+                    ("value", render.bytes_for_table(e.value, mode.value)),
                     ("seq", e.seq),
                     ("ts", render.time_detail(e.ts)),
                     ("expire_ts", render.time_detail(e.expire_ts)),
@@ -138,12 +160,42 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
+NOT_FOUND = "(not found)"
+
+
+def _print_many(args: argparse.Namespace, keys: list[bytes], entries: list[Entry | None]) -> int:
+    """``lsm get DB K1 K2 ...``: one row (JSON: one object) per key in the order given; exit 1 naming
+    how many keys had no visible value, as ``get`` of one key does."""
+    mode = args.bytes_mode
+    if args.json:
+        out = []
+        for key, e in zip(keys, entries, strict=True):
+            d: dict[str, Any] = {}
+            render.put_bytes(d, "key", key, mode.key)
+            d["found"] = e is not None
+            if e is None:
+                d.update(value=None, seq=None, ts=None, expire_ts=None)
+            else:
+                d.update({k: v for k, v in entry_json(e, mode).items() if not k.startswith("key")})
+            out.append(d)
+        render.print_json_array(out)
+    else:
+        cells = [
+            entry_cells(e, mode) if e is not None else (render.bytes_for_table(key, mode.key), "-", "-", "-", NOT_FOUND)
+            for key, e in zip(keys, entries, strict=True)
+        ]
+        render.print_text(render.table(ENTRY_HEADERS, cells))
+    missing = sum(e is None for e in entries)
+    if missing:
+        render.error(f"{missing} of {render.plural(len(keys), 'key')} not found (absent, deleted or expired)")
+        return 1
+    return 0
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     mode = args.bytes_mode
-    hex_in = mode == "hex"
-    start = None if args.start is None else render.parse_key(args.start, hex_in, "--from")
-    end = None if args.end is None else render.parse_key(args.end, hex_in, "--to")
-    prefix = None if args.prefix is None else render.parse_key(args.prefix, hex_in, "--prefix")
+    start, end = render.key_range(args)
+    prefix = None if args.prefix is None else render.parse_key(args.prefix, mode.key_in, "--prefix")
     if args.all_versions:
         return _scan_all_versions(args, start, end, prefix)
     with read_options.reading(args) as (db, options):
@@ -218,7 +270,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         ),
         (
             "wal",
-            f"{render.plural(rep.wal_segments, 'segment')}, {render.plural(rep.wal_records, 'record')} decode",
+            f"{render.plural(rep.wal_segments, 'segment')} read, {render.plural(rep.wal_records, 'record')} to replay",
         ),
     ]
     rows += [("note", n) for n in rep.notes]
@@ -269,6 +321,35 @@ def cmd_du(args: argparse.Namespace) -> int:
     render.print_text(f"purge lag: {purge_lag_text(rep.purge_lag)}")
     if store is not None:
         _print_objects(objects, store.stats())
+    return 0
+
+
+# -- approx-size ------------------------------------------------------------------------------------------
+def cmd_approx_size(args: argparse.Namespace) -> int:
+    start, end = render.key_range(args)
+    with read_options.open_read_only(args.path) as db:
+        est = db.approximate_size(start, end, include_memtables=not args.no_memtable)
+    if args.json:
+        render.print_json({"path": args.path, "from": args.start, "to": args.end, **est.to_dict()})
+        return 0
+    hb = lambda n: render.human_bytes(n) if n < 1024 else f"{render.human_bytes(n)} ({n} B)"  # noqa: E731
+    mem = "not counted (--no-memtable)" if args.no_memtable else (
+        f"{hb(est.memtable_bytes)} in {render.plural(est.memtable_rows, 'row')}"
+    )
+    render.print_text(
+        render.properties(
+            [
+                ("range", f"[{args.start or '-'}, {args.end or '-'})"),
+                (
+                    "ssts",
+                    f"{hb(est.sst_bytes)} in {render.plural(est.sst_files, 'SST')}, "
+                    f"about {render.plural(est.sst_rows, 'row')} (whole blocks, every stored version)",
+                ),
+                ("memtable", mem),
+                ("total", hb(est.total_bytes)),
+            ]
+        )
+    )
     return 0
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import os
 import sys
 from typing import Any
@@ -47,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and print a summary; default: standard output",
     )
     d.add_argument("--json", action="store_true", help="print the --out summary as JSON")
+    add_range_args(d)
     d.set_defaults(func=cmd_dump)
 
     ld = sub.add_parser(
@@ -70,8 +72,37 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # -- dump -------------------------------------------------------------------------------------------------
-def dump_database(path: str, out: Any, source: str | None = None) -> dict[str, Any]:
-    """Write the dump of the database at `path` to the binary stream `out`; return its summary."""
+def add_range_args(d: argparse.ArgumentParser) -> None:
+    """--from/--to/--limit of ``lsm dump``: a part of the key space, as ``ldb dump --from --to --max_keys``.
+    The file is an ordinary dump of the keys it holds (`lsm load` reads it like any other)."""
+    d.add_argument("--from", dest="start", metavar="KEY", help="first key dumped (inclusive)")
+    d.add_argument("--to", dest="end", metavar="KEY", help="dump keys before KEY (exclusive)")
+    d.add_argument("--limit", type=render.int_arg(0), metavar="N", help="dump at most N keys (records)")
+    render.add_key_input_args(d)
+
+
+def _range_text(summary: dict[str, Any]) -> str:
+    """`` (keys [a, m), the first 10)`` for a summary of a partial dump, "" for a whole one."""
+    r = summary.get("range")
+    if r is None:
+        return ""
+    bounds = f"[{'-' if r['from'] is None else r['from']}, {'-' if r['to'] is None else r['to']})"
+    limit = "" if r["limit"] is None else f", at most {r['limit']}"
+    return f" (keys {bounds}{limit})"
+
+
+def dump_database(
+    path: str,
+    out: Any,
+    source: str | None = None,
+    *,
+    start: bytes | None = None,
+    end: bytes | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """Write the dump of the database at `path` to the binary stream `out`; return its summary. `start`
+    (inclusive), `end` (exclusive) and `limit` (records) dump a part of it: the newest version of each
+    key in [start, end), the first `limit` of them."""
     from lsm.clock import SystemClock
     from lsm.history import open_view
     from lsm.inspect import view_versions
@@ -89,37 +120,42 @@ def dump_database(path: str, out: Any, source: str | None = None) -> dict[str, A
 
     with open_view(path) as view:  # one consistent state: its last durable seq goes in the header
         seq = view.last_seq
-        n = write_dump(
-            out, counted(newest_versions(view_versions(view))), source or path, seq, SystemClock().now()
-        )
+        records = newest_versions(view_versions(view, start, end))
+        if limit is not None:
+            records = itertools.islice(records, limit)
+        n = write_dump(out, counted(records), source or path, seq, SystemClock().now())
     return {"path": path, "records": n, **counts, "seq": seq}
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
+    start, end = render.key_range(args)
+    part = {"start": start, "end": end, "limit": args.limit}
     if args.out is None:
-        dump_database(args.path, sys.stdout.buffer)
+        dump_database(args.path, sys.stdout.buffer, **part)
         sys.stdout.buffer.flush()
         return 0
     if is_url(args.out):  # an object is written by one PUT: whole or not at all, no temporary needed
         buf = io.BytesIO()
-        summary = dump_database(args.path, buf)
+        summary = dump_database(args.path, buf, **part)
         storage_for(args.out).write_file(args.out, [buf.getbuffer()])
     else:
         tmp = f"{args.out}.tmp-{os.getpid()}"
         try:
             with open(tmp, "wb") as f:
-                summary = dump_database(args.path, f)
+                summary = dump_database(args.path, f, **part)
             os.replace(tmp, args.out)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     summary["out"] = args.out
+    if start is not None or end is not None or args.limit is not None:
+        summary["range"] = {"from": args.start, "to": args.end, "limit": args.limit}
     if args.json:
         render.print_json(summary)
     else:
         render.print_text(
             f"dumped {render.plural(summary['records'], 'record')} "
-            f"({render.plural(summary['tombstones'], 'tombstone')}, {summary['with_ttl']} with a TTL) of {args.path} at seq {summary['seq']} to {args.out}"
+            f"({render.plural(summary['tombstones'], 'tombstone')}, {summary['with_ttl']} with a TTL) of {args.path}{_range_text(summary)} at seq {summary['seq']} to {args.out}"
         )
     return 0
 
@@ -149,9 +185,18 @@ def load_dump(path: str, dump: Dump, create: bool = False) -> dict[str, Any]:
         raise DumpFileError(
             f"the dump's {len(dump.records)} records ({size} bytes) exceed one commit's 4 GiB"
         )
+    from lsm.errors import NotADatabaseError
+    from tools.preflight import commit_floor
+
+    if not dump.records:  # nothing to commit: open (to create) only a store that is not there yet
+        try:
+            db_dir(path)
+        except NotADatabaseError:
+            with open_writable(path, create):
+                pass
+        return {"path": path, "records": 0, "seq": None, "ts": None}
+    commit_floor(path)  # a commit this host's clock cannot stamp: refused before the open fences anyone
     with open_writable(path, create) as db:
-        if not dump.records:
-            return {"path": path, "records": 0, "seq": None, "ts": None}
         rows = [(r.key, r.expire_ts, r.value) for r in dump.records]
         nbytes = sum(len(r.key) + len(r.value or b"") for r in dump.records)
 
@@ -174,7 +219,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     else:
         render.print_text(
             f"loaded {render.plural(summary['records'], 'record')} ({render.plural(tombstones, 'tombstone')}) into {args.path} as one commit, "
-            f"seq {summary['seq']} (dump of {dump.header['source']} at seq {dump.header['seq']})"
+            f"seq {summary['seq']} (dump of {render.escaped(dump.header['source'])} at seq {dump.header['seq']})"
         )
     return 0
 

@@ -104,6 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="bulk load slices (tasks); default: the CPUs (local) or Spark's default parallelism",
     )
+    from tools.common import add_conf_arg
+
+    add_conf_arg(ing)
     render.add_output_args(ing, bytes_args=False)
     ing.set_defaults(func=cmd_ingest)
 
@@ -235,14 +238,19 @@ def _ingest(args: argparse.Namespace) -> int:
     import lsm
     from lsm.remap_store import check_name
     from lsm.sources import BatchSource
+    from lsm.sources.protocol import ProgressSource
     from lsm.sources.registry import SOURCES, open_source
-    from tools.cmd_log import local_log_dir
+    from storage import is_url
+    from tools.cmd_log import log_location
 
     # Everything that can be refused is refused before the store is opened: opening it writable fences a
     # running writer, and creates the database directory when there is none.
     check_name(args.name)
-    if args.source == "partitioned-log" and not os.path.isdir(local_log_dir(args.log)):
-        raise ValueError(f"{args.log}: no such log directory")
+    from tools.common import check_conf_engine
+
+    check_conf_engine(args.conf, args.engine)
+    if args.source == "partitioned-log" and not is_url(log_location(args.log)) and not os.path.isdir(args.log):
+        raise ValueError(f"{args.log}: no such log directory")  # (a URL without a log: SourceError below)
     if args.engine == "stream" and (args.master is not None or args.tasks is not None):
         raise ValueError("--master and --tasks apply to --engine local or spark only")
     if args.engine != "stream" and args.times != "store":
@@ -250,6 +258,15 @@ def _ingest(args: argparse.Namespace) -> int:
     if args.source not in SOURCES and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # an adapter of the project at hand, as `python -m` finds it
     log = open_source(args.source, args.log)
+    if args.times == "source" and not isinstance(log, ProgressSource):
+        raise ValueError(
+            f"--times source needs a source that reports its progress (lsm.sources.ProgressSource); "
+            f"{type(log).__name__} has none"
+        )
+    if args.times == "store":  # commits stamped by this host's clock: one it cannot stamp is refused here
+        from tools.preflight import commit_floor
+
+        commit_floor(args.path)
     # index every partition now (what the ingest does first anyway, on this same instance, so it costs
     # nothing twice): a partition that cannot be read (not a regular file, damaged, unreadable) fails here
     end_of = log.plan_end if args.engine != "stream" and isinstance(log, BatchSource) else log.end
@@ -324,6 +341,22 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_target(path: str) -> None:
+    """NotADatabaseError for a path `lsm.DB.open` would refuse to create a store at (a file, a non-empty
+    directory holding no database), without opening anything."""
+    import os
+
+    from lsm.errors import NotADatabaseError
+    from storage import is_url
+
+    if is_url(path) or not os.path.lexists(path):
+        return
+    if not os.path.isdir(path):
+        raise NotADatabaseError(f"{path}: is a file, not a database directory")
+    if os.listdir(path) and not os.path.isdir(os.path.join(path, "manifest")):
+        raise NotADatabaseError(f"{path}: directory is not empty and holds no lsm-sim database")
+
+
 def _bulk(args: argparse.Namespace, log_source: Any) -> int:
     """``--engine local|spark``: one bulk load (lsm.bulk) of `log_source` (the checked PartitionedLog),
     then the same summary as a streaming ingest."""
@@ -337,13 +370,13 @@ def _bulk(args: argparse.Namespace, log_source: Any) -> int:
     if args.master is not None and args.engine != "spark":
         raise ValueError("--master applies to --engine spark only")
     t0 = time.monotonic()
-    # the database first: a bad path fails before a JVM is started
-    with lsm.DB.open(args.path, lsm.DbOptions(history_retention=args.history_retention)) as db:
-        with contextlib.ExitStack() as stack:
-            session = None
-            if args.engine == "spark":  # the JVM and its workers log to a file, not on our stderr
-                run = spark_session_for(args.master or "local[*]", "ingest", progress=not args.json)
-                session = stack.enter_context(run).session
+    _check_target(args.path)  # a bad path fails before a JVM is started...
+    with contextlib.ExitStack() as stack:
+        session = None
+        if args.engine == "spark":  # ...and Spark starts before the open, which fences a running writer
+            run = spark_session_for(args.master or "local[*]", "ingest", conf=args.conf, progress=not args.json)
+            session = stack.enter_context(run).session  # the JVM and its workers log to a file
+        with lsm.DB.open(args.path, lsm.DbOptions(history_retention=args.history_retention)) as db:
             stats = db.ingest(
                 log_source,
                 name=args.name,
@@ -353,7 +386,7 @@ def _bulk(args: argparse.Namespace, log_source: Any) -> int:
                 spark=session,
                 tasks=args.tasks,
             )
-        seq = db.seq
+            seq = db.seq
     elapsed = time.monotonic() - t0
     frontier = stats.frontier
     summary = {

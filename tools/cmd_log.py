@@ -21,6 +21,11 @@ event_ts below TIME, what ``lsm ingest --times source`` commits by.
 
 A bad line stops the command (exit 2) naming the line; the lines before it were already appended.
 
+DIR may be an object-store URL (``s3://bucket/prefix``): the log is then a chain of immutable segment
+objects per partition (lsm.sources.object_log, docs/sources.md), and the records of a partition are
+published as one segment at the end of stdin, every 4 MiB, or each on its own with ``--sync``; a reader
+sees them once published.
+
 ``lsm log show DIR`` prints the complete records (partition, offset, op, key, value, ttl, event_ts, tx),
 and notes a torn tail (a record a producer is still appending). ``--json`` prints a JSON array of the
 record objects above, each with its ``offset``.
@@ -46,7 +51,7 @@ from tools import render
 
 SHOW_COLUMNS = ("partition", "offset", "op", "key", "value", "ttl", "event_ts", "tx")
 FIELDS = frozenset(
-    ("partition", "offset", "key", "key_hex", "value", "value_hex", "ttl", "event_ts", "tx", "tx_end")
+    ("partition", "offset", "key", "key_hex", "key_base64", "value", "value_hex", "value_base64", "ttl", "event_ts", "tx", "tx_end")
 )
 
 
@@ -61,11 +66,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         'ms, "event_ts": ms or RFC 3339, "tx": id, "tx_end": true}. Keys and values are UTF-8 text, or hex '
         'with "key_hex": true / "value_hex": true. Prints where the records went.',
     )
-    w.add_argument("dir", metavar="DIR")
+    w.add_argument("dir", metavar="DIR", help="the log's directory, or an s3://bucket/prefix URL")
     w.add_argument(
         "--partition", type=_partition_arg, default=0, metavar="P", help="for lines without one (0)"
     )
-    w.add_argument("--sync", action="store_true", help="fsync after every record (else once at the end)")
+    w.add_argument(
+        "--sync",
+        action="store_true",
+        help="fsync after every record (else once at the end); on an object store, publish every record as "
+        "its own segment (else at the end and every 4 MiB per partition)",
+    )
     w.add_argument("--json", action="store_true", help="print the summary as JSON")
     w.set_defaults(func=cmd_write)
 
@@ -77,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "record). With --follow, then print each record as it is appended (partitions created later "
         "included) until Ctrl-C or SIGTERM, which exits 0.",
     )
-    sh.add_argument("dir", metavar="DIR")
+    sh.add_argument("dir", metavar="DIR", help="the log's directory, or an s3://bucket/prefix URL")
     sh.add_argument("--partition", type=_partition_arg, metavar="P", help="only partition P")
     sh.add_argument("--from", dest="start", type=render.int_arg(0), default=0, metavar="OFFSET")
     sh.add_argument("--limit", type=render.int_arg(0), metavar="N", help="at most N records per partition")
@@ -164,7 +174,10 @@ def advance_line(line: str) -> tuple[int, list[int] | None] | None:
     it is bad."""
     if '"advance"' not in line:
         return None
-    obj = json.loads(line)
+    try:
+        obj = json.loads(line)
+    except RecursionError:  # as in parse_line: a marker is one flat object
+        raise ValueError("JSON nested too deeply (a progress marker is one flat object)") from None
     if not isinstance(obj, dict) or "advance" not in obj:
         return None
     unknown = sorted(set(obj) - {"advance", "partition"})
@@ -181,13 +194,14 @@ def advance_line(line: str) -> tuple[int, list[int] | None] | None:
     return ts, None if p is None else [p]
 
 
-def local_log_dir(path: str) -> str:
-    """`path`, refused (ValueError) if it is an object-store URL: a partitioned log's partitions are files
-    appended to in place, which an object (written once) cannot be."""
-    from storage import is_url
-
-    if is_url(path):
-        raise ValueError(f"{path}: a partitioned log is a local directory, not an object-store URL (its partitions are appended to)")
+def log_location(path: str) -> str:
+    """`path`: a directory, or the URL of a log on an object store (lsm.sources.object_log); refused
+    (ValueError) if it is a ``memory://`` URL, which would be gone when this command ends."""
+    if path.startswith("memory://"):
+        raise ValueError(
+            f"{path}: a memory:// log lives inside one process and would be gone when this command ends: "
+            "use a directory or an s3:// URL"
+        )
     return path
 
 
@@ -195,7 +209,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     from lsm.errors import SourceError
     from lsm.sources import LogWriter
 
-    local_log_dir(args.dir)
+    log_location(args.dir)
     written: dict[int, list[int]] = {}  # partition -> [first offset, next offset]
     count = markers = 0
     with LogWriter(args.dir, sync=args.sync) as w:
@@ -242,23 +256,23 @@ def cmd_write(args: argparse.Namespace) -> int:
 
 
 # -- show -----------------------------------------------------------------------------------------------
-def record_json(r: Any, mode: str) -> dict[str, Any]:
+def record_json(r: Any, mode: render.BytesMode) -> dict[str, Any]:
     """One record as a JSON object (the shape `lsm log write` reads, plus its offset)."""
     d: dict[str, Any] = {"partition": r.partition, "offset": r.offset}
-    render.put_bytes(d, "key", r.key, mode)
-    render.put_bytes(d, "value", r.value, mode)
+    render.put_bytes(d, "key", r.key, mode.key)
+    render.put_bytes(d, "value", r.value, mode.value)
     d.update(ttl=r.ttl, event_ts=r.event_ts, tx=r.tx, tx_end=r.tx_end)
     return d
 
 
-def _cells(r: Any, mode: str) -> tuple:
+def _cells(r: Any, mode: render.BytesMode) -> tuple:
     """The table cells of one record: partition, offset, op, key, value, ttl, event_ts, tx."""
     return (
         r.partition,
         r.offset,
         "delete" if r.value is None else "put",
-        render.bytes_for_table(r.key, mode),
-        render.bytes_for_table(r.value, mode, render.MAX_VALUE_CHARS),
+        render.bytes_for_table(r.key, mode.key),
+        render.bytes_for_table(r.value, mode.value, render.MAX_VALUE_CHARS),
         "-" if r.ttl is None else r.ttl,
         render.time_cell(r.event_ts),
         "-" if r.tx is None else f"{r.tx}{' (end)' if r.tx_end else ''}",
@@ -269,7 +283,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from lsm.sources import PartitionedLog
 
     mode = args.bytes_mode
-    log = PartitionedLog(local_log_dir(args.dir))
+    log = PartitionedLog(log_location(args.dir))
     if args.follow:
         if args.limit is not None:
             raise ValueError("--limit does not apply to --follow (it prints records until Ctrl-C)")
@@ -288,11 +302,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if cells:
         render.print_text(render.table(SHOW_COLUMNS, cells))
     ends = {p: log.end(p) for p in parts}
-    total = sum(ends.values())
-    render.print_text(
-        f"{len(parts)} partition{'s' if len(parts) != 1 else ''}, {total} record{'s' if total != 1 else ''}"
-        + (f" ({', '.join(f'{p}: {n}' for p, n in ends.items())})" if parts else "")
-    )
+    render.print_text(count_line(cells, ends))
     for p in parts:
         torn = log.torn_bytes(p)
         if torn:
@@ -301,6 +311,21 @@ def cmd_show(args: argparse.Namespace) -> int:
                 "appended (or cut short); it is not a record yet"
             )
     return 0
+
+
+def count_line(cells: list[tuple], ends: dict[int, int]) -> str:
+    """The line under ``log show``'s table: the partitions and the records it shows; when --from or
+    --limit left some out, how many of each partition's records those are."""
+    shown: dict[int, int] = dict.fromkeys(ends, 0)
+    for c in cells:
+        shown[c[0]] += 1
+    n, total = len(cells), sum(ends.values())
+    parts = render.plural(len(ends), "partition")
+    if n == total:
+        per = f" ({', '.join(f'{p}: {k}' for p, k in ends.items())})" if ends else ""
+        return f"{parts}, {render.plural(n, 'record')}{per}"
+    per = ", ".join(f"{p}: {shown[p]} of {k}" for p, k in ends.items())
+    return f"{parts}, {n} of {render.plural(total, 'record')} shown ({per})"
 
 
 # -- show --follow --------------------------------------------------------------------------------------

@@ -134,7 +134,7 @@ def read_version(path: str, mid: int | None) -> tuple[int | None, str, Manifest]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    mode = args.bytes_mode
+    mode = args.bytes_mode.key  # a manifest shows keys only
     mid, mpath, m = read_version(args.path, args.id)
     if args.json:
         render.print_json(manifest_json(mid, mpath, m, mode))

@@ -8,6 +8,10 @@ complete yet); ``--limit N`` keeps the newest N bindings, newest first; ``--part
 ``--as-of TIME`` prints the binding in force at TIME, ``--offset P:O`` the binding in which record O of
 partition P became visible; either exits 1 when there is none (``--json`` still prints the object, with
 a null binding). Times are printed as RFC 3339 and epoch ms.
+
+``--log SOURCE`` (``--source KIND``, default a partitioned log's directory) is the consumer-lag view, as
+``kafka-consumer-groups --describe``: per partition the log's end, the frontier's next offset and their
+difference, and a total. The remap records what was read, not where from, so the log is named here.
 """
 
 from __future__ import annotations
@@ -36,14 +40,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     rm.add_argument(
         "--limit", type=render.int_arg(1), metavar="N", help="only the newest N bindings, newest first"
     )
-    rm.add_argument("--partition", type=render.int_arg(0), metavar="P", help="only partition P's rows")
+    rm.add_argument("--partition", type=_partition_arg, metavar="P", help="only partition P's rows")
     g = rm.add_mutually_exclusive_group()
     g.add_argument("--as-of", type=render.time_arg, metavar="TIME", help="the binding in force at TIME")
     g.add_argument(
         "--offset", type=_offset_arg, metavar="P:O", help="the binding that made record P:O visible"
     )
+    add_lag_args(rm)
     render.add_output_args(rm, bytes_args=False)
     rm.set_defaults(func=cmd_remap)
+
+
+def _partition_arg(text: str) -> int:
+    """A partition id as `lsm log show --partition` takes it: 0..2**64-1, what a binding stores."""
+    from lsm.sources.protocol import MAX_PARTITION
+
+    return render.int_arg(0, MAX_PARTITION)(text)
 
 
 def _offset_arg(text: str) -> tuple[int, int]:
@@ -56,6 +68,10 @@ def _offset_arg(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not PARTITION:OFFSET (e.g. 0:42)") from None
     if part < 0 or off < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: partition and offset must be >= 0")
+    from lsm.sources.protocol import MAX_PARTITION
+
+    if part > MAX_PARTITION:
+        raise argparse.ArgumentTypeError(f"{text!r}: partition {part} is above {MAX_PARTITION}")
     return part, off
 
 
@@ -77,12 +93,18 @@ def cmd_remap(args: argparse.Namespace) -> int:
     lookup = args.as_of is not None or args.offset is not None
     if args.name is None and (lookup or args.limit is not None or args.partition is not None):
         raise ValueError("--as-of, --offset, --limit and --partition need a source NAME")
+    if args.log is None and args.source != DEFAULT_SOURCE:
+        raise ValueError("--source says what --log is: give --log SOURCE with it")
+    if args.log is not None and (args.name is None or lookup or args.limit is not None):
+        raise ValueError("--log shows the lag of one source NAME (with --partition at most), not with --as-of, --offset or --limit")
     if lookup and (args.limit is not None or args.partition is not None):
         raise ValueError("--limit and --partition select rows of the relation, not with --as-of or --offset")
     with open_read_only(args.path) as db:
         if args.name is None:
             return _list_sources(args, [db.remap(n) for n in db.sources()])
         r = db.remap(args.name)
+    if args.log is not None:
+        return print_lag(args, r)
     if lookup:
         if args.as_of is not None:
             b = r.as_of(args.as_of)
@@ -161,6 +183,79 @@ def cmd_remap(args: argparse.Namespace) -> int:
         [(render.rfc3339(ts), ts, s, p, o) for ts, s, p, o in rows],
     )
     render.print_text(head + ("\n\n" + body if rows else ""))
+    return 0
+
+
+# -- consumer lag -------------------------------------------------------------------------------------------
+DEFAULT_SOURCE = "partitioned-log"
+
+
+def add_lag_args(rm: argparse.ArgumentParser) -> None:
+    """--log SOURCE and --source KIND: the consumer-lag view of ``lsm remap DB NAME``."""
+    rm.add_argument(
+        "--log",
+        metavar="SOURCE",
+        help="the source NAME is ingested from (a partitioned log's directory): print each partition's "
+        "log end, the frontier's next offset and the lag between them (the remap does not record where "
+        "it read from)",
+    )
+    rm.add_argument(
+        "--source",
+        default=DEFAULT_SOURCE,
+        metavar="KIND",
+        help="what --log is, as for lsm ingest: partitioned-log (default), database-log, or package.module:Factory",
+    )
+
+
+def lag_rows(source: Any, frontier: dict[int, int], partition: int | None) -> list[tuple[int, int, int, int]]:
+    """(partition, log end, next offset, lag) for every partition of `source` or of `frontier` (only
+    `partition` if given). A log that ends before the frontier is not the one read: ValueError."""
+    parts = sorted(set(source.partitions()) | set(frontier))
+    if partition is not None:
+        parts = [partition]
+    rows = []
+    for p in parts:
+        end, nxt = source.end(p), frontier.get(p, 0)
+        if end < nxt:
+            raise ValueError(
+                f"{source.name}: partition {p} ends at offset {end}, before the remap's next offset {nxt}: "
+                "not the source this remap read (or it lost records)"
+            )
+        rows.append((p, end, nxt, end - nxt))
+    return rows
+
+
+def print_lag(args: argparse.Namespace, r: Any) -> int:
+    """``lsm remap DB NAME --log SOURCE``: the consumer lag of remap `r`, partition by partition."""
+    from lsm.sources.registry import open_source
+
+    rows = lag_rows(open_source(args.source, args.log), r.frontier, args.partition)
+    total = tuple(sum(row[k] for row in rows) for k in (1, 2, 3))
+    if args.json:
+        render.print_json(
+            {
+                "name": args.name,
+                "log": args.log,
+                "source": args.source,
+                "partitions": [
+                    {"partition": p, "log_end": end, "next_offset": nxt, "lag": lag} for p, end, nxt, lag in rows
+                ],
+                "total": {"log_end": total[0], "next_offset": total[1], "lag": total[2]},
+                "pending": {"records": r.pending.records, "transactions": r.pending.transactions},
+            }
+        )
+        return 0
+    head = render.properties(
+        [
+            ("name", args.name),
+            ("log", args.log if args.source == DEFAULT_SOURCE else f"{args.log} ({args.source})"),
+            ("frontier", render.frontier_text(r.frontier)),
+            ("lag", f"{render.plural(total[2], 'record')} not read yet"),
+            ("pending", _pending_text(r.pending)),
+        ]
+    )
+    body = render.table(("partition", "log_end", "next_offset", "lag"), [*rows, ("total", *total)])
+    render.print_text(head + "\n\n" + body)
     return 0
 
 

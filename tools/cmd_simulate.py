@@ -18,7 +18,8 @@ import time
 from typing import Any
 
 from tools import render
-from tools.common import spark_session_for
+from tools.common import add_conf_arg, check_conf_engine, spark_session_for
+from tools.simulate.output import TABLE_WIDTH
 
 DAY_MS = 86_400_000
 
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="local: the simulations one after another in this process (default); spark: one Spark task each",
     )
     p.add_argument("--master", metavar="URL", help="Spark master for --engine spark (default local[*])")
+    add_conf_arg(p)
     p.add_argument(
         "--jobs",
         type=int,
@@ -53,6 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "results are the same)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help=f"print every column of the table (by default, columns are left out to fit {TABLE_WIDTH})",
+    )
     render.add_output_args(p, bytes_args=False)
     p.set_defaults(func=cmd_simulate)
 
@@ -64,6 +71,7 @@ class _Bars:
     def __init__(self, enabled: bool) -> None:
         self.tqdm = None
         self.overall: Any = None
+        self.plots: Any = None
         if enabled and sys.stderr.isatty():
             try:
                 from tqdm import tqdm
@@ -71,6 +79,16 @@ class _Bars:
                 self.tqdm = tqdm
             except ImportError:
                 pass
+
+    def plot(self, done: int, total: int) -> None:
+        """`tools.simulate.run` draws the plots: a bar of plots written, cleared once all are."""
+        if self.tqdm is None:
+            return
+        if self.plots is None:
+            self.plots = self.tqdm(total=total, desc="plots", unit="plot", file=sys.stderr, leave=False)
+        self.plots.update(done - self.plots.n)
+        if done >= total:
+            self.plots.close()
 
     def begin(self, n: int) -> None:
         """`tools.simulate.run` says how many simulations there are."""
@@ -120,6 +138,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise SpecError(f"{args.spec}: {e}") from None
     if args.engine != "spark" and args.master:
         raise ValueError("--master needs --engine spark")
+    check_conf_engine(args.conf, args.engine)
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.jobs > 1 and args.engine == "spark":
@@ -128,7 +147,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         session = None
         if args.engine == "spark":  # the JVM and its workers log to a file, not on our stderr
             run = spark_session_for(
-                args.master or "local[*]", "simulate", progress=not (args.no_progress or args.json)
+                args.master or "local[*]",
+                "simulate",
+                conf=args.conf,
+                progress=not (args.no_progress or args.json),
             )
             session = stack.enter_context(run).session
         summary = simulate.run(
@@ -145,7 +167,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         key = output.key_table(summary["policies"])
         if key is not None:  # a sweep: what P1, P2, ... stand for, before the rows that use them
             render.print_text(key + "\n\n")
-        render.print_text(output.summary_table(summary["policies"]))
+        render.print_text(output.summary_table(summary["policies"], None if args.wide else TABLE_WIDTH))
         files = ["summary.json", "timeseries.csv", "policies.csv", *summary["plots"]]
         render.print_text(f"wrote {', '.join(files)} in {args.out}")
     if not summary["plots"]:

@@ -124,14 +124,14 @@ def flag_text(flags: int) -> str:
     return "|".join(n for n in names if n) or "-"
 
 
-def row_json(row: tuple, mode: str) -> dict[str, Any]:
+def row_json(row: tuple, mode: render.BytesMode) -> dict[str, Any]:
     d: dict[str, Any] = {}
-    render.put_bytes(d, "key", row[0], mode)
+    render.put_bytes(d, "key", row[0], mode.key)
     d["seq"] = row[1]
     d["ts"] = row[2]
     d["expire_ts"] = row[3]
     d["flags"] = flag_bits(row)
-    render.put_bytes(d, "value", row[4], mode)
+    render.put_bytes(d, "value", row[4], mode.value)
     return d
 
 
@@ -165,7 +165,7 @@ def show_json(r: SstReader, mode: str) -> dict[str, Any]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     with open_sst(args.file) as r:
-        d = show_json(r, args.bytes_mode)
+        d = show_json(r, args.bytes_mode.key)
         if args.json:
             render.print_json(d)
             return 0
@@ -223,9 +223,7 @@ def scan_rows(r: SstReader, start: bytes | None, end: bytes | None, all_versions
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    hex_in = args.bytes_mode == "hex"
-    start = None if args.start is None else render.parse_key(args.start, hex_in, "--from")
-    end = None if args.end is None else render.parse_key(args.end, hex_in, "--to")
+    start, end = render.key_range(args)
     mode = args.bytes_mode
     with open_sst(args.file) as r:
         rows = scan_rows(r, start, end, args.all_versions)
@@ -241,15 +239,15 @@ def cmd_scan(args: argparse.Namespace) -> int:
 ROW_HEADERS = ("key", "seq", "ts", "expire_ts", "flags", "value")
 
 
-def row_cells(row: tuple, mode: str) -> tuple:
+def row_cells(row: tuple, mode: render.BytesMode) -> tuple:
     """The table cells of a stored row (`ROW_HEADERS`), as ``sst scan`` and ``scan --all-versions`` show it."""
     return (
-        render.bytes_for_table(row[0], mode),
+        render.bytes_for_table(row[0], mode.key),
         row[1],
         render.time_cell(row[2]),
         render.time_cell(row[3]),
         flag_text(flag_bits(row)),
-        render.bytes_for_table(row[4], mode, render.MAX_VALUE_CHARS),
+        render.bytes_for_table(row[4], mode.value, render.MAX_VALUE_CHARS),
     )
 
 
@@ -350,7 +348,7 @@ def layout_regions(r: SstReader) -> list[dict[str, Any]]:
 
 
 def cmd_layout(args: argparse.Namespace) -> int:
-    mode = args.bytes_mode
+    mode = args.bytes_mode.key  # only keys in a layout
     with open_sst(args.file) as r:
         regions = layout_regions(r)
         file_size = r.info.file_size

@@ -8,7 +8,9 @@ time bins (60 bins of 3 hours and longer; the histogram and "changes since a tim
 Every command but ``time-seq --reset`` and ``repair-clock`` opens the database read-only (``lsm.DB.open(path,
 read_only=True)``): no writer is fenced, the WAL is replayed in memory only. ``time-seq --reset`` opens
 it writable, which fences a running writer (its next write fails with FencedError), forgets the bins and
-commits that to the manifest.
+commits that to the manifest. ``repair-clock`` surveys the store read-only first (`DB.plan_clock_repair`)
+and opens it writable only for a repair that will run: a refused time, or nothing to repair, fences
+nobody.
 
 Times on the command line are RFC 3339 (``2024-01-31T12:00:00Z``; no offset means UTC) or epoch
 milliseconds. A lookup with no answer in the asked direction prints ``lsm: error: ...`` and exits 1
@@ -90,11 +92,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         "was once accepted, so every write fails with 'clock went back'): every row stamped after TIME "
         "(default: now) is restamped at TIME with its expiry moved back as much, remap times likewise, the "
         "seq tracker forgets the pairs after TIME and the time bins are reset; then the watermark becomes "
-        "TIME. Keys, values, seqs and their order are unchanged. The rewrite is a full compaction. Opens "
-        "the database WRITABLE: a process writing to PATH is fenced. Nothing after TIME: nothing changes.",
+        "TIME. Keys, values, seqs and their order are unchanged. The rewrite is a full compaction. A TIME "
+        "before a row committed within the skew guard (stamped at most DbOptions.max_clock_skew_ms, one "
+        "day, ahead of the host's clock now) is refused, naming the rows it would move, unless --force; "
+        "a TIME before 1970 always is. The store is checked read-only first: only a repair that will run "
+        "opens it WRITABLE, which fences a process writing to PATH. Nothing after TIME: nothing changes.",
     )
     rc.add_argument("path", metavar="PATH")
-    rc.add_argument("--to", type=render.time_arg, metavar="TIME", help="the repair time (default: now)")
+    rc.add_argument(
+        "--to",
+        type=render.time_arg,
+        metavar="TIME",
+        help="the repair time (default: now, or the newest row committed within the skew guard if later)",
+    )
+    rc.add_argument(
+        "--force",
+        action="store_true",
+        help="move rows committed within the skew guard too (their expiries move back with them: a row "
+        "may expire at once)",
+    )
     render.add_output_args(rc, bytes_args=False)
     rc.set_defaults(func=cmd_repair_clock)
 
@@ -104,9 +120,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Print one line per key whose newest version is newer than the point: --seq N (seq > "
         "N), or --since TIME (RFC 3339 or epoch ms), which the decaying time bins map to a seq at or "
         "before TIME: it errs towards too many changes, never too few, and a TIME more than 3 hours after "
-        "the newest bin gives nothing. A delete, or a row whose TTL has passed, shows as op 'delete' with "
-        "no value (unless --include-expired; --expiry-at judges expiry at another time); deletes whose "
-        "tombstone compaction has removed are not shown. Ordered by seq. SSTs holding nothing newer are "
+        "the newest bin gives nothing. Op 'put', 'delete', or 'expired': a put whose TTL has passed (its "
+        "seq and ts are the put's, expire_ts says when it expired; its value only with --include-expired; "
+        "--expiry-at judges expiry at another time). Deletes and expired rows that compaction has removed "
+        "are not shown. Ordered by seq. SSTs holding nothing newer are "
         "not read. Opens the database read-only; its read options are those of get and scan.",
     )
     ch.add_argument("path", metavar="PATH")
@@ -245,11 +262,35 @@ def _reset(args: argparse.Namespace) -> int:
 # -- repair-clock ----------------------------------------------------------------------------------------
 def cmd_repair_clock(args: argparse.Namespace) -> int:
     from lsm.db import DB
+    from lsm.errors import ClockRepairError
     from lsm.options import DbOptions
     from tools.common import db_dir
 
-    with DB.open(db_dir(args.path), DbOptions(block_cache_bytes=0, background_compaction=False)) as db:
-        r = db.repair_clock(args.to)
+    path = db_dir(args.path)
+    # what the repair would do, from a read-only handle: a refused or needless repair fences nobody
+    with open_read_only(path) as db:
+        plan = db.plan_clock_repair(args.to)
+    why = plan.refusal()
+    if plan.watermark > plan.to and why is not None and not args.force:
+        raise ClockRepairError(f"{args.path}: {why} (--force)")
+    if plan.watermark <= plan.to:
+        r = None
+    else:
+        with DB.open(path, DbOptions(block_cache_bytes=0, background_compaction=False)) as db:
+            r = db.repair_clock(plan.to, force=args.force)
+    if r is None or not r.repaired:
+        before = plan.watermark if r is None else r.watermark_before
+        if args.json:
+            render.print_json(
+                {"path": args.path, "repaired": False, "watermark_before": before, "watermark_after": before,
+                 "rows_moved": 0, "rows_forced": 0}
+            )
+        else:
+            render.print_text(
+                f"{args.path}: nothing stamped after the repair time {render.time_detail(plan.to)} (watermark "
+                f"{render.time_detail(before)}): nothing to repair"
+            )
+        return 0
     if args.json:
         render.print_json(
             {
@@ -258,59 +299,77 @@ def cmd_repair_clock(args: argparse.Namespace) -> int:
                 "watermark_before": r.watermark_before,
                 "watermark_after": r.watermark_after,
                 "rows_moved": r.rows_moved,
+                "rows_forced": r.rows_forced,
             }
         )
-    elif r.repaired:
+    else:
+        forced = (
+            f" ({r.rows_forced} of them committed within the skew guard, moved by --force)" if r.rows_forced else ""
+        )
         render.print_text(
             f"{args.path}: clock watermark {render.time_detail(r.watermark_before)} -> "
-            f"{render.time_detail(r.watermark_after)}; {r.rows_moved} rows moved back; any writer that had "
+            f"{render.time_detail(r.watermark_after)}; {r.rows_moved} rows moved back{forced}; any writer that had "
             "the database open is now fenced"
-        )
-    else:
-        render.print_text(
-            f"{args.path}: nothing stamped after the repair time (watermark "
-            f"{render.time_detail(r.watermark_before)}): nothing to repair"
         )
     return 0
 
 
 # -- changes ---------------------------------------------------------------------------------------------
-CHANGE_HEADERS = ("seq", "ts", "op", "key", "value")
+CHANGE_HEADERS = ("seq", "ts", "op", "key", "expire_ts", "value")
 
 
-def _change_json(c: tuple[int, bytes, bytes | None, int | None], mode: str) -> dict[str, Any]:
-    seq, key, value, ts = c
-    d: dict[str, Any] = {"seq": seq, "ts": ts, "op": "put" if value is not None else "delete"}
-    render.put_bytes(d, "key", key, mode)
-    render.put_bytes(d, "value", value, mode)
+def change_op(c: tuple, now: int) -> str:
+    """What a change (seq, key, value, ts, expire_ts) was, as judged at `now`: "delete" (a tombstone),
+    "expired" (a put whose TTL passed by `now`: the key went without a delete) or "put". A put with a
+    TTL is a put until then; a tombstone carries no expire_ts."""
+    _seq, _key, value, _ts, exp = c
+    if exp is not None and now > exp:
+        return "expired"
+    return "delete" if value is None else "put"
+
+
+def _change_json(c: tuple, op: str, mode: render.BytesMode) -> dict[str, Any]:
+    seq, key, value, ts, exp = c
+    d: dict[str, Any] = {"seq": seq, "ts": ts, "op": op}
+    render.put_bytes(d, "key", key, mode.key)
+    render.put_bytes(d, "value", value, mode.value)
+    d["expire_ts"] = exp
     return d
 
 
-def _change_cells(c: tuple[int, bytes, bytes | None, int | None], mode: str) -> tuple:
-    seq, key, value, ts = c
+def _change_cells(c: tuple, op: str, mode: render.BytesMode) -> tuple:
+    seq, key, value, ts, exp = c
     return (
         seq,
         render.time_cell(ts),
-        "put" if value is not None else "delete",
-        render.bytes_for_table(key, mode),
-        "" if value is None else render.bytes_for_table(value, mode, render.MAX_VALUE_CHARS),
+        op,
+        render.bytes_for_table(key, mode.key),
+        render.time_cell(exp),
+        "" if value is None else render.bytes_for_table(value, mode.value, render.MAX_VALUE_CHARS),
     )
 
 
 def cmd_changes(args: argparse.Namespace) -> int:
+    import dataclasses
+
     mode = args.bytes_mode
     with read_options.reading(args) as (db, options):
+        # one judging time for the library's filter and for the ops printed
+        now = options.now if options.now is not None else db.engine.now()
+        options = dataclasses.replace(options, now=now)
         if args.since is not None:
-            it: Iterator = db.changes(since=args.since, options=options)
+            it: Iterator = db.changes(since=args.since, options=options, with_expire_ts=True)
         else:
-            it = db.changes(seq=args.seq, options=options)
+            it = db.changes(seq=args.seq, options=options, with_expire_ts=True)
         rows = list(it)
     if args.limit is not None:
         rows = rows[: args.limit]
+    ops = [change_op(c, now) for c in rows]
     if args.json:
-        render.print_json_array(_change_json(c, mode) for c in rows)
+        render.print_json_array(_change_json(c, op, mode) for c, op in zip(rows, ops, strict=True))
     else:
-        render.print_text(render.table(CHANGE_HEADERS, [_change_cells(c, mode) for c in rows]))
+        cells = [_change_cells(c, op, mode) for c, op in zip(rows, ops, strict=True)]
+        render.print_text(render.table(CHANGE_HEADERS, cells))
     return 0
 
 

@@ -1,4 +1,10 @@
-"""``lsm wal dump``: the WAL records not yet flushed to an SST, and a torn tail if any."""
+"""``lsm wal dump``: the WAL records not yet flushed to an SST, and a torn tail if any.
+
+Of a database it shows exactly what recovery replays: the complete records, from the segment the
+manifest's ``wal_replay_from`` names on, whose seq is above the manifest's ``last_seq``. A segment may
+also hold records already in an SST (an object-store WAL object carries the last records of a memtable
+its flush has since written, lsm.wal_object): replay skips those by seq, so the dump counts them apart
+(``flushed_records``) instead of listing them; ``--all`` lists every record of every segment on disk."""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import argparse
 import os
 from typing import Any
 
+from lsm.wal import TOLERATE_TRUNCATED_TAIL
 from storage import path_kind, storage_for
 from tools import render
 from tools.common import db_dir, latest_manifest
@@ -17,44 +24,51 @@ def register(sub: argparse._SubParsersAction) -> None:
     dump = s.add_parser(
         "dump",
         help="the WAL records not yet flushed (segment, offset, seq, ts, ops) and a torn tail",
-        description="Print the records of the WAL segments at or after the manifest's replay point "
-        "(those a restart replays), one line per operation, and where a segment ends in a torn record "
-        "(what a process killed mid-append leaves; replay stops there). PATH is a database directory, or "
-        "one .wal segment file to dump whole.",
+        description="Print the records a restart replays, one line per operation: those of the WAL "
+        "segments at or after the manifest's replay point whose seq is above its last_seq (a segment may "
+        "also hold records already flushed to an SST, which replay skips: they are counted, not listed), "
+        "and where a segment ends in a torn record (what a process killed mid-append leaves; replay stops "
+        "there). PATH is a database directory, or one .wal segment file to dump whole.",
     )
     dump.add_argument("path", metavar="PATH")
     dump.add_argument(
-        "--all", action="store_true", help="also segments before the replay point still on disk"
+        "--all",
+        action="store_true",
+        help="every record of every segment still on disk: also those already flushed, and segments before "
+        "the replay point",
     )
     render.add_output_args(dump)
     dump.set_defaults(func=cmd_dump)
 
 
-def segments_to_dump(path: str, include_all: bool) -> list[tuple[int | None, str]]:
-    from lsm import wal as wal_files
+def segments_to_dump(path: str, include_all: bool) -> tuple[list[tuple[int | None, str]], int | None]:
+    """The (segment id, path) to dump, and the seq above which recovery replays a record: the manifest's
+    last_seq for a database, None for one segment file (dumped whole)."""
+    from lsm.wal_replay import live_segments
+    from storage.paths import open_store, wal_ids
 
     kind = path_kind(path)
     if kind == "file":
         stem = os.path.basename(path).split(".", 1)[0]
-        return [(int(stem) if stem.isdigit() else None, path)]
+        return [(int(stem) if stem.isdigit() else None, path)], None
     if kind == "other":
         raise ValueError(f"{path}: not a regular file or a database directory")
     _mid, m = latest_manifest(db_dir(path))
-    wal_dir = os.path.join(path, "wal")
+    store = open_store(path)
     if include_all:
-        return wal_files.list_segments(wal_dir)
-    return wal_files.live_segments(wal_dir, m.wal_replay_from)
+        return wal_ids(store.storage, store.paths), m.last_seq
+    return live_segments(store, m.wal_replay_from), m.last_seq
 
 
-def op_json(row: tuple, mode: str) -> dict[str, Any]:
+def op_json(row: tuple, mode: render.BytesMode) -> dict[str, Any]:
     d: dict[str, Any] = {"op": "delete" if row[4] is None else "put"}
-    render.put_bytes(d, "key", row[0], mode)
+    render.put_bytes(d, "key", row[0], mode.key)
     d["expire_ts"] = row[3]
-    render.put_bytes(d, "value", row[4], mode)
+    render.put_bytes(d, "value", row[4], mode.value)
     return d
 
 
-def segment_json(seg: dict[str, Any], mode: str) -> dict[str, Any]:
+def segment_json(seg: dict[str, Any], mode: render.BytesMode) -> dict[str, Any]:
     d = dict(seg)
     d["records"] = [
         {"offset": rec.offset, "seq": rec.seq, "ts": rec.ts, "ops": [op_json(r, mode) for r in rec.rows]}
@@ -65,13 +79,15 @@ def segment_json(seg: dict[str, Any], mode: str) -> dict[str, Any]:
 
 def read_segments(path: str, include_all: bool) -> list[dict[str, Any]]:
     """Each segment to dump with its decoded records (`formats.wal.WalRecord`) and torn offset."""
-    from lsm import wal as wal_files
+    from lsm.wal_replay import decode
 
     out = []
-    for sid, p in segments_to_dump(path, include_all):
+    segments, last_seq = segments_to_dump(path, include_all)
+    for sid, p in segments:
         try:
-            size = storage_for(p).size(p)
-            records, torn = wal_files.read_segment(p)
+            buf = storage_for(p).read(p)
+            size = len(buf)
+            records, torn, _stop = decode(buf, p, TOLERATE_TRUNCATED_TAIL)
         except FileNotFoundError:
             if p == path:
                 raise
@@ -82,12 +98,16 @@ def read_segments(path: str, include_all: bool) -> list[dict[str, Any]]:
             raise ValueError(
                 f"{path}: not a WAL segment: no complete record (the first {render.plural(size, 'byte')} {'does' if size == 1 else 'do'} not decode as one)"
             )
+        flushed = 0 if last_seq is None else sum(1 for r in records if r.seq <= last_seq)
+        if flushed and not include_all:  # what replay skips: it is in an SST already
+            records = [r for r in records if r.seq > last_seq]
         out.append(
             {
                 "segment": sid,
                 "path": p,
                 "file_size": size,
                 "records": records,
+                "flushed_records": flushed,
                 "torn_offset": torn,
             }
         )
@@ -111,9 +131,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
                         rec.seq,
                         render.time_cell(rec.ts),
                         "delete" if row[4] is None else "put",
-                        render.bytes_for_table(row[0], mode),
+                        render.bytes_for_table(row[0], mode.key),
                         render.time_cell(row[3]),
-                        render.bytes_for_table(row[4], mode, render.MAX_VALUE_CHARS),
+                        render.bytes_for_table(row[4], mode.value, render.MAX_VALUE_CHARS),
                     )
                 )
     if cells:
@@ -121,9 +141,13 @@ def cmd_dump(args: argparse.Namespace) -> int:
             render.table(("segment", "offset", "seq", "ts", "op", "key", "expire_ts", "value"), cells)
         )
     nrec = sum(len(s["records"]) for s in segments)
-    render.print_text(
-        f"{len(segments)} segment{'s' if len(segments) != 1 else ''}, {nrec} record{'s' if nrec != 1 else ''}"
-    )
+    flushed = sum(s["flushed_records"] for s in segments)
+    line = f"{render.plural(len(segments), 'segment')}, {render.plural(nrec, 'record')}"
+    if args.all and flushed:
+        line += f" ({nrec - flushed} to replay, {flushed} already in SSTs)"
+    elif flushed:
+        line += f" to replay ({flushed} more already in SSTs, which replay skips: --all shows them)"
+    render.print_text(line)
     for seg in segments:
         if seg["torn_offset"] is not None:
             lost = seg["file_size"] - seg["torn_offset"]

@@ -6,7 +6,9 @@ replays and flushes its WAL, and the close flushes the new row to an L0 SST. A p
 is refused unless ``--create`` is given, so a typo'd path is an error rather than a new, empty database.
 
 KEY and VALUE are UTF-8 text, or hex with ``--hex`` (an optional ``0x`` prefix), as every key argument of
-``lsm`` (`tools.render.parse_key`).
+``lsm`` (`tools.render.parse_key`). Whatever the engine would refuse (an empty or reserved key, a TTL whose
+expiry does not fit, a store whose clock is ahead of this host's) is refused before the open
+(`tools.preflight`): a refused write fences nobody.
 """
 
 from __future__ import annotations
@@ -93,39 +95,45 @@ def _report(args: argparse.Namespace, d: dict[str, Any], text: str) -> None:
 
 def cmd_put(args: argparse.Namespace) -> int:
     mode = args.bytes_mode
-    hex_in = mode == "hex"
-    key = render.parse_key(args.key, hex_in, "KEY")
-    value = render.parse_key(args.value, hex_in, "VALUE")
+    key = render.parse_key(args.key, mode.key_in, "KEY")
+    value = render.parse_key(args.value, mode.value_in, "VALUE")
     from lsm.options import ReadOptions
+    from tools.preflight import check_put, commit_floor
+
+    check_put(key, value, args.ttl, commit_floor(args.path))  # before the open: it fences the writer
 
     with open_writable(args.path, args.create) as db:
         seq = db.put(key, value, ttl=args.ttl)
         e = db.get_entry(key, ReadOptions(include_expired=True))
     assert e is not None and e.seq == seq, "the row just written must be the visible one"
     d: dict[str, Any] = {"op": "put"}
-    render.put_bytes(d, "key", key, mode)
-    render.put_bytes(d, "value", value, mode)
+    render.put_bytes(d, "key", key, mode.key)
+    render.put_bytes(d, "value", value, mode.value)
     d.update(seq=seq, ts=e.ts, expire_ts=e.expire_ts)
     expires = "" if e.expire_ts is None else f", expires {render.rfc3339(e.expire_ts)}"
     _report(
         args,
         d,
-        f"put {render.bytes_for_table(key, mode)} at seq {seq} (ts {render.rfc3339(e.ts)}{expires})",
+        f"put {render.bytes_for_table(key, mode.key)} at seq {seq} (ts {render.rfc3339(e.ts)}{expires})",
     )
     return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
     mode = args.bytes_mode
-    key = render.parse_key(args.key, mode == "hex", "KEY")
+    key = render.parse_key(args.key, mode.key_in, "KEY")
+    from tools.preflight import check_delete, commit_floor
+
+    check_delete(key)  # before the open: it fences the writer
+    commit_floor(args.path)
     with open_writable(args.path, args.create) as db:
         had = db.get(key) is not None
         seq = db.delete(key)
     d: dict[str, Any] = {"op": "delete"}
-    render.put_bytes(d, "key", key, mode)
+    render.put_bytes(d, "key", key, mode.key)
     d.update(seq=seq, had_value=had)
     before = "it had a visible value" if had else "it had no visible value"
-    _report(args, d, f"deleted {render.bytes_for_table(key, mode)} at seq {seq} ({before})")
+    _report(args, d, f"deleted {render.bytes_for_table(key, mode.key)} at seq {seq} ({before})")
     return 0
 
 

@@ -6,14 +6,18 @@
 - `spark_session_for`: what every command that starts Spark runs its Spark work in: the session, its
   JVM's output in one log file (named in the error when something fails, removed after success) and a
   progress line on a terminal.
+- `add_conf_arg` / `conf_pair`: the repeatable ``--conf KEY=VALUE`` of every command that starts Spark,
+  handed to the SparkSession builder; a key that names a secret is refused (see `conf_pair`).
 - `stderr_to`: point file descriptor 2 at a log file meanwhile.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import os
+import re
 import sys
 import tempfile
 import time
@@ -70,6 +74,52 @@ def start_spark(master: str, *, app: str | None = None, conf: Sequence[tuple[str
     except Exception as e:  # noqa: BLE001 - a bad master URL, a JVM that died...: one line, not a traceback
         first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
         raise SparkStartError(f"cannot start Spark with master {master!r}: {first[:300]}") from None
+
+
+# a setting whose name says it holds a secret (Spark's own spark.redaction.regex, and AWS's names), unless it
+# names a file or a path that holds one (spark.authenticate.secret.file, AWS_SHARED_CREDENTIALS_FILE)
+_SECRET_NAME = re.compile(r"(?i)secret|password|passwd|token|access[._]?key")
+_FILE_NAME = re.compile(r"(?i)([._]file|[._]path|[._]dir)$")
+
+
+def conf_pair(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of a ``--conf`` option as (key, value); argparse.ArgumentTypeError unless KEY is a
+    Spark setting (``spark.``...) or when its name says it holds a secret: the value of every ``--conf``
+    is on this command's command line and on that of the JVM it starts, which every user of the machine
+    can read (``ps``). Credentials reach the executors by the channels of docs/spark.md instead."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not KEY=VALUE")
+    if not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"{key!r} is not a Spark setting (they start with 'spark.')")
+    if _SECRET_NAME.search(key) and not _FILE_NAME.search(key):
+        raise argparse.ArgumentTypeError(
+            f"{key} names a secret, and a --conf value is on the command line of this process and of the "
+            "JVM, where every user of the machine can read it (ps): give the executors credentials "
+            "through their own environment or a credentials file (docs/spark.md, 'Credentials')"
+        )
+    return key, value
+
+
+def add_conf_arg(p: argparse.ArgumentParser) -> None:
+    """The repeatable ``--conf KEY=VALUE`` (Spark settings for the session the command starts)."""
+    p.add_argument(
+        "--conf",
+        action="append",
+        type=conf_pair,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the session this command starts, as spark-submit's --conf (repeatable; "
+        "e.g. spark.executor.memory=4g, spark.executorEnv.AWS_SHARED_CREDENTIALS_FILE=/etc/lsm/aws); never a "
+        "secret: it would be on the command line",
+    )
+
+
+def check_conf_engine(conf: Sequence[tuple[str, str]], engine: str | None) -> None:
+    """ValueError when ``--conf`` is given to a command that will start no Spark session."""
+    if conf and engine != "spark":
+        raise ValueError("--conf applies to --engine spark only (it configures the Spark session)")
 
 
 @dataclasses.dataclass
@@ -148,6 +198,9 @@ def stderr_to(fd: int) -> Iterator[None]:
 
 
 __all__ = [
+    "add_conf_arg",
+    "check_conf_engine",
+    "conf_pair",
     "SparkCompactionError",
     "SparkRun",
     "SparkStartError",

@@ -9,13 +9,16 @@ and never removes it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 
 import lsm
 from formats.sst import write_sst
@@ -45,6 +48,76 @@ def cli(*argv: str) -> None:
     sys.stdout.flush()
     if status != 0:
         raise SystemExit(f"demo: 'lsm {shlex.join(argv)}' exited with {status}")
+
+
+# The demo's JVM logs at ERROR: its WARN start-up lines (no native Hadoop library, and so on) say
+# nothing to a reader of the demo; errors still reach the terminal. Spark prints its "default log4j
+# profile" banner only when no configuration is given, and its "Setting default log level" lines only
+# when the level of the logger of the class PySpark starts (PythonGatewayServer, which Spark treats as
+# an interactive shell) differs from the root's.
+LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+"""
+# Printed by the JVM itself, not log4j, when Spark 4 adds the vector incubator module: a notice, never an
+# error, so the demo drops exactly this line from the JVM's stderr and passes every other line on.
+JVM_NOTICES = ("WARNING: Using incubator modules:",)
+
+
+def quiet_spark_session(master: str, workdir: str) -> object:
+    """The demo's SparkSession for `master` (the one `compaction.spark.get_session` keeps, so the
+    engine's Spark executor uses it), started with its JVM logging at ERROR (`LOG4J2`, written into
+    `workdir`) and with the JVM's `JVM_NOTICES` lines dropped from stderr. The JVM keeps the filtered
+    stderr for its life, so an error it logs later still shows."""
+    from compaction.spark import get_session
+
+    conf = os.path.join(workdir, "log4j2-demo.properties")
+    with open(conf, "w") as f:
+        f.write(LOG4J2)
+    saved = os.environ.get("SPARK_SUBMIT_OPTS")
+    # spark-submit's launcher adds SPARK_SUBMIT_OPTS to the driver JVM's options (in local mode the
+    # driver is the whole of Spark)
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{saved or ''} -Dlog4j2.configurationFile=file:{conf}".strip()
+    try:
+        with _filtered_stderr(JVM_NOTICES):
+            return get_session(master)
+    finally:
+        if saved is None:
+            os.environ.pop("SPARK_SUBMIT_OPTS", None)
+        else:
+            os.environ["SPARK_SUBMIT_OPTS"] = saved
+
+
+@contextlib.contextmanager
+def _filtered_stderr(drop: tuple[str, ...]) -> Iterator[None]:
+    """Meanwhile, file descriptor 2 is a pipe that a thread copies to the real stderr, leaving out the
+    lines that start with one of `drop`. A process started meanwhile (the JVM) keeps writing into the
+    pipe after the block, and the thread keeps copying for as long as it does."""
+    sys.stderr.flush()
+    real = os.dup(2)
+    read_end, write_end = os.pipe()
+
+    def copy() -> None:
+        with os.fdopen(read_end, "rb") as src, os.fdopen(real, "wb", buffering=0) as dst:
+            for line in src:
+                if not line.decode(errors="replace").startswith(drop):
+                    dst.write(line)
+
+    threading.Thread(target=copy, name="demo-jvm-stderr", daemon=True).start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)  # this process writes to the terminal again; the JVM keeps the pipe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,9 +234,7 @@ def run_demo(root: str, no_spark: bool) -> int:
         say("rewrote all 2,000 profiles with a 5-minute TTL, then let 70 minutes pass")
         clock.advance(70 * MINUTE)
         t0 = time.perf_counter()
-        from compaction.spark import get_session
-
-        get_session("local[2]")
+        quiet_spark_session("local[2]", root)
         say(f"Spark session started in {time.perf_counter() - t0:.1f} s")
         stats = db.compact(full=True, executor="spark")
         say(

@@ -93,6 +93,8 @@ def _obj(line: bytes, no: int, what: str) -> dict[str, Any]:
         obj = json.loads(line)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DumpFileError(f"line {no}: {what} is not JSON ({e})") from None
+    except RecursionError:  # no line of a dump nests: a hostile or broken file, not a crash
+        raise DumpFileError(f"line {no}: {what} is JSON nested too deeply (a dump's lines are flat objects)") from None
     if not isinstance(obj, dict):
         raise DumpFileError(f"line {no}: {what} is not a JSON object")
     return obj
@@ -151,7 +153,12 @@ def _parse(data: bytes) -> Dump:
         raise DumpFileError(
             f"line 1: format version {header.get('version')!r}; this lsm reads version {VERSION}"
         )
-    if set(header) != _HEADER_FIELDS or not _int(header["seq"]) or not _int(header["dumped_at"]):
+    if (
+        set(header) != _HEADER_FIELDS
+        or not _int(header["seq"])
+        or not _int(header["dumped_at"])
+        or not isinstance(header["source"], str)
+    ):
         raise DumpFileError(f"line 1: a version {VERSION} header has the fields {sorted(_HEADER_FIELDS)}")
     if len(lines) < 2:
         raise DumpFileError("no trailer line (a truncated file?)")

@@ -2,14 +2,15 @@
 
     spark-submit --master local[2] tools/spark_compact.py PATH [--tasks K] [--json]
     spark-submit --master spark://host:7077 --conf spark.pyspark.python=/opt/lsm/bin/python \\
-        --conf spark.executorEnv.AWS_REGION=eu-west-1 tools/spark_compact.py s3://bucket/db
+        tools/spark_compact.py s3://bucket/db
 
 It does what ``lsm compact PATH --engine spark`` does, on the SparkSession that spark-submit configured
 (master, executors, memory): the driver plans key ranges from the SSTs' block indexes, each task merges
 one range into new SSTs in PATH/sst/, and the driver commits one manifest edit. PATH is an object-store
-URL (``s3://bucket/prefix``: nothing is shared between the driver and the executors; each side finds
-the endpoint and credentials in the standard AWS variables of its environment, ``spark.executorEnv.*``
-or an instance role on the executors) or a directory that is the same on the driver and every executor
+URL (``s3://bucket/prefix``: nothing is shared between the driver and the executors; the driver finds
+the store in the standard AWS variables of its environment, the executors get its endpoint and region
+from the tasks and their credentials from their own side, a role or a credentials file: docs/spark.md,
+"Credentials") or a directory that is the same on the driver and every executor
 (a shared mount). lsm-sim and its dependencies must be installed on the executors (the wheel, in the
 Python ``spark.pyspark.python`` names), and the database must not be open in another process. See
 docs/spark.md, "Submitting the job to a cluster".

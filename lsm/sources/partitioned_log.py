@@ -1,5 +1,9 @@
 """A Kafka-like partitioned log on the file system: `PartitionedLog` (the source) and `LogWriter` (producer).
 
+Given an object-store URL (``s3://bucket/prefix``) instead of a directory, both construct their
+object-store counterparts (`lsm.sources.object_log`: immutable segment objects per partition, the same
+records, offsets and checks); what follows is the local log.
+
 A directory holds one append-only file per partition, ``<partition>.log`` (decimal, no leading zeros,
 0..2**64-1: the ids a remap binding stores), in the format of `formats.log`; a record's offset is its
 index in its file. Files appear atomically: the writer creates a file with its header under a temporary
@@ -49,10 +53,11 @@ from formats.log import (
     scan_heads,
     scan_records,
 )
-from lsm.clock import I64_MIN, check_i64_ms
+from lsm.clock import I64_MAX, I64_MIN, check_i64_ms
 from lsm.errors import LsmError, SourceError
 from lsm.sources.protocol import MAX_PARTITION, SourceRecord, check_range, make_record
-from storage import LOCAL, PublishUnknownError
+from lsm.syskeys import SYSTEM_PREFIX, is_system
+from storage import LOCAL, PublishUnknownError, is_url
 
 _FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
 CHUNK = 1 << 20  # bytes read at a time while indexing or reading
@@ -61,6 +66,18 @@ CHUNK = 1 << 20  # bytes read at a time while indexing or reading
 # 2 s on FAT, behind the clock): then what the index verified can be trusted while the stamp holds.
 SETTLED_NS = 3_000_000_000
 _NOT_A_PARTITION = "not a partition file (partition files are regular files)"
+
+
+def _check_storable(key: object, ttl: object, event_ts: object) -> None:
+    """ValueError for a record field every ingest of it would refuse (a key in the store's reserved
+    space, a ttl or event_ts beyond the i64 of the row format): refused when written, it cannot block
+    the log's consumers at that offset for good."""
+    if isinstance(key, bytes) and is_system(key):
+        raise ValueError(f"key {key!r} lies in the store's reserved key space (it starts with {SYSTEM_PREFIX!r})")
+    if type(ttl) is int and ttl > I64_MAX:
+        raise ValueError(f"ttl {ttl} ms does not fit a signed 64-bit integer")
+    if type(event_ts) is int:
+        check_i64_ms(event_ts, "event_ts")
 
 
 def partition_path(directory: str, partition: int) -> str:
@@ -145,6 +162,14 @@ class PartitionedLog:
     Not thread-safe: give each consumer its own instance. `end(p)` costs O(bytes appended since the last
     call); `read(p, start, stop)` costs O(records read).
     """
+
+    def __new__(cls, directory: str | os.PathLike[str] | None = None, *args: Any, **kwargs: Any) -> PartitionedLog:
+        # a URL is a log of segment objects (lsm.sources.object_log): the same source on an object store
+        if cls is PartitionedLog and directory is not None and is_url(os.fspath(directory)):
+            from lsm.sources.object_log import ObjectLog
+
+            return super().__new__(ObjectLog)
+        return super().__new__(cls)
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = os.fspath(directory)
@@ -364,6 +389,14 @@ class LogWriter:
     beyond); a `directory` that is an lsm-sim database is refused (SourceError).
     """
 
+    def __new__(cls, directory: str | os.PathLike[str] | None = None, *args: Any, **kwargs: Any) -> LogWriter:
+        # a URL: the writer of a log of segment objects (lsm.sources.object_log)
+        if cls is LogWriter and directory is not None and is_url(os.fspath(directory)):
+            from lsm.sources.object_log import ObjectLogWriter
+
+            return super().__new__(ObjectLogWriter)
+        return super().__new__(cls)
+
     def __init__(self, directory: str | os.PathLike[str], *, sync: bool = False) -> None:
         from lsm.inspect import is_database_dir
 
@@ -392,8 +425,10 @@ class LogWriter:
 
         `tx_end` True closes transaction `tx` in this partition; a dict {partition: records} closes it
         across partitions, counting its records in each (this one included, so its own partition counts
-        at least 1)."""
+        at least 1). A record every ingest would refuse is refused here instead (ValueError, nothing
+        appended): a key in the store's reserved space, a ttl or an event_ts beyond a signed 64-bit int."""
         check_range(partition, 0, None)
+        _check_storable(key, ttl, event_ts)
         if isinstance(tx_end, dict) and tx_end.get(partition, 0) < 1:
             raise ValueError(
                 f"tx_end counts the end marker itself: partition {partition} must count at least 1, got {tx_end!r:.80}"
@@ -405,10 +440,13 @@ class LogWriter:
         that no record appended to that partition later has event_ts < `ts_ms`. A consumer ingesting with
         source times (``db.ingest(..., times="source")``) commits records below the least progress of all
         partitions at that time. The marker takes an offset but is no record; returns {partition: its
-        offset}. The first marker of a file moves its header to format version 2 (formats.log)."""
+        offset}. The first marker of a file moves its header to format version 2 (formats.log). `ts_ms` is a
+        store time: ms since 1970, >= 0 (ValueError otherwise, nothing appended)."""
         if type(ts_ms) is not int:
             raise TypeError(f"a progress time is int ms, not {type(ts_ms).__name__}")
         check_i64_ms(ts_ms, "progress time")
+        if ts_ms < 0:  # a commit time of the store: ms since 1970 (the store never commits before it)
+            raise ValueError(f"a progress time is ms since 1970, >= 0, got {ts_ms}")
         if self._files is None:
             raise SourceError(f"{self.directory}: LogWriter is closed")
         if partitions is None:

@@ -20,11 +20,13 @@ T0 = 1_700_000_000_000
 ALL = ReadOptions(include_expired=True)
 
 
-def write_log(log_dir: str, seed: int, n: int, partitions: int = 4, keys: int = 200, tx: bool = True) -> None:
+def write_log(
+    log_dir: str, seed: int, n: int, partitions: int = 4, keys: int = 200, tx: bool = True, **writer: Any
+) -> None:
     """`n` records over `partitions`: overlapping keys across partitions, deletes, TTLs, event times, and
-    closed transactions (some long) when `tx`."""
+    closed transactions (some long) when `tx`. `writer`: LogWriter options (``segment_bytes`` on a URL)."""
     rnd = random.Random(seed)
-    with LogWriter(log_dir) as w:
+    with LogWriter(log_dir, **writer) as w:
         open_tx: dict[int, tuple[int, int]] = {}  # partition -> (tx id, records left)
         for i in range(n):
             p = rnd.randrange(partitions)

@@ -169,7 +169,9 @@ def test_a_store_bricked_by_a_future_watermark_is_repaired(tmp_path):
     assert [b.ts <= db.get_entry(b"log-b").ts for b in db.remap("events").bindings()] == [True] * len(
         db.remap("events").bindings()
     )
-    assert db.repair_clock(to).repaired is False  # nothing left in the future: a no-op
+    with pytest.raises(lsm.ClockRepairError):  # the rows written since are legitimate: not moved back
+        db.repair_clock(to)
+    assert db.repair_clock().repaired is False  # nothing left in the future: a no-op
     db.close()
     old.close()  # fenced: writes nothing
     check_database(str(path))
@@ -184,3 +186,68 @@ def test_repair_refuses_a_bad_time(tmp_path):
             db.repair_clock(1.5)
         with pytest.raises(ValueError, match=str(2**63)):
             db.repair_clock(2**63)
+        with pytest.raises(lsm.ClockRepairError, match="before 1970"):
+            db.repair_clock(-1)
+        with pytest.raises(lsm.ClockRepairError, match="before 1970"):
+            db.repair_clock(-1, force=True)  # no force stamps rows before the epoch
+        with pytest.raises(lsm.ClockRepairError, match="before 1970"):
+            db.plan_clock_repair(-1)
+
+
+def _mixed_store(path) -> tuple[lsm.DB, int]:
+    """A store with a row committed legitimately now (two days of TTL left) and a row stamped in year 10000
+    (the guard off), both still in the WAL of the returned handle, left open as after a crash; returns
+    it and 'now'."""
+    now = time.time_ns() // 1_000_000
+    clock = FixedClock(now)
+    db = open_db(path, clock, max_clock_skew_ms=None)
+    db.put(b"legit", b"1", ttl=2 * DAY)
+    clock.ms = YEAR_10000
+    db.put(b"far", b"2", ttl=60_000)
+    return db, now
+
+
+def test_repair_refuses_a_time_before_a_row_committed_within_the_guard(tmp_path):
+    """Issue 32 defect 7: repair_clock(0) restamped a row committed now at 1970, its two days of TTL with
+    it: the repair's compaction dropped it as expired. A time below a row the skew guard let through is
+    refused, naming what would move, unless forced; the default never moves such a row."""
+    path = tmp_path / "db"
+    old, now = _mixed_store(path)
+    db = open_db(path, lsm.SystemClock())  # the rows come back from the WAL into its memtable
+    try:
+        plan = db.plan_clock_repair(0)
+        assert (plan.rows_moved, plan.legit_moved, plan.legit_last, plan.expire_at_once) == (2, 1, now, 1)
+        with pytest.raises(lsm.ClockRepairError) as e:
+            db.repair_clock(0)
+        msg = str(e.value)
+        assert "1 row(s) committed within the skew guard" in msg and f"at or after {now} ms" in msg
+        assert "1 would expire at once and be dropped" in msg and "nothing was changed" in msg
+        assert db.manifest.clock_watermark == YEAR_10000  # not lowered
+        every = lsm.ReadOptions(include_expired=True)  # read in year 10000, the legitimate row has expired
+        assert db.get_entry(b"legit", every).expire_ts == now + 2 * DAY and db.get_entry(b"far").ts == YEAR_10000
+        report = db.repair_clock()  # the default: now, never below the legitimate row
+        assert report.repaired and (report.rows_moved, report.rows_forced) == (1, 0)
+        legit, far = db.get_entry(b"legit"), db.get_entry(b"far")
+        assert (legit.ts, legit.expire_ts) == (now, now + 2 * DAY)  # untouched
+        assert now <= far.ts <= time.time_ns() // 1_000_000 and far.expire_ts == far.ts + 60_000
+        db.put(b"x", b"y")
+    finally:
+        db.close()
+        old.close()
+
+
+def test_a_forced_repair_moves_rows_committed_within_the_guard(tmp_path):
+    path = tmp_path / "db"
+    old, now = _mixed_store(path)
+    old.close()
+    with open_db(path, lsm.SystemClock()) as db:
+        to = now - 3_600_000  # an hour back: the legitimate row moves too, its TTL with it
+        with pytest.raises(lsm.ClockRepairError):
+            db.repair_clock(to)
+        report = db.repair_clock(to, force=True)
+        assert (report.rows_moved, report.rows_forced) == (2, 1)
+        legit = db.get_entry(b"legit")
+        assert (legit.ts, legit.expire_ts) == (to, to + 2 * DAY) and db.get(b"legit") == b"1"
+    with lsm.DB.open(path, read_only=True) as ro:  # a read-only handle surveys: nothing left to move
+        plan = ro.plan_clock_repair()
+        assert plan.watermark <= plan.to and plan.rows_moved == 0

@@ -326,6 +326,26 @@ def test_remap_compaction_in_the_store(env, monkeypatch) -> None:
         db.close()
 
 
+def test_remap_compaction_after_the_store_time_is_refused(env) -> None:
+    """A since ahead of the store's time would rewrite the merged binding after the time the next ingest
+    commits at, and that ingest's binding would leave the stored remap out of order (db.remap raised
+    ValueError from then on). It is refused, nothing written, and the next ingests read back in order."""
+    clock, w, log, db, _ = env
+    for _ in range(2):
+        clock.advance(5)
+        w.append(0, b"k", b"v")
+        db.ingest(log, name="s")
+    before = db.remap("s")
+    with pytest.raises(ValueError, match="after the store's time now"):
+        ingest_mod.compact_remap(db, "s", clock.now() + 5)
+    clock.advance(1)  # before the refused since
+    w.append(0, b"k", b"v")
+    db.ingest(log, name="s")
+    after = db.remap("s")
+    assert after.since is None and after.bindings()[:2] == before.bindings() and len(after.bindings()) == 3
+    assert ingest_mod.compact_remap(db, "s", clock.now()) is not None  # at the store's time: allowed
+
+
 def test_the_remap_compaction_cadence_survives_restarts(tmp_path) -> None:
     """Issue 24 defect 6: 800 batches over 40 short runs, each in a new handle, with retention 0. The
     cadence counts the bindings stored since the last compaction, not one handle's batches, so the remap
@@ -420,3 +440,28 @@ def test_a_corrupt_record_stops_ingest_at_the_record_before_it(env) -> None:
     frontier = db.remap("old").frontier if "old" in db.sources() else {}
     assert frontier.get(0, 0) <= 25
     assert dict(db.scan()) == {b"k%02d" % i: b"v%02d" % i for i in range(frontier.get(0, 0))}
+
+
+def test_a_flush_that_raises_the_history_floor_compacts_the_remap(tmp_path) -> None:
+    """Issue 32 defect 9: the history floor rose in a flush (it dropped versions older than the window),
+    not in a compaction; the next compaction found its floor unchanged by its own job and left the
+    remap's 40 bindings, all outside the window, until the 256-batch cadence."""
+    clock = lsm.ManualClock(1000)
+    log_dir = str(tmp_path / "log")
+    w = LogWriter(log_dir)
+    with open_db(str(tmp_path / "db"), clock, history_retention=10_000) as db:
+        for i in range(40):
+            clock.advance(10)
+            w.append(0, b"k%d" % (i % 5), b"v%d" % i)
+            db.ingest(PartitionedLog(log_dir), name="s")
+        assert len(db.remap("s")) == 40 and db.remap("s").since is None
+        clock.advance(60_000)
+        floor = db.manifest.history_floor
+        db.put(b"x", b"1")
+        db.flush()
+        assert db.manifest.history_floor > floor  # the flush dropped the overwritten versions
+        db.compact(full=True)
+        r = db.remap("s")
+        assert r.since == clock.now() - 10_000 and len(r) == 1
+        assert r.frontier == {0: 40} and db.get(b"k4") == b"v39"
+    w.close()

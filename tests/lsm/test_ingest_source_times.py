@@ -283,3 +283,30 @@ def test_source_time_bindings_hold_exactly_the_records_below_their_time(tmp_path
                 assert dict(snap.scan()) == model, b
             finally:
                 snap.close()
+
+
+def test_a_source_time_in_the_far_future_is_refused(tmp_path) -> None:
+    """Issue 32 defect 6: a progress marker at 9999-12-31 made the ingest commit there, and the store's
+    watermark with it: after a reopen every put raised ClockError. Source times obey the skew guard as
+    clock readings do (whatever the user clock: a ManualClock's exemption is for the clock moved on
+    purpose, not for a source's times); the records before the bad time still commit."""
+    log = str(tmp_path / "log")
+    with LogWriter(log) as w:
+        w.append(0, b"a", b"1", event_ts=WEEK0)
+        w.advance(WEEK0 + HOUR)
+        w.append(0, b"far", b"2", event_ts=WEEK0 + HOUR)
+        w.advance(253402300799000)  # 9999-12-31T23:59:59Z
+    for name, clock in (("system", lsm.SystemClock()), ("manual", lsm.ManualClock(WEEK0))):
+        path = str(tmp_path / name)
+        with open_db(path, clock) as db:
+            with pytest.raises(lsm.ClockError, match="max_clock_skew_ms=86400000"):
+                db.ingest(PartitionedLog(log), "s", times="source")
+            # the batch at the far time wrote nothing; the one before it committed
+            assert db.get(b"a") == b"1" and db.get(b"far") is None and db.seq == 1
+            assert db.remap("s").frontier == {0: 2}
+        with lsm.DB.open(path) as db:  # a later writer is not held back by the refused time
+            assert db.manifest.clock_watermark == WEEK0 + HOUR - 1
+            db.put(b"b", b"3")
+    with open_db(str(tmp_path / "off"), max_clock_skew_ms=None) as db:  # the guard off: the time is taken
+        db.ingest(PartitionedLog(log), "s", times="source")
+        assert db.get(b"far") == b"2" and db.get_entry(b"far").ts == 253402300799000 - 1

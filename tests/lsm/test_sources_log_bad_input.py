@@ -125,3 +125,31 @@ def test_a_bulk_load_slice_of_a_file_swapped_for_a_fifo_is_refused(tmp_path: Pat
         _in_thread(lambda: list(piece.records()))
     with pytest.raises(SourceError, match="a FIFO"):
         _in_thread(piece.plain)
+
+
+def test_records_every_ingest_would_refuse_are_refused_when_written(tmp_path: Path) -> None:
+    """Issue 32 defect 10: a record with a key in the store's reserved space was appended, and every
+    ingest of the log then failed at its offset for good; a negative progress time was accepted."""
+    from lsm.syskeys import SYSTEM_PREFIX
+
+    log = str(tmp_path / "log")
+    with LogWriter(log) as w:
+        w.append(0, b"ok", b"1")
+        bad = [
+            dict(key=SYSTEM_PREFIX + b"remap", value=b"x"),
+            dict(key=SYSTEM_PREFIX, value=None),
+            dict(key=b"k", value=b"v", ttl=2**63),
+            dict(key=b"k", value=b"v", event_ts=2**63),
+            dict(key=b"k", value=b"v", event_ts=-(2**63) - 1),
+        ]
+        for kw in bad:
+            with pytest.raises(ValueError, match="reserved key space|does not fit a signed 64-bit"):
+                w.append(0, **kw)
+        for ts in (-5, -1):
+            with pytest.raises(ValueError, match="ms since 1970, >= 0"):
+                w.advance(ts)
+        w.append(0, b"k", b"v", ttl=2**63 - 1, event_ts=-(2**63))  # the limits themselves are stored
+        w.advance(0)
+    assert [r.key for r in PartitionedLog(log).read(0, 0)] == [b"ok", b"k"]  # nothing else appended
+    with lsm.DB.open(str(tmp_path / "db"), lsm.DbOptions(background_compaction=False)) as db:
+        assert db.ingest(PartitionedLog(log), "s", ttl_base="event").records == 2

@@ -6,7 +6,10 @@ Test modules hand the session to the engine with ``DbOptions(spark_session=spark
 Two JVMs start in the background when the first test of this directory starts, and the tests that need
 no Spark run first, so the start-up overlaps them: the shared session (when a selected test uses the
 ``spark`` fixture; the fixture waits for it) and the ``lsm compact --engine spark`` subprocess of
-tests/spark/test_cli.py (its test, run last, waits for it through the ``spark_cli_run`` fixture).
+tests/spark/test_cli.py (its test, run last, waits for it through the ``spark_cli_run`` fixture). When
+tests/spark/test_cluster.py is selected, a standalone cluster (a master and a worker, tests/spark/
+_cluster.py) and an S3 server that checks credentials start in the background too, once per session
+(``spark_cluster``), and its test runs last.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # means spark.task.maxFailures = 1 (a failed task is never retried), so the retry test needs the ",4".
 MASTER = "local[2,4]"
 CLI_TEST = "test_compact_engine_spark_subprocess"
+CLUSTER_TEST = "test_compaction_and_bulk_load_on_a_standalone_cluster"
 
 
 def put_root_on_pythonpath() -> None:
@@ -78,7 +82,8 @@ class _Starter:
 
 
 class _CliRun:
-    """`lsm compact DB --engine spark --master local[2] --tasks 2 --json` on a fresh database, started now."""
+    """`lsm compact DB --engine spark --master local[2] --conf spark.default.parallelism=3 --json` on a fresh
+    database, started now."""
 
     def __init__(self) -> None:
         from tests.spark.test_cli import lsm_cli_popen, make_db
@@ -95,8 +100,8 @@ class _CliRun:
             "spark",
             "--master",
             "local[2]",
-            "--tasks",
-            "2",
+            "--conf",  # the task count defaults to the session's parallelism: 3 only if the --conf took
+            "spark.default.parallelism=3",
             "--json",
             TMPDIR=self.tmp,
         )
@@ -114,6 +119,7 @@ class _CliRun:
 
 _starter: _Starter | None = None
 _cli_run: _CliRun | None = None
+_cluster: Any = None  # tests.spark._cluster.ClusterSetup
 _started = False
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -134,7 +140,7 @@ def pytest_collection_modifyitems(
     at = [i for i, it in enumerate(items) if _mine(it)]
 
     def rank(it: pytest.Item) -> int:
-        return 2 if it.name == CLI_TEST else 1 if _uses_spark(it) else 0
+        return 2 if it.name in (CLI_TEST, CLUSTER_TEST) else 1 if _uses_spark(it) else 0
 
     for i, it in zip(at, sorted((items[i] for i in at), key=rank), strict=True):
         items[i] = it
@@ -143,22 +149,29 @@ def pytest_collection_modifyitems(
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """When the first test of tests/spark starts (not earlier: the JVMs' start-up should not load the
     machine while other directories' tests run), start what the selected tests will need."""
-    global _started, _starter, _cli_run
+    global _started, _starter, _cli_run, _cluster
     if _started or not _mine(item):
         return
     _started = True
     selected = [it for it in item.session.items if _mine(it)]
     if _cli_run is None and any(it.name == CLI_TEST for it in selected):
         _cli_run = _CliRun()
+    if _cluster is None and any(it.name == CLUSTER_TEST for it in selected):
+        from tests.spark._cluster import ClusterSetup
+
+        _cluster = ClusterSetup()
     if _starter is None and any(_uses_spark(it) for it in selected):
         _starter = _Starter()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    global _starter, _cli_run
+    global _starter, _cli_run, _cluster
     if _cli_run is not None:
         _cli_run.stop()
         _cli_run = None
+    if _cluster is not None:
+        _cluster.stop()
+        _cluster = None
     if _starter is not None:
         _starter.stop()
         _starter = None
@@ -184,3 +197,14 @@ def spark_cli_run() -> Any:
     if _cli_run is None:
         _cli_run = _CliRun()
     return _cli_run
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Any:
+    """The standalone cluster and the S3 server of tests/spark/_cluster.py (started once, stopped at the end)."""
+    global _cluster
+    if _cluster is None:
+        from tests.spark._cluster import ClusterSetup
+
+        _cluster = ClusterSetup()
+    return _cluster.get()

@@ -155,7 +155,8 @@ def test_gc_prints_removed_files(tmp_path):
 
 
 def test_compact_engine_spark_subprocess(spark_cli_run):
-    """The one test that starts its own JVM: `lsm compact --engine spark --master local[2] --tasks 2`.
+    """The one test that starts its own JVM: `lsm compact --engine spark --master local[2] --conf
+    spark.default.parallelism=3` (the task count follows the session's parallelism, so the --conf reached it).
 
     conftest.py starts it when collection ends, so its JVM start-up overlaps the other tests."""
     p = spark_cli_run.wait()
@@ -163,12 +164,12 @@ def test_compact_engine_spark_subprocess(spark_cli_run):
     assert p.stderr == ""  # the JVM's chatter goes to a log file, removed after a successful run
     assert os.listdir(spark_cli_run.tmp) == []
     r = json.loads(p.stdout)
-    assert (r["engine"], r["master"], r["tasks"], r["jobs"]) == ("spark", "local[2]", 2, 1)
+    assert (r["engine"], r["master"], r["tasks"], r["jobs"]) == ("spark", "local[2]", 3, 1)
     assert r["rows_out"] > 0 and r["tombstones_dropped"] > 0 and r["spark_startup_seconds"] > 0
     got, db = read_back(spark_cli_run.path)
     try:
         assert got == spark_cli_run.expect
-        assert task_marks(manifest_files(db)) == {0, 1}
+        assert task_marks(manifest_files(db)) == {0, 1, 2}
     finally:
         db.close()
 

@@ -1,11 +1,13 @@
 """Spark on an object-store database (s3:// on the moto server): no path is shared with the executors.
 
-The executors get the store from the task closure (`compaction.spark.executor_stores`): their own
+The executors get the store's URL and the driver's settings for it from the task closure, and on this
+local master the driver's credentials from a file it hands them (`compaction.spark_stores`): their own
 environment points at a dead endpoint with wrong keys during these jobs, so a task that took its store
 from the environment instead of the database's options could not read or write anything. A local copy
 of the store would show as a path derived from its URL under the driver's or an executor's working or
-temporary directory: none may exist. The options' secret never appears in a Spark job or stage
-description, nor in the error of a failed job."""
+temporary directory: none may exist. The options' secret never appears in a serialized task (every
+Python command the driver pickles for Spark is recorded), a Spark job or stage description, nor in the
+error of a failed job. tests/spark/test_cluster.py runs the same jobs on a standalone cluster."""
 
 from __future__ import annotations
 
@@ -57,6 +59,24 @@ def executor_env(sc: Any, env: dict[str, str]) -> Iterator[None]:
         sc.environment.update(old)
 
 
+@pytest.fixture
+def pickled_tasks(monkeypatch) -> list[bytes]:
+    """Every Python command (function, closure and all) the driver serializes for Spark meanwhile: what
+    travels in the tasks, in plain text over Spark's RPC unless its encryption is on."""
+    import pyspark.core.rdd as rdd
+
+    got: list[bytes] = []
+    prepare = rdd._prepare_for_python_RDD
+
+    def recording(sc: Any, command: Any) -> Any:
+        out = prepare(sc, command)
+        got.append(bytes(out[0]))
+        return out
+
+    monkeypatch.setattr(rdd, "_prepare_for_python_RDD", recording)
+    return got
+
+
 def executor_dirs(sc: Any) -> list[str]:
     """The working and temporary directories of the executors' Python workers."""
     got = sc.parallelize(range(2), 2).map(lambda _: (os.getcwd(), tempfile.gettempdir())).collect()
@@ -98,7 +118,7 @@ def test_a_memory_database_cannot_use_spark(tmp_path) -> None:
     try:
         db.put(b"k", b"v")
         db.flush()
-        with pytest.raises(lsm.SparkStoreError, match="memory:// database lives in this process only"):
+        with pytest.raises(lsm.SparkStoreError, match=r"memory:// store \(a database, a log\) lives in this process only"):
             db.compact(full=True, executor="spark")
         log = str(tmp_path / "log")
         write_log(log, seed=5, n=50, partitions=2, tx=False)
@@ -109,7 +129,7 @@ def test_a_memory_database_cannot_use_spark(tmp_path) -> None:
         db.close()
 
 
-def test_spark_compaction_of_an_s3_store_equals_local(spark, s3_server, tmp_path, monkeypatch) -> None:
+def test_spark_compaction_of_an_s3_store_equals_local(spark, s3_server, tmp_path, monkeypatch, pickled_tasks) -> None:
     options, secret = secret_options(s3_server)
     url = s3_server.new_url()
     monkeypatch.chdir(tmp_path)  # the driver's working directory: nothing of the store may land here
@@ -139,9 +159,10 @@ def test_spark_compaction_of_an_s3_store_equals_local(spark, s3_server, tmp_path
     assert sorted(os.listdir(tmp_path)) == ["local"]
     assert_no_local_copy(url, [str(tmp_path), *dirs])
     assert secret not in spark_texts(sc)
+    assert pickled_tasks and not [t for t in pickled_tasks if secret.encode() in t]
 
 
-def test_spark_bulk_load_into_an_s3_store_equals_local(spark, s3_server, tmp_path, monkeypatch) -> None:
+def test_spark_bulk_load_into_an_s3_store_equals_local(spark, s3_server, tmp_path, monkeypatch, pickled_tasks) -> None:
     options, secret = secret_options(s3_server)
     url = s3_server.new_url()
     log = str(tmp_path / "log")
@@ -173,11 +194,41 @@ def test_spark_bulk_load_into_an_s3_store_equals_local(spark, s3_server, tmp_pat
     assert sorted(os.listdir(tmp_path)) == ["local", "log"]
     assert_no_local_copy(url, [str(tmp_path), *dirs])
     assert secret not in spark_texts(sc)
+    assert pickled_tasks and not [t for t in pickled_tasks if secret.encode() in t]
 
 
-def test_executors_take_the_store_from_their_environment(spark, s3_server, tmp_path) -> None:
-    """Without object_store_options the executors read the standard AWS variables of their own
-    environment, as ``--conf spark.executorEnv.AWS_...=`` sets them on a cluster."""
+def test_spark_bulk_load_of_a_log_on_s3(spark, s3_server, tmp_path, monkeypatch, pickled_tasks) -> None:
+    """The log on the object store too (segment objects, lsm.sources.object_log): the tasks read their
+    slices by URL, so the driver's directory holds nothing of it either."""
+    options, secret = secret_options(s3_server)
+    url, log_url = s3_server.new_url(), s3_server.new_url("log")
+    local_log = str(tmp_path / "log")
+    for where, kw in ((local_log, {}), (log_url, {"segment_bytes": 20_000})):
+        write_log(where, seed=32, n=2000, partitions=3, **kw)
+    monkeypatch.chdir(tmp_path)
+    want_db = open_db(str(tmp_path / "local"))
+    try:
+        want_db.ingest(PartitionedLog(local_log), name="events", engine="local", tasks=4)
+        want = contents(want_db)
+    finally:
+        want_db.close()
+    db = open_db(url, object_store_options=options)
+    sc = spark.sparkContext
+    try:
+        with executor_env(sc, DEAD_ENV):
+            db.ingest(PartitionedLog(log_url), name="events", engine="spark", spark=spark, tasks=5)
+        assert contents(db) == want and len(want["rows"]) > 100
+    finally:
+        db.close()
+    assert sorted(os.listdir(tmp_path)) == ["local", "log"]
+    assert pickled_tasks and not [t for t in pickled_tasks if secret.encode() in t]
+    assert [t for t in pickled_tasks if log_url.encode() in t]  # the slices name the segments by URL
+
+
+def test_a_store_from_the_environment(spark, s3_server, tmp_path) -> None:
+    """Without object_store_options: the driver's store comes from the standard AWS variables, and the
+    executors reach the same server (its endpoint travels in the task; on this local master the keys in
+    the handed file, on a cluster from their own side: tests/spark/test_cluster.py)."""
     url = s3_server.new_url()
     local, _, local_snaps = build_db(tmp_path / "local", 6)
     remote, _, remote_snaps = build_db(url, 6, spark_session=spark, spark_tasks=2)  # the driver: os.environ
@@ -185,7 +236,7 @@ def test_executors_take_the_store_from_their_environment(spark, s3_server, tmp_p
         s.close()
     try:
         local.compact(full=True, executor="local")
-        with executor_env(spark.sparkContext, s3_server.env):
+        with executor_env(spark.sparkContext, DEAD_ENV):
             remote.compact(full=True, executor="spark")
         assert stored_runs(remote) == stored_runs(local)
     finally:
@@ -222,8 +273,8 @@ def test_a_failed_job_names_no_secret(spark, s3_server, monkeypatch) -> None:
 
 
 def test_spark_submit_script_takes_a_url(spark, s3_server, capsys) -> None:
-    """tools/spark_compact.py on ``s3://...``: the driver and the executors each find the server in their
-    own environment (spark-submit's ``--conf spark.executorEnv.AWS_...``)."""
+    """tools/spark_compact.py on ``s3://...``: the driver finds the server in its own environment, as under
+    spark-submit; the executors get its endpoint from the tasks."""
     url = s3_server.new_url()
     expect = make_db(url)
     with executor_env(spark.sparkContext, s3_server.env):

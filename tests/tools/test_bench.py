@@ -100,6 +100,18 @@ def test_compare_prints_the_engines_side_by_side_with_ratios(tmp_path):
     assert len(founds) == 1  # same keys for every engine
 
 
+@pytest.mark.skipif(not importlib.util.find_spec("plyvel"), reason="needs the bench extra (plyvel)")
+def test_a_benchmark_run_twice_prints_each_run_once_beside_the_other_engine(tmp_path):
+    # a cold and a warm pass of the same benchmark: grouped by position, not by name
+    p = bench("--num", "200", "--benchmarks", "fillseq,readseq,readseq", "--compare", "plyvel", "--no-progress",
+              tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = [ln for ln in p.stdout.splitlines() if LINE.match(ln) or RATIO.match(ln)]
+    names = [(LINE.match(ln) or RATIO.match(ln))["name"] for ln in out]
+    assert names == ["fillseq"] * 3 + ["readseq"] * 6, p.stdout
+    assert [m["engine"] for m in map(LINE.match, out) if m] == ["lsm", "plyvel"] * 3
+
+
 def test_json_output(tmp_path):
     p = bench("--num", "200", "--benchmarks", "fillseq,readrandom", "--json", tmp_path=tmp_path)
     assert p.returncode == 0, p.stderr

@@ -10,13 +10,15 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import lsm
 from compaction.policy import POLICIES
-from tests.tools._cli import run_lsm
+from tests.tools._cli import lsm_env, run_lsm
 from tools.bench.engines import ENGINES, ROCKSDB_STYLE, bench_policies, lsm_options, rocksdb_like_lsm
 
 needs_rocksdict = pytest.mark.skipif(
@@ -223,3 +225,18 @@ def test_write_amp_lines_give_both_measures_per_engine():
     # nothing flushed yet: only the first line
     alone = [Result("lsm", "fillseq", 10, 1.0, 1160, write_amp=0.0, flush_amp=0.0)]
     assert write_amp_line("fillseq", alone).count("\n") == 0
+
+
+def test_the_lsm_engines_open_with_numpy_loaded_so_no_benchmark_times_its_import(tmp_path) -> None:
+    # lsm imports numpy at its first scan or merge; in a bench that would be inside the first readseq
+    code = (
+        "import sys\n"
+        "from tools.bench.engines import ENGINES\n"
+        f"e = ENGINES['lsm']({str(tmp_path / 'db')!r}, sync=False)\n"
+        "assert 'numpy' not in sys.modules\n"
+        "e.open(fresh=True)\n"
+        "assert 'numpy' in sys.modules, 'numpy is imported by the first timed scan'\n"
+        "e.close()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], env=lsm_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr

@@ -122,13 +122,14 @@ def test_changes_share_the_expiry_options(history_db: Path) -> None:
         assert r.code == 0, r.err
         return [(c["seq"], c["key"], c["op"], c["value"]) for c in r.json()]
 
-    # k3's TTL has passed by the system clock: a delete, unless --include-expired or judged earlier
+    # k3's TTL has passed by the system clock: an expiry (no value unless --include-expired), a put when
+    # judged earlier
     assert changes("--seq", 1) == [
         (2, "k2", "delete", None),
-        (2, "k3", "delete", None),
+        (2, "k3", "expired", None),
         (3, "k1", "put", "v3"),
     ]
-    assert changes("--seq", 1, "--include-expired")[1] == (2, "k3", "put", "x")
+    assert changes("--seq", 1, "--include-expired")[1] == (2, "k3", "expired", "x")
     assert changes("--seq", 1, "--expiry-at", T0 + MIN)[1] == (2, "k3", "put", "x")
     r = run_lsm("changes", history_db, "--seq", 1, "--at", T0 + MIN)
     assert r.code == 0 and r.err == AT_DEPRECATED + "\n"

@@ -141,15 +141,17 @@ def test_dump_and_load_from_the_command_line(tmp_path: Path) -> None:
     )
     for args in (["--include-expired"], ["--expiry-at", T0 + 1_000], []):
         rows = [
-            [(x["key"], x["value"], x["expire_ts"]) for x in run_lsm("scan", "--json", db, *args).json()]
+            [(x["key"], x["value"], x["expire_ts"]) for x in run_lsm("scan", "--json", "--hex", db, *args).json()]
             for db in (src, dst)
         ]
         assert rows[0] == rows[1], args  # seqs and commit ts are the load's own
-    versions = run_lsm("scan", "--all-versions", "--json", dst).json()
+    versions = run_lsm(
+        "scan", "--all-versions", "--json", "--key-encoding", "base64", "--value-encoding", "base64", dst
+    ).json()
     assert [(v["key"], v["seq"], v["expire_ts"], v["flags"]) for v in versions] == [
-        ("00ff0a", 1, T0 + 1_000, 2),  # the same expire_ts as the source's row, whatever the load's clock
-        ("a", 1, None, 0),
-        ("gone", 1, None, 1),
+        ("AP8K", 1, T0 + 1_000, 2),  # the same expire_ts as the source's row, whatever the load's clock
+        ("YQ==", 1, None, 0),
+        ("Z29uZQ==", 1, None, 1),
     ]
     # from standard input, into a database that has data: the dump's keys are overwritten, others kept
     run_lsm("put", dst, "other", "o")
@@ -199,6 +201,15 @@ def test_bad_dumps_are_refused_before_anything_is_written(tmp_path: Path) -> Non
             ),
             "lies in the engine's reserved key space",
         ),
+        # issue 32 defect 10: a deeply nested line with its SHA-256 recomputed was an internal error
+        "nested": (
+            _reseal([lines[0], b'{"key": ' + b"[" * 100_000 + b"]" * 100_000 + b', "value": "", "expire_ts": null}']),
+            "line 2: a record is JSON nested too deeply",
+        ),
+        "source not text": (
+            _reseal([lines[0].replace(json.dumps(str(src)).encode(), b'{"a": 1}'), *lines[1:-1]]),
+            "a version 1 header has the fields",
+        ),
     }
     for name, (content, message) in bad.items():
         f = tmp_path / "bad.dump"
@@ -225,3 +236,21 @@ def test_missing_paths(tmp_path: Path) -> None:
     # --out into a missing directory: nothing is left behind
     assert one_line_error(run_lsm("dump", src, "--out", tmp_path / "no" / "f"), 2).startswith("lsm: error: ")
     assert not (tmp_path / "no").exists()
+
+
+def test_a_dump_source_with_control_characters_is_printed_escaped(tmp_path: Path) -> None:
+    """Issue 32 defect 10: the header's source was printed raw: a newline split the summary line, an ESC
+    reached the terminal."""
+    src = _source(tmp_path)
+    out = tmp_path / "src.dump"
+    assert run_lsm("dump", src, "--out", out).code == 0
+    lines = out.read_bytes().splitlines()
+    header = json.loads(lines[0])
+    header["source"] = "evil\nlsm: error: fake\x1b[31mred"
+    f = tmp_path / "evil.dump"
+    f.write_bytes(_reseal([json.dumps(header).encode(), *lines[1:-1]]))
+    r = run_lsm("load", "--create", tmp_path / "dst", f)
+    assert r.code == 0 and r.err == "", r.err
+    assert r.out.count("\n") == 1 and "\x1b" not in r.out, r.out
+    assert r.out.endswith("(dump of evil\\nlsm: error: fake\\x1b[31mred at seq 5)\n")
+    assert run_lsm("load", "--json", tmp_path / "dst", f).json()["source"] == header["source"]

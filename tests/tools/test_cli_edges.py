@@ -73,3 +73,13 @@ def test_gc_and_reset_still_work_on_a_database(tmp_path):
         db.put(b"k", b"v")
     assert run_lsm("gc", tmp_path / "db").code == 0
     assert run_lsm("time-seq", tmp_path / "db", "--reset").code == 0
+
+
+def test_control_characters_in_an_error_are_escaped(tmp_path) -> None:
+    """An error line quotes what it was given (a path, a name from a file): whitespace in it is folded
+    into spaces, and an ESC or a BEL, which would reach the terminal as control sequences, is shown as
+    an escape."""
+    bad = tmp_path / "db\x1b[31m\x07red"
+    line = one_line_error(run_lsm("check", bad), 2)
+    assert "\x1b" not in line and "\x07" not in line
+    assert line == f"lsm: error: {tmp_path}/db\\x1b[31m\\x07red: no such file or directory"

@@ -64,7 +64,8 @@ def test_write_then_show(tmp_path: Path) -> None:
     assert lines[4].split() == ["2", "0", "delete", "0xff00", "-", "-", "-", "t1"]
     assert lines[5].split() == ["2", "1", "put", "b", "0x00ff", "500", "-", "t1", "(end)"]
     assert lines[6] == "2 partitions, 5 records (0: 3, 2: 2)"
-    j = run_lsm("log", "show", d, "--json").json()
+    # a key and a value that are not UTF-8: JSON needs an encoding that writes any bytes
+    j = run_lsm("log", "show", d, "--json", "--key-encoding", "hex", "--value-encoding", "base64").json()
     assert [(o["partition"], o["offset"]) for o in j] == [(0, 0), (0, 1), (0, 2), (2, 0), (2, 1)]
     assert j[3] == {
         "partition": 2,
@@ -111,9 +112,12 @@ def test_show_options_and_a_torn_tail(tmp_path: Path) -> None:
     assert r.code == 0, r.err
     out = r.out.splitlines()
     assert out[1].split() == ["1", "1", "put", "k3", "v3", "-", "-", "-"] and len(out) == 4
-    assert out[2] == "1 partition, 3 records (1: 3)"
+    # the count describes what is shown, and the partition's total beside it
+    assert out[2] == "1 partition, 1 of 3 records shown (1: 1 of 3)"
     assert out[3].startswith("partition 1: torn tail of 4 bytes after offset 2")
     assert [o["key"] for o in run_lsm("log", "show", d, "--json", "--from", "2").json()] == ["k4", "k5"]
+    both = run_lsm("log", "show", d, "--from", "1", "--limit", "1").out.splitlines()
+    assert len(both) == 1 + 2 + 2 and both[3] == "2 partitions, 2 of 6 records shown (0: 1 of 3, 1: 1 of 3)"
 
 
 def test_bad_lines_stop_with_one_line_and_keep_what_was_written(tmp_path: Path) -> None:

@@ -117,3 +117,40 @@ def test_an_ingest_that_fails_after_committing_keeps_what_it_committed(tmp_path)
     assert r.code == 2 and r.err.splitlines()[-1].startswith("lsm: error: ")  # (after progress lines)
     with lsm.DB.open(db, read_only=True) as d:
         assert len(list(d.scan())) == 10 and d.remap("s").frontier == {0: 10}
+
+
+def test_log_write_refuses_what_every_ingest_would_refuse(tmp_path) -> None:
+    """Issue 32 defect 10: `lsm log write` appended a record with a reserved key (every later ingest then
+    failed at its offset) and accepted {"advance": -5}; a nested advance line was an internal error."""
+    log = tmp_path / "log"
+    _good_log(log)
+    deep = "[" * 100_000 + "]" * 100_000
+    cases = [
+        ('{"key": "ffffffff6c736d0001", "key_hex": true, "value": "x"}', "reserved key space"),
+        ('{"key": "k", "value": "v", "ttl": 9223372036854775808}', "does not fit a signed 64-bit"),
+        ('{"key": "k", "value": "v", "event_ts": 9223372036854775808}', "does not fit a signed 64-bit"),
+        ('{"advance": -5}', "ms since 1970, >= 0"),
+        (f'{{"advance": {deep}}}', "nested too deeply"),
+    ]
+    for line, message in cases:
+        err = one_line_error(lsm_in(line + "\n", "log", "write", log), 2)
+        assert "stdin line 1" in err and message in err, (line[:60], err)
+    assert run_lsm("log", "show", "--json", log).json() == [
+        {"partition": 0, "offset": 0, "key": "k", "value": "v", "ttl": None, "event_ts": None, "tx": None,
+         "tx_end": False}
+    ]  # nothing appended
+    assert run_lsm("ingest", tmp_path / "db", log, "--name", "s").code == 0
+
+
+def test_remap_refuses_the_partition_ids_log_show_refuses(tmp_path) -> None:
+    """Issue 32 defect 10: `lsm remap DB ev --partition 2**64` exited 0 where `lsm log show` refuses it."""
+    log, db = tmp_path / "log", tmp_path / "db"
+    _good_log(log)
+    assert run_lsm("ingest", db, log, "--name", "ev").code == 0
+    big = str(MAX_PARTITION + 1)
+    shown = one_line_error(run_lsm("log", "show", log, "--partition", big), 2)
+    remap = one_line_error(run_lsm("remap", db, "ev", "--partition", big), 2)
+    assert shown.split("argument --partition: ")[1].split(" (see")[0] == remap.split(
+        "argument --partition: ")[1].split(" (see")[0] == f"'{big}' is above {MAX_PARTITION}"
+    assert f"partition {big} is above" in one_line_error(run_lsm("remap", db, "ev", "--offset", f"{big}:0"), 2)
+    assert run_lsm("remap", db, "ev", "--partition", str(MAX_PARTITION)).code == 0

@@ -110,6 +110,9 @@ def test_top_level_parser_and_bench_forwarding() -> None:
     assert r.code == 0
     for cmd in ("sst", "manifest", "wal", "get", "scan", "check", "du", "bench"):
         assert cmd in r.out
+    # the docs it names exist on this installation, on one line (ci/wheel_check.py: in a wheel's too)
+    docs = next(line.removeprefix("Docs: ") for line in r.out.splitlines() if line.startswith("Docs: "))
+    assert Path(docs).is_absolute() and Path(docs).name == "cli.md" and Path(docs).is_file(), docs
     assert (
         one_line_error(run_lsm(), 2)
         == "lsm: error: the following arguments are required: COMMAND (see 'lsm --help')"
@@ -149,3 +152,37 @@ def test_manifest_without_purges_shows_none(tmp_path: Path) -> None:
     assert run_lsm("manifest", "show", "--json", db).json()["purge_lag"] is None
     assert "purge_lag        nothing purged yet" in run_lsm("manifest", "show", db).out.splitlines()
     assert run_lsm("du", "--json", db).json()["purge_lag"] is None
+
+
+def test_wal_dump_shows_what_recovery_replays_on_each_backend(db_root: str) -> None:
+    """Issue 32 defect 8: after a flush, the WAL object of an S3 store still holds the flushed records
+    (replay skips them by seq); `lsm wal dump` listed them as "1 segment, 10 records" to replay while a
+    local store showed 0. Both now show what a reopen replays, and count the rest apart."""
+    import lsm
+
+    s3 = db_root.startswith("s3://")
+    db = lsm.DB.open(db_root, lsm.DbOptions(clock=lsm.ManualClock(T0), background_compaction=False))
+    try:
+        for i in range(10):
+            db.put(b"k%d" % i, b"v")
+        db.flush()
+        r = run_lsm("wal", "dump", db_root)
+        assert r.code == 0, r.err
+        tail = r.out.splitlines()[-1]
+        assert tail == ("1 segment, 0 records to replay (10 more already in SSTs, which replay skips: --all "
+                        "shows them)" if s3 else "1 segment, 0 records")
+        segs = run_lsm("wal", "dump", "--json", db_root).json()
+        assert [s["records"] for s in segs] == [[]] and [s["flushed_records"] for s in segs] == [10 if s3 else 0]
+        assert run_lsm("check", "--json", db_root).json()["wal_records"] == 0
+        if s3:
+            every = run_lsm("wal", "dump", "--all", "--json", db_root).json()
+            assert sorted(r["seq"] for s in every for r in s["records"]) == list(range(1, 11))
+        db.put(b"a", b"1", options=lsm.WriteOptions(sync=True))
+        db.put(b"b", b"2", options=lsm.WriteOptions(sync=True))
+        segs = run_lsm("wal", "dump", "--json", db_root).json()
+        assert [r["seq"] for s in segs for r in s["records"]] == [11, 12]
+        assert run_lsm("check", "--json", db_root).json()["wal_records"] == 2
+        with lsm.DB.open(db_root, read_only=True) as ro:  # what a reopen replays: exactly those two
+            assert ro.manifest.last_seq == 10 and ro.seq == 12 and ro.get(b"b") == b"2"
+    finally:
+        db.close()

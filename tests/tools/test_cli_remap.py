@@ -100,3 +100,46 @@ def test_limit_and_partition_select_rows_newest_first(tmp_path) -> None:
     assert [line.split()[2:] for line in lines[head + 1 :]] == [["3", "0", "13"], ["3", "1", "12"]]
     t = run_lsm("remap", db, "ev", "--partition", "7")
     assert t.code == 0 and "bindings  3 (0 shown: those with partition 7)" in t.out and "time" not in t.out
+
+
+def test_consumer_lag_against_the_log(tmp_path) -> None:
+    """``--log DIR``: per partition the log's end, the frontier's next offset and the lag, and a total,
+    as kafka-consumer-groups --describe; the log grows after the ingest, the lag with it."""
+    db = _ingested(tmp_path)
+    log = tmp_path / "log"
+    with LogWriter(log) as w:  # 3 more in partition 1, and a partition the ingest never saw
+        for _ in range(3):
+            w.append(1, b"more", b"v")
+        w.append(4, b"new", b"v")
+    j = run_lsm("remap", db, "ev", "--log", log, "--json").json()
+    assert [(x["partition"], x["log_end"], x["next_offset"], x["lag"]) for x in j["partitions"]] == [
+        (0, 13, 13, 0),
+        (1, 15, 12, 3),
+        (4, 1, 0, 1),
+    ]
+    assert j["total"] == {"log_end": 29, "next_offset": 25, "lag": 4} and j["log"] == str(log)
+    one = run_lsm("remap", db, "ev", "--log", log, "--partition", "1", "--json").json()
+    assert one["total"]["lag"] == 3 and len(one["partitions"]) == 1
+    t = run_lsm("remap", db, "ev", "--log", log)
+    assert t.code == 0, t.err
+    lines = t.out.splitlines()
+    assert "lag       4 records not read yet" in lines
+    head = lines.index(next(line for line in lines if line.startswith("partition")))
+    assert lines[head].split() == ["partition", "log_end", "next_offset", "lag"]
+    assert [line.split() for line in lines[head + 1 :]] == [
+        ["0", "13", "13", "0"],
+        ["1", "15", "12", "3"],
+        ["4", "1", "0", "1"],
+        ["total", "29", "25", "4"],
+    ]
+    # the wrong log: it ends before what the remap read
+    other = tmp_path / "late"
+    assert "partition 0 ends at offset 1, before the remap's next offset 13" in one_line_error(
+        run_lsm("remap", db, "ev", "--log", other), 2
+    )
+    assert "not with --as-of, --offset or --limit" in one_line_error(
+        run_lsm("remap", db, "ev", "--log", log, "--limit", "1"), 2
+    )
+    assert "--source says what --log is" in one_line_error(
+        run_lsm("remap", db, "ev", "--source", "database-log"), 2
+    )

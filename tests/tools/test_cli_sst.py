@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import struct
 from pathlib import Path
 
@@ -13,25 +14,32 @@ from tests.tools._cli import GOLDEN_ROWS, T0, check_golden, one_line_error, run_
 
 
 def test_show_json_golden(golden_sst: Path) -> None:
-    r = run_lsm("sst", "show", "--json", golden_sst)
+    # the file's last key is not UTF-8: JSON, which writes keys as UTF-8 text by default, needs hex or base64
+    r = run_lsm("sst", "show", "--json", "--key-encoding", "hex", golden_sst)
     assert r.code == 0, r.err
     check_golden("sst_show.json", r.out)
     d = r.json()
     assert d["row_feature_names"] == ["RowFlags", "Timestamp", "TimeToLive", "Seq"]
     assert d["creation_timestamp_rfc3339"] == "2023-11-14T22:13:20.010Z"
     assert (d["num_rows"], d["num_tombstones"], d["num_expiring"]) == (9, 1, 2)
+    assert d["first_key"] == "6170706c65" and d["first_key_hex"] is True  # every key in the one encoding
     assert d["last_key"] == "ff0062696e" and d["last_key_hex"] is True
+    err = one_line_error(run_lsm("sst", "show", "--json", golden_sst), 2)
+    assert "the last key 0xff0062696e is not UTF-8" in err and "--key-encoding hex" in err
 
 
 def test_scan_json_golden(golden_sst: Path) -> None:
-    r = run_lsm("sst", "scan", "--json", golden_sst)
+    r = run_lsm("sst", "scan", "--json", "--key-encoding", "base64", golden_sst)  # values: utf8, the default
     assert r.code == 0, r.err
     check_golden("sst_scan.json", r.out)
     rows = r.json()
     # newest version of each key only: the tombstone hides nothing here, it is shown as stored
-    assert [x["key"] for x in rows] == ["apple", "banana", "cherry", "date", "elder", "fig", "ff0062696e"]
+    keys = [base64.b64decode(x["key"]) for x in rows]
+    assert keys == [b"apple", b"banana", b"cherry", b"date", b"elder", b"fig", b"\xff\x00bin"]
+    assert all(x["key_base64"] is True for x in rows)  # one encoding for every key, flagged on each
     assert rows[0] == {
-        "key": "apple",
+        "key": "YXBwbGU=",
+        "key_base64": True,
         "seq": 7,
         "ts": T0 + 7,
         "expire_ts": None,
@@ -40,18 +48,15 @@ def test_scan_json_golden(golden_sst: Path) -> None:
     }
     assert rows[2]["flags"] == 1 and rows[2]["value"] is None  # tombstone
     assert rows[1]["flags"] == 2 and rows[1]["expire_ts"] == T0 + 60_005
-    assert (
-        rows[3]["value"] == "7461620968657265" and rows[3]["value_hex"] is True
-    )  # "tab\there": not printable
+    assert rows[3]["value"] == "tab\there" and "value_hex" not in rows[3]  # UTF-8: its text, escaped by JSON
     assert rows[6] == {
-        "key": "ff0062696e",
-        "key_hex": True,
+        "key": "/wBiaW4=",
+        "key_base64": True,
         "seq": 9,
         "ts": T0 + 9,
         "expire_ts": None,
         "flags": 0,
-        "value": "000102",
-        "value_hex": True,
+        "value": "\x00\x01\x02",
     }
 
 
@@ -108,7 +113,7 @@ def test_show_table(golden_sst: Path) -> None:
 
 
 def test_layout_golden_and_table(golden_sst: Path) -> None:
-    r = run_lsm("sst", "layout", "--json", golden_sst)
+    r = run_lsm("sst", "layout", "--json", "--hex", golden_sst)
     assert r.code == 0, r.err
     check_golden("sst_layout.json", r.out)
     regions = r.json()

@@ -146,32 +146,33 @@ def test_changes(db_path):
     newest = T0 + 400_000 + 4 * HOUR
     table, since_bin, since_zero, limited = run_all(
         ("changes", db_path, "--seq", 8),
-        ("changes", db_path, "--since", rfc3339(newest - newest % (3 * HOUR)), "--json"),
-        ("changes", db_path, "--since", 0, "--json"),
+        ("changes", db_path, "--since", rfc3339(newest - newest % (3 * HOUR)), "--json", "--key-encoding", "hex"),
+        ("changes", db_path, "--since", 0, "--json", "--key-encoding", "hex"),
         ("changes", db_path, "--since", T0 + 100 * HOUR, "--seq", 0, "--limit", 2, "--json"),
     )
     lines = ok(table).splitlines()
-    assert lines[0].split() == ["seq", "ts", "op", "key", "value"]
+    assert lines[0].split() == ["seq", "ts", "op", "key", "expire_ts", "value"]
     assert [line.split()[::2] for line in lines[1:]] == [
-        ["9", "put", "v8"],
-        ["10", "put", "v9"],
-        ["11", "delete"],
-        ["12", "put", "bin"],
+        ["9", "put", "-"],
+        ["10", "put", "-"],
+        ["11", "delete", "-"],
+        ["12", "put", "-"],
     ]
+    assert [line.split()[-1] for line in lines[1:]] == ["v8", "v9", "-", "bin"]
     assert lines[1].split()[1] == rfc3339(T0 + 320_000) and lines[4].split()[3] == "0xff00"
     assert json.loads(ok(since_bin)) == [
-        {"seq": 11, "ts": newest, "op": "delete", "key": "k1", "value": None},
-        {"seq": 12, "ts": newest, "op": "put", "key": "ff00", "key_hex": True, "value": "bin"},
+        {"seq": 11, "ts": newest, "op": "delete", "key": "6b31", "key_hex": True, "value": None, "expire_ts": None},
+        {"seq": 12, "ts": newest, "op": "put", "key": "ff00", "key_hex": True, "value": "bin", "expire_ts": None},
     ]
     # k1's put (seq 2) was replaced by its delete
     assert [c["seq"] for c in json.loads(ok(since_zero))] == [1, *range(3, 13)]
     assert "argument --seq: not allowed with argument --since" in fails(2, limited)
     limited, future = run_all(
-        ("changes", db_path, "--seq", 0, "--limit", 2, "--json"),
+        ("changes", db_path, "--seq", 0, "--limit", 2, "--json", "--key-encoding", "base64"),
         ("changes", db_path, "--since", rfc3339(T0 + 100 * HOUR)),
     )
     assert [c["seq"] for c in json.loads(ok(limited))] == [1, 3]
-    assert ok(future).split() == ["seq", "ts", "op", "key", "value"]  # nothing since
+    assert ok(future).split() == ["seq", "ts", "op", "key", "expire_ts", "value"]  # nothing since
 
 
 def test_errors_are_one_line(tmp_path, db_path):

@@ -133,3 +133,17 @@ def test_a_spec_on_s3_counts_the_same_writes_and_leaves_nothing_behind(tmp_path,
     # each simulation wrote under its own prefix below the spec's, and deleted every object at the end
     pages = obstore.list(storage_for(prefix).client.store, key_of(prefix) + "/", return_arrow=False)
     assert [m["path"] for page in pages for m in page] == []
+
+
+def test_credentials_in_a_policy_stay_out_of_the_reports(tmp_path) -> None:
+    """A policy's object_store_options go to the store, not to summary.json (the spec and each policy's
+    options), policies.csv or the printed table (issue 32 defect 5)."""
+    secret = "wJalrXUtnFEMI-EXAMPLE-SECRET"
+    spec = _spec(object_store_options={"secret_access_key": secret, "region": "us-east-1"})
+    spec["workload"]["phases"] = [{**spec["workload"]["phases"][0], "duration": "2h"}]
+    summary = simulate.run(spec, tmp_path / "out", plots=False)
+    assert summary["policies"][0]["options"]["object_store_options"] == {
+        "secret_access_key": "<redacted>", "region": "us-east-1"}
+    for name in os.listdir(tmp_path / "out"):
+        assert secret not in (tmp_path / "out" / name).read_text(), name
+    assert spec["policy"][0]["object_store_options"]["secret_access_key"] == secret  # the caller's spec kept

@@ -58,7 +58,7 @@ from typing import Any
 
 from tools.bench.compact_db import T0, Spec, build_database, build_tiny
 from tools.bench.harness import DEFAULT_SEED, KEY_SIZE, cpu_meter, medians, split_list
-from tools.common import spark_session_for
+from tools.common import conf_pair, spark_session_for
 from tools.render import float_arg, int_arg, plural
 
 
@@ -159,13 +159,6 @@ def warm_workers(
 
 
 # -- the command -----------------------------------------------------------------------------------------
-def _conf_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key, value
-
-
 def parser() -> argparse.ArgumentParser:
     """The compact suite's options (``lsm bench compact --help``)."""
     p = argparse.ArgumentParser(
@@ -200,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--conf",
         action="append",
-        type=_conf_pair,
+        type=conf_pair,
         default=[],
         metavar="KEY=VALUE",
         help="extra Spark configuration (repeatable)",

@@ -123,11 +123,10 @@ def write_keys(ctx: RunContext, eng: Engine, name: str, keys: list[bytes]) -> Re
     """Time writing `keys` (values cycled from the pool), one put or one batch of --batch-size at a time."""
     values = itertools.cycle(ctx.values)
     if ctx.batch_size <= 1:
-        put = eng.put_fn()
+        put_many = eng.put_many
 
         def body(a: int, b: int) -> int:
-            for k, v in zip(keys[a:b], values):  # noqa: B905 - values is endless
-                put(k, v)
+            put_many(zip(keys[a:b], values))  # noqa: B905 - values is endless
             return 0
 
     else:
@@ -206,15 +205,11 @@ def readrandom(ctx: RunContext, eng: Engine, step: int) -> Result:
     """--reads gets of random keys in [0, num), after the engine's flush (see Engine.prepare_reads)."""
     note = eng.prepare_reads()
     keys = ctx.random_keys(step, "readrandom", ctx.reads)
-    get = eng.get_fn()
+    count_found = eng.count_found
     req_before = requests_of(eng)
 
     def body(a: int, b: int) -> int:
-        found = 0
-        for k in keys[a:b]:
-            if get(k) is not None:
-                found += 1
-        return found
+        return count_found(keys[a:b])
 
     t, done, found = timed_chunks(ctx.progress, f"{eng.name} readrandom", len(keys), body)
     note = "; ".join(n for n in (note, requests_note(eng, req_before, t.seconds)) if n)
@@ -258,7 +253,8 @@ def parser() -> argparse.ArgumentParser:
         default="local",
         help="s3: also run lsm on an S3 store (engine lsm-s3; AWS_ENDPOINT_URL's, else a local moto "
         "server started for the run) beside lsm in a local directory, and report lsm-s3/lsm and its "
-        "object-store requests (default local)",
+        "object-store requests; with --compare slatedb, SlateDB on the same endpoint too (slatedb-s3) "
+        "(default local)",
     )
     p.add_argument(
         "--reads", type=int_arg(0), default=None, help="reads for readrandom/readseq (default --num)"
@@ -281,7 +277,8 @@ def parser() -> argparse.ArgumentParser:
         default="",
         help="other engines to run the same workload on: rocksdict (RocksDB configured like lsm: same "
         "memtable size, L0 trigger, compression, and the compaction style matching --compaction-policy), "
-        "rocksdict-defaults (RocksDB's default options), plyvel (LevelDB)",
+        "rocksdict-defaults (RocksDB's default options), plyvel (LevelDB), slatedb (SlateDB; with --store "
+        "s3 also on the same S3 endpoint, as slatedb-s3)",
     )
     p.add_argument(
         "--settle",
@@ -312,17 +309,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _engine_names(p: argparse.ArgumentParser, compare: str) -> list[str]:
-    """lsm, then each usable ``--compare`` engine (an unusable one is skipped with a note on stderr)."""
+class EngineUnavailable(Exception):
+    """A ``--compare`` engine whose binding is not installed (the message names the package)."""
+
+
+def _engine_names(p: argparse.ArgumentParser, compare: str, store: str) -> list[str]:
+    """lsm, then each ``--compare`` engine; with ``--store s3`` each engine that has an S3 twin is followed
+    by it (lsm-s3, slatedb-s3). An engine whose binding does not import raises `EngineUnavailable`: a
+    comparison that was asked for is not silently left out."""
+    local = [n for n, e in ENGINES.items() if n != "lsm" and not e.on_s3]
     engines = ["lsm"]
     for e in split_list(compare):
-        if e not in ENGINES or e == "lsm":
-            p.error(f"--compare: unknown engine {e!r}; known: {', '.join(n for n in ENGINES if n != 'lsm')}")
+        if e not in local:
+            p.error(f"--compare: unknown engine {e!r}; known: {', '.join(local)}")
         why = ENGINES[e].available()
         if why:
-            print(f"# {e}: {why}; skipped", file=sys.stderr)
-        elif e not in engines:
+            raise EngineUnavailable(f"--compare {e}: {why}")
+        if e not in engines:
             engines.append(e)
+    if store == "s3":
+        engines = [x for e in engines for x in (e, f"{e}-s3") if x in ENGINES]
     return engines
 
 
@@ -379,15 +385,19 @@ def print_grouped(names: list[str], versions: list[str], results: list[Result]) 
     """The engines' versions, then each benchmark's lines, one per engine, and lsm's ratio to the others."""
     for v in versions:
         print(f"# {v}")
-    for bench in names:
-        group = [r for r in results if r.benchmark == bench]
+    by_engine: dict[str, list[Result]] = {}
+    for r in results:
+        by_engine.setdefault(r.engine, []).append(r)
+    for step, bench in enumerate(names):  # by position: a benchmark may be run twice (a cold, a warm read)
+        group = [rs[step] for rs in by_engine.values() if step < len(rs)]
         for r in group:
             print(r.line())
-        ratio = ratio_line(bench, [r for r in group if r.engine != "lsm-s3"])
+        ratio = ratio_line(bench, [r for r in group if not ENGINES[r.engine].on_s3])
         if ratio:
             print(ratio)
-        s3 = [r for r in group if r.engine in ("lsm-s3", "lsm")]
-        ratio = ratio_line(bench, s3, base="lsm-s3") if len(s3) == 2 else None
+        # lsm on S3 against itself in a directory, then against the other engines on S3
+        s3 = [r for r in group if r.engine == "lsm" or ENGINES[r.engine].on_s3]
+        ratio = ratio_line(bench, s3, base="lsm-s3") if len(s3) >= 2 else None
         if ratio:
             print(ratio)
 
@@ -400,14 +410,17 @@ def main(argv: list[str]) -> int:
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
-    engines = _engine_names(p, a.compare)
+    try:
+        engines = _engine_names(p, a.compare, a.store)
+    except EngineUnavailable as e:  # not a usage mistake: one line naming the package, no usage text
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
     if a.store == "s3":
         from tools.bench import s3
 
         why = s3.unavailable()
         if why:
             p.error(f"--store s3: {why}")
-        engines.insert(1, "lsm-s3")
     ctx = RunContext(
         num=a.num,
         reads=a.num if a.reads is None else a.reads,
@@ -440,7 +453,7 @@ def main(argv: list[str]) -> int:
         s3_bucket = stack.enter_context(_s3_endpoint()) if a.store == "s3" else ""
         for name in engines:
             top = a.profile if name == "lsm" else None
-            where = s3_bucket if name == "lsm-s3" else os.path.join(root, name)
+            where = s3_bucket if ENGINES[name].on_s3 else os.path.join(root, name)
             version, got, tables = run_engine(ctx, name, where, names, emit, top)
             versions.append(version)
             results += got
@@ -454,7 +467,7 @@ def main(argv: list[str]) -> int:
     elif not stream:
         print_grouped(names, versions, results)
     if not a.json:
-        for bench in names:
+        for bench in dict.fromkeys(names):
             line = write_amp_line(bench, results, a.settle)
             if line:
                 print(line)

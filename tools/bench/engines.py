@@ -1,4 +1,5 @@
-"""The stores a `lsm bench` db-suite workload runs on: lsm itself, RocksDB (rocksdict), LevelDB (plyvel).
+"""The stores a `lsm bench` db-suite workload runs on: lsm itself, RocksDB (rocksdict), LevelDB (plyvel),
+SlateDB (`tools.bench.engine_slatedb`).
 
 Each engine opens in its own directory and exposes what a workload needs: a put function, batched
 writes, a get function, a full scan, `prepare_reads` (the state readrandom is measured on; each engine
@@ -6,20 +7,20 @@ says what it did) and `sst_bytes_written` (for write amplification). lsm runs it
 the run's compaction policy; ``rocksdict`` is RocksDB configured like that lsm (`rocksdb_like_lsm`: the
 same memtable size, L0 trigger and compression, and the compaction style that matches the policy,
 `ROCKSDB_STYLE`), ``rocksdict-defaults`` is RocksDB with its own defaults; plyvel runs LevelDB's
-defaults. Adding an engine: an `Engine` subclass with `name`, `module` (the binding it needs) and
-`describe`, added to `ENGINES`.
+defaults. Adding an engine: an `Engine` subclass with `name`, `module` (the binding it needs), `package`
+(what installs it) and `describe`, added to `ENGINES`.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata
-import importlib.util
 import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from compaction.policy import DEFAULT_POLICY, POLICIES
@@ -66,12 +67,23 @@ class Engine:
         return ""
 
     module: str | None = None  # the binding this engine needs (importable when usable)
+    package: str | None = None  # the distribution that installs `module` (pip install NAME)
+    on_s3 = False  # runs on the bench's S3 endpoint (--store s3), not in a local directory
 
     @classmethod
     def available(cls) -> str | None:
-        """None when usable, else why not."""
-        if cls.module is not None and importlib.util.find_spec(cls.module) is None:
-            return "not installed (pip install 'lsm-sim[bench]')"
+        """None when usable, else why not (naming the package to install)."""
+        if cls.module is None:
+            return None
+        package = cls.package or cls.module
+        try:  # imported, not only found: a binding whose native library cannot load is not usable either
+            importlib.import_module(cls.module)
+        except ModuleNotFoundError as e:
+            if e.name is None or e.name.split(".")[0] != cls.module.split(".")[0]:
+                return f"the Python package {package!r} does not import ({e})"
+            return f"the Python package {package!r} is not installed: pip install {package} (or 'lsm-sim[bench]')"
+        except ImportError as e:
+            return f"the Python package {package!r} does not import ({e})"
         return None
 
     def version(self) -> str:
@@ -106,9 +118,24 @@ class Engine:
             put(k, v)
         self.db.write(b, self._wo)
 
+    def put_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        """One put per pair, in order (a benchmark's chunk; an asyncio engine runs it as one coroutine)."""
+        put = self.put_fn()
+        for k, v in pairs:
+            put(k, v)
+
     def get_fn(self) -> Callable[[bytes], bytes | None]:
         """``get(key) -> value or None``."""
         return self.db.get
+
+    def count_found(self, keys: Sequence[bytes]) -> int:
+        """One get per key; how many found a value (readrandom's chunk)."""
+        get = self.get_fn()
+        found = 0
+        for k in keys:
+            if get(k) is not None:
+                found += 1
+        return found
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) in key order."""
@@ -133,6 +160,7 @@ class LsmEngine(Engine):
     def _open(self) -> None:
         import lsm
 
+        preload_lazy_imports()
         self.db = lsm.DB.open(self.path, lsm_options(self.policy))
         self._wo = lsm.WriteOptions(sync=True) if self.sync else None
         self._batch = lsm.WriteBatch
@@ -181,6 +209,8 @@ class LsmS3Engine(LsmEngine):
 
     name = "lsm-s3"
 
+    on_s3 = True
+
     def __init__(self, path: str, sync: bool, policy: str = DEFAULT_POLICY) -> None:
         super().__init__(path, sync, policy)
         self.bucket = path
@@ -195,6 +225,7 @@ class LsmS3Engine(LsmEngine):
             self.url = fresh_prefix(self.bucket, "db")
         import lsm
 
+        preload_lazy_imports()
         self.db = lsm.DB.open(self.url, lsm_options(self.policy))
         self._wo = lsm.WriteOptions(sync=True) if self.sync else None
         self._batch = lsm.WriteBatch
@@ -205,6 +236,13 @@ class LsmS3Engine(LsmEngine):
     def requests(self) -> dict[str, int]:
         """The object-store requests of this database so far."""
         return self.db.object_store_stats()
+
+
+def preload_lazy_imports() -> None:
+    """Import what lsm imports on first use: numpy, which the scan's array path and the merge import when
+    they first run (`import lsm` leaves it out, for the command line's start-up). A benchmark times rows,
+    not that one-off import: 0.1-0.5 s, which at ``--num 20000`` was most of lsm's first ``readseq``."""
+    importlib.import_module("numpy")
 
 
 def lsm_options(policy: str) -> Any:
@@ -249,7 +287,7 @@ class RocksdictEngine(Engine):
 
     name = "rocksdict"
 
-    module = "rocksdict"
+    module = package = "rocksdict"
 
     def settings(self) -> dict[str, Any]:
         """The options set on top of RocksDB's defaults (empty: all defaults)."""
@@ -364,7 +402,7 @@ class PlyvelEngine(Engine):
 
     name = "plyvel"
 
-    module = "plyvel"
+    module = package = "plyvel"
 
     def version(self) -> str:
         import plyvel
@@ -400,6 +438,12 @@ class PlyvelEngine(Engine):
         return "no flush API; memtable left as is"
 
 
+# SlateDB's engines subclass Engine from this module, so they are imported once it is defined
+from tools.bench.engine_slatedb import SlatedbEngine, SlatedbS3Engine  # noqa: E402
+
 ENGINES: dict[str, type[Engine]] = {
-    e.name: e for e in (LsmEngine, LsmS3Engine, RocksdictEngine, RocksdictDefaultsEngine, PlyvelEngine)
+    e.name: e
+    for e in (
+        LsmEngine, LsmS3Engine, RocksdictEngine, RocksdictDefaultsEngine, PlyvelEngine, SlatedbEngine, SlatedbS3Engine
+    )
 }

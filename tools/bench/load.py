@@ -51,6 +51,7 @@ T0 = 1_700_000_000_000
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    from tools.common import add_conf_arg
     from tools.render import int_arg
 
     p = argparse.ArgumentParser(prog="lsm bench load", description=__doc__.split("\n\n")[0])
@@ -58,6 +59,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--partitions", type=int_arg(1), default=8, help="log partitions (8)")
     p.add_argument("--value-size", type=int_arg(0), default=100, help="value bytes (100)")
     p.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    add_conf_arg(p)
     p.add_argument("--tasks", type=int_arg(1), help="bulk-load slices (default: Spark's parallelism)")
     p.add_argument("--repeat", type=int_arg(1), default=1, help="runs per engine; medians are reported (1)")
     p.add_argument(
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None, session: Any = None) -> int:
             # a session of our own logs its JVM's output to a file (named if a job fails) and stops at the
             # end; a given one is left as it is
             run = stack.enter_context(
-                spark_session_for(a.master, "bench-load", session=session, app="lsm-bench-load")
+                spark_session_for(a.master, "bench-load", session=session, app="lsm-bench-load", conf=a.conf)
             )
             if session is None:
                 report["spark_startup_seconds"] = run.startup_seconds

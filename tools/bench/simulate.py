@@ -42,11 +42,14 @@ DEFAULT_SWEEP = os.path.join(ROOT, "examples", "sweep.toml")
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The suite's options."""
+    from tools.common import add_conf_arg
+
     ap = argparse.ArgumentParser(prog="lsm bench simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--spec", default=DEFAULT_SPEC, help="the study spec (default examples/quiet_ttl.toml)")
     ap.add_argument("--sweep", default=DEFAULT_SWEEP, help="the sweep spec (default examples/sweep.toml)")
     ap.add_argument("--runs", type=int, default=1, help="repeat each timing, report the median (default 1)")
     ap.add_argument("--master", default="local[2]", help="Spark master for the sweep (default local[2])")
+    add_conf_arg(ap)
     ap.add_argument(
         "--jobs",
         type=int,
@@ -258,7 +261,7 @@ def sweep(a: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     os.environ.setdefault("PYTHONPATH", ROOT)
     # the JVM's output goes to a log file, named if a job fails; the session stops at the end
-    with spark_session_for(a.master, "bench-simulate", app="lsm-bench-simulate") as spark:
+    with spark_session_for(a.master, "bench-simulate", app="lsm-bench-simulate", conf=a.conf) as spark:
         session = spark.session
         # one Python worker per task slot, the simulator imported: a one-time cost per session, as the JVM's
         warm_s, workers = warm_workers(

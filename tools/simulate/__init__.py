@@ -24,6 +24,10 @@ from tools.simulate.sweep import Cell, grid, run_cells, run_cells_parallel, run_
 
 Progress = Callable[[Cell], Any]
 
+# the fields of a policy's summary that are measured on the host, not simulated: the only ones that
+# differ between two runs of one spec (everything else, and every CSV and plot, is the same bytes)
+WALL_CLOCK_FIELDS = ("wall_s", "cpu_s", "sample_cpu_s")
+
 
 def run(
     spec: Mapping[str, Any],
@@ -44,7 +48,8 @@ def run(
 
     ``progress_for(cell)`` (local engine) returns a callable that gets each sample's (simulated ms
     since the start, operations done) of that cell, or None; if `progress_for` also has a ``begin``
-    method, it is called first with the number of simulations."""
+    method, it is called first with the number of simulations, and if it has a ``plot`` method, that is
+    called with (plots written, plots) while the plots are drawn."""
     if engine not in ("local", "spark"):
         raise ValueError(f"unknown engine {engine!r}: use 'local' or 'spark'")
     if type(jobs) is not int or jobs < 1:
@@ -64,7 +69,7 @@ def run(
     from tools.simulate import plots as plot_mod
 
     summary: dict[str, Any] = {
-        "spec": dict(spec),
+        "spec": _without_credentials(spec),
         "engine": engine,
         "sample_every_ms": base.sample_every_ms,
         "compact_every_ms": base.compact_every_ms,
@@ -74,9 +79,25 @@ def run(
     output.write_timeseries(os.path.join(out, "timeseries.csv"), results)
     output.write_key(os.path.join(out, "policies.csv"), summary["policies"])
     if plots and plot_mod.available():
-        summary["plots"] = plot_mod.write_plots(out, results, base.compact_every_ms)
+        on_plot = getattr(progress_for, "plot", None)
+        summary["plots"] = plot_mod.write_plots(out, results, base.compact_every_ms, on_plot)
     output.write_summary(os.path.join(out, "summary.json"), summary)
     return summary
 
 
-__all__ = ["run", "Spec", "SpecError", "load_spec", "parse_spec", "parse_duration", "grid", "Cell"]
+def _without_credentials(v: Any) -> Any:
+    """`v` (the spec, or a part of it) with the credentials of every ``object_store_options`` table
+    redacted (`lsm.options.redacted_store_options`): summary.json is a report, not a secret store."""
+    from lsm.options import redacted_store_options
+
+    if isinstance(v, dict):
+        return {
+            k: redacted_store_options(x) if k == "object_store_options" and isinstance(x, dict) else _without_credentials(x)
+            for k, x in v.items()
+        }
+    if isinstance(v, list):
+        return [_without_credentials(x) for x in v]
+    return v
+
+
+__all__ = ["run", "WALL_CLOCK_FIELDS", "Spec", "SpecError", "load_spec", "parse_spec", "parse_duration", "grid", "Cell"]

@@ -61,9 +61,9 @@ from formats.manifest import Manifest, SstEntry
 from formats.row import codec_for
 from formats.sst import SsTableInfo
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
-from lsm import wal as wal_files
 from lsm.events import CompactionInfo, EventListener, FlushInfo
-from storage import numbered, storage_for
+from storage import storage_for
+from storage.paths import DbPaths, wal_ids
 from storage.ssts import open_sst
 from tools.simulate.workload import key_bytes, key_index
 
@@ -93,8 +93,9 @@ class DiskAccount(EventListener):
     wants_changed_rows = True
 
     def __init__(self, db_path: str) -> None:
-        self.sst_dir = os.path.join(db_path, "sst")
-        self.wal_dir = os.path.join(db_path, "wal")
+        self._paths = DbPaths(db_path)
+        self.sst_dir = self._paths.sst_dir
+        self.wal_dir = self._paths.wal_dir
         # on an object store (register its root first): the requests the account itself makes (reading
         # SSTs, listing the WAL), which the simulation leaves out of the engine's counts
         self._storage = storage_for(db_path)
@@ -347,20 +348,10 @@ class DiskAccount(EventListener):
 
     def _wal_bytes_from(self, first: int) -> int:
         """Bytes of the WAL segments (or objects: one listing) from id `first` on."""
-        wal_bytes = 0
-        if not self._storage.local:
-            with self._io():
-                sizes = self._storage.list_sizes(self.wal_dir)
-            for sid, p in numbered(self.wal_dir, sizes, wal_files.SUFFIX):
-                if sid >= first:
-                    wal_bytes += sizes[os.path.basename(p)]
-            return wal_bytes
-        for _sid, p in wal_files.live_segments(self.wal_dir, first):
-            try:
-                wal_bytes += os.path.getsize(p)
-            except FileNotFoundError:
-                pass
-        return wal_bytes
+        with self._io():  # one listing (a stat a file in a directory)
+            sizes = self._storage.list_sizes(self.wal_dir)
+        return sum(sizes[os.path.basename(p)] for sid, p in wal_ids(self._storage, self._paths, list(sizes))
+                   if sid >= first)
 
     @contextlib.contextmanager
     def _io(self):

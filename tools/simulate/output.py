@@ -126,8 +126,23 @@ def _name_header(policies: Sequence[dict[str, Any]]) -> str:
     return "policy" if all(label(p) == p["name"] for p in policies) else "label"
 
 
-def summary_table(policies: Sequence[dict[str, Any]]) -> str:
-    """One row per simulation: space, write amplification, purge lag and what was left unpurged."""
+# What the tables leave out first to fit `TABLE_WIDTH` (``lsm simulate --wide`` keeps every column): the
+# run's wall time, then the detail behind space amp (the classes it sums), then the rest of the detail
+SUMMARY_DROP = ("wall s", "purge p50", "shadowed", "tombstone", "ops", "live", "purge max")
+REQUESTS_DROP = ("got/day", "put/day", "stored", "requests $/month", "storage $/month")
+TABLE_WIDTH = 120
+
+
+def fitted(text: str, left_out: list[str]) -> str:
+    """`text` and, when columns were left out to fit, a line naming them."""
+    if not left_out:
+        return text
+    return text + f"\n({', '.join(left_out)} left out to fit {TABLE_WIDTH} columns: --wide shows them)"
+
+
+def summary_table(policies: Sequence[dict[str, Any]], width: int | None = None) -> str:
+    """One row per simulation: space, write amplification, purge lag and what was left unpurged. With
+    `width`, the columns of `SUMMARY_DROP` are left out in turn until it fits (a line says which)."""
     headers = (
         _name_header(policies),
         "ops",
@@ -170,9 +185,9 @@ def summary_table(policies: Sequence[dict[str, Any]]) -> str:
                 comp,
             )
         )
-    table = render.table(headers, rows)
+    table = fitted(*render.fit_table(headers, rows, width, SUMMARY_DROP))
     if any("object_store" in p for p in policies):
-        table += "\n\n" + requests_table(policies)
+        table += "\n\n" + requests_table(policies, width)
     return table
 
 
@@ -180,9 +195,10 @@ def _usd(v: float) -> str:
     return f"${v:.4f}" if v < 1 else f"${v:,.2f}"
 
 
-def requests_table(policies: Sequence[dict[str, Any]]) -> str:
+def requests_table(policies: Sequence[dict[str, Any]], width: int | None = None) -> str:
     """One row per simulation on an object store: requests per simulated day by kind, the bytes moved,
-    the mean stored bytes and the monthly cost estimate (tools.simulate.costs)."""
+    the mean stored bytes and the monthly cost estimate (tools.simulate.costs); `width` as in
+    `summary_table`."""
     headers = (
         _name_header(policies),
         "PUT/day",
@@ -218,7 +234,7 @@ def requests_table(policies: Sequence[dict[str, Any]]) -> str:
                 _usd(o["monthly_cost_usd"]),
             )
         )
-    return render.table(headers, rows)
+    return fitted(*render.fit_table(headers, rows, width, REQUESTS_DROP))
 
 
 __all__ = [

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tools.simulate import output
@@ -71,19 +71,30 @@ DESCRIBE = {
 }
 
 
-def write_plots(out_dir: str, results: Sequence[dict[str, Any]], compact_every_ms: int) -> list[str]:
-    """Write the four PNGs (five on an object store) into `out_dir`; return their file names."""
-    plt = _plt()
-    names = []
+def write_plots(
+    out_dir: str,
+    results: Sequence[dict[str, Any]],
+    compact_every_ms: int,
+    on_plot: Callable[[int, int], None] | None = None,
+) -> list[str]:
+    """Write the four PNGs (five on an object store) into `out_dir`; return their file names.
+    `on_plot(done, total)` is called before the first plot and after each (a progress line: drawing
+    them takes seconds each)."""
     plots = [_disk, _amplification, _purge_lag, _comparison]
     if any("object_store" in r["summary"] for r in results):
         plots.append(_requests)
+    if on_plot is not None:
+        on_plot(0, len(plots))
+    plt = _plt()
+    names = []
     with plt.rc_context(_RC):
         for fn in plots:
             name, fig = fn(plt, results, compact_every_ms)
             fig.savefig(os.path.join(out_dir, name), dpi=110, bbox_inches="tight")
             plt.close(fig)
             names.append(name)
+            if on_plot is not None:
+                on_plot(len(names), len(plots))
     return names
 
 

@@ -42,7 +42,7 @@ import lsm
 from compaction.drop import is_expired
 from compaction.filter import Reason
 from lsm.events import CompactionInfo, EventListener, FlushInfo
-from lsm.options import NO_TTL
+from lsm.options import NO_TTL, redacted_store_options
 from storage import register
 from tools.simulate import costs
 from tools.simulate.accounting import DiskAccount
@@ -421,6 +421,8 @@ def options_summary(policy: Policy) -> dict[str, Any]:
     for k, v in policy.options:
         if k == "compaction_filters":
             v = [f"{type(f).__module__}:{type(f).__qualname__}" for f in v]
+        elif k == "object_store_options" and isinstance(v, dict):  # summary.json, policies.csv, the table
+            v = redacted_store_options(v)
         out[k] = v
     return out
 

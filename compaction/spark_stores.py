@@ -98,7 +98,7 @@ def executor_stores(paths: Sequence[str]) -> list[ExecutorStore]:
                 "processes: run this job with the local engine, or keep the database on an object store "
                 "(s3://...) or a directory every executor mounts"
             )
-        if not st.local:
+        if st.root is not None:  # a store reached by URL: the executor registers it
             found[st.root] = st
     return [ExecutorStore(root, _settings(st)[0]) for root, st in sorted(found.items())]
 

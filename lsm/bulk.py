@@ -208,9 +208,10 @@ def source_locations(source: Any) -> list[str]:
     """The object-store URLs a bulk load's tasks read `source` from: a `PartitionedLog` on an object store
     (its segments), none for a local one or another source (which reads wherever it reads)."""
     from lsm.sources.object_log import ObjectLog
-    from storage import is_url
+    from storage import storage_for
 
-    return [source.directory] if isinstance(source, ObjectLog) and is_url(source.directory) else []
+    is_remote = isinstance(source, ObjectLog) and storage_for(source.directory).root is not None
+    return [source.directory] if is_remote else []
 
 
 @contextlib.contextmanager

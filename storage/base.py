@@ -19,12 +19,14 @@ the WAL manager (lsm.wal_manager) writes its log the way the backend allows.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import mmap
 import os
 import tempfile
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
 
 
 class RealTime:
@@ -63,6 +65,9 @@ class Storage:
     # the clocks this backend's files age by and its retries wait by (a simulation's, or the host's)
     clock: RealTime = REAL_TIME
     cache: Any = None  # a local disk cache of what it serves (storage.objcache), where that helps
+    # the URL a worker process or a Spark executor registers to reach this store (storage.registry):
+    # None for the local file system, which every process reaches by path
+    root: str | None = None
 
     def now(self) -> float:
         """Seconds since the epoch on the clock the files' modification times are stamped by: a file's
@@ -117,6 +122,32 @@ class Storage:
         """Write a whole new file (replacing any old one unless `exclusive`) from `chunks`; durable when
         this returns if `sync`. A failure leaves no file behind that a reader could take for whole."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def replacing(self, path: str) -> Iterator[BinaryIO]:
+        """A binary stream whose bytes replace the file at `path` when the block ends without an error, so
+        that a reader sees the old file or all of the new one, never part of it: an object is written by
+        one PUT of the buffered bytes (whole or not at all)."""
+        buf = io.BytesIO()
+        yield buf
+        self.write_file(path, [buf.getbuffer()])
+
+    def remove_tree(self, directory: str) -> None:
+        """Remove every file under `directory` (the objects under the prefix), as far as it can."""
+        for name in self.list_entries(directory):
+            p = os.path.join(directory, name)
+            if self.list_entries(p):
+                self.remove_tree(p)
+            else:
+                try:
+                    self.delete(p)
+                except OSError:
+                    return
+
+    def map_whole(self, path: str) -> Any:
+        """A sliceable view of the whole file for a reader that visits all of it in no order (a tool):
+        `open_map`, with the whole file at hand (one GET of an object, not one per slice)."""
+        return self.open_map(path)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Create `path` holding `data` only if it does not exist: True if we created it, False if it

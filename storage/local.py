@@ -4,12 +4,14 @@ Its hot path, the WAL append, does not pass through here (lsm.wal keeps its segm
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import mmap
 import os
+import shutil
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
 
 from formats import fileio
 from storage.base import TMP_PREFIX, PublishUnknownError, Storage
@@ -120,6 +122,24 @@ class LocalStorage(Storage):
     def write_file(self, path: str, chunks: Iterable[Any], *, sync: bool = True, exclusive: bool = False) -> None:
         """Create (O_EXCL if `exclusive`, else O_TRUNC), write every chunk, fsync if `sync`; a failure removes the file."""
         fileio.write_file(path, chunks, sync=sync, exclusive=exclusive)
+
+    @contextlib.contextmanager
+    def replacing(self, path: str) -> Iterator[BinaryIO]:
+        """A temporary file beside `path` to stream into, fsynced and renamed over it when the block ends
+        without an error (removed otherwise)."""
+        tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            with open(tmp, "wb") as f:
+                yield f
+                f.flush()
+                fileio.fsync(f.fileno(), tmp)
+            fileio.rename(tmp, path)
+        finally:
+            _unlink_quiet(tmp)
+
+    def remove_tree(self, directory: str) -> None:
+        """shutil.rmtree (errors ignored)."""
+        shutil.rmtree(directory, ignore_errors=True)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Temporary file, fsync, hard link to `path` (fails if it exists), directory fsync."""

@@ -312,6 +312,10 @@ class ObjectStorage(Storage):
         names = [p.rsplit("/", 1)[-1] for p in res["common_prefixes"]]
         return names + [m["path"].rsplit("/", 1)[-1] for m in res["objects"]]
 
+    def map_whole(self, path: str) -> bytes:
+        """The whole object, fetched with one GET."""
+        return self.read(path)
+
     def open_map(self, path: str) -> RangeFile:
         """A `RangeFile` over the object (its tail fetched now)."""
         return RangeFile(self, path)

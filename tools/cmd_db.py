@@ -284,15 +284,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 # -- du ---------------------------------------------------------------------------------------------------
 def cmd_du(args: argparse.Namespace) -> int:
     from lsm.inspect import CATEGORIES, space_usage, stored_files
-    from storage import is_url, register
+    from storage.paths import open_store
 
     read_options.warn_deprecated(args)
-    # an object-store database: its own client, so the request counters hold exactly what du asked
-    store = register(args.path) if is_url(args.path) else None
+    # the database's store, resolved once: on an object store its own client, so the request counters
+    # hold exactly what du asked (a directory counts none)
+    store = open_store(args.path).storage
     rep = space_usage(db_dir(args.path), args.expiry_at)
     levels = [x.to_dict() for x in [*rep.levels, rep.total]]
     objects: dict[str, dict[str, int]] = {}
-    if store is not None:
+    if store.root is not None:  # what an object store bills: its objects by kind
         objects = {k: {"objects": n, "bytes": b} for k, (n, b) in stored_files(args.path).items()}
     if args.json:
         out: dict[str, Any] = {
@@ -302,7 +303,7 @@ def cmd_du(args: argparse.Namespace) -> int:
             "total": levels[-1],
             "purge_lag": rep.purge_lag,
         }
-        if store is not None:
+        if store.root is not None:
             out.update(objects=objects, requests=store.stats())
         render.print_json(out)
         return 0
@@ -319,7 +320,7 @@ def cmd_du(args: argparse.Namespace) -> int:
     render.print_text(f"expiry judged at {render.rfc3339(rep.at)} ({rep.at})")
     render.print_text(render.table(("level", "files", "size", *(f"{c} (rows)" for c in CATEGORIES)), cells))
     render.print_text(f"purge lag: {purge_lag_text(rep.purge_lag)}")
-    if store is not None:
+    if store.root is not None:
         _print_objects(objects, store.stats())
     return 0
 

@@ -15,13 +15,11 @@ rows once the commit's ts is known), so a crash mid-load leaves all of it or non
 from __future__ import annotations
 
 import argparse
-import io
 import itertools
-import os
 import sys
 from typing import Any
 
-from storage import is_url, path_kind, storage_for
+from storage import path_kind, storage_for
 from tools import render
 from tools.cmd_write import WRITABLE_NOTE, open_writable
 from tools.common import db_dir
@@ -134,19 +132,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
         dump_database(args.path, sys.stdout.buffer, **part)
         sys.stdout.buffer.flush()
         return 0
-    if is_url(args.out):  # an object is written by one PUT: whole or not at all, no temporary needed
-        buf = io.BytesIO()
-        summary = dump_database(args.path, buf, **part)
-        storage_for(args.out).write_file(args.out, [buf.getbuffer()])
-    else:
-        tmp = f"{args.out}.tmp-{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                summary = dump_database(args.path, f, **part)
-            os.replace(tmp, args.out)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    # whole or not at all: a temporary file renamed over a file, one PUT of an object
+    with storage_for(args.out).replacing(args.out) as out:
+        summary = dump_database(args.path, out, **part)
     summary["out"] = args.out
     if start is not None or end is not None or args.limit is not None:
         summary["range"] = {"from": args.start, "to": args.end, "limit": args.limit}

@@ -199,37 +199,22 @@ def _remove_unused_store(path: str) -> None:
     segment empty (so no commit: each lives in one or the other), nothing but the store's own
     directories. Its manifest's last_seq may be above 0 without a commit: a bulk load that failed gave
     its reserved seqs up. Anything else (a store some other process wrote to meanwhile) is left alone."""
-    import os
-    import shutil
 
     from lsm.errors import LsmError
     from lsm.inspect import DB_ENTRIES, latest_manifest
-    from storage import is_url, storage_for
+    from storage.paths import open_store
 
-    st = storage_for(path)
+    store = open_store(path)
+    st = store.storage
     try:
         _mid, m = latest_manifest(path)
-        wal = os.path.join(path, "wal")
         if m.l0 or m.runs or set(st.list_entries(path)) - DB_ENTRIES:
             return
-        if is_url(path):
-            sizes = list(st.list_sizes(wal).values())
-        else:
-            sizes = [os.path.getsize(os.path.join(wal, n)) for n in os.listdir(wal)]
-        if any(sizes):
+        if any(st.list_sizes(store.paths.wal_dir).values()):
             return
     except (OSError, LsmError):  # not (or no longer) a store this run made: leave it
         return
-    if not is_url(path):
-        shutil.rmtree(path, ignore_errors=True)
-        return
-    for sub in DB_ENTRIES:  # an object store has no directories: delete the objects of each
-        d = os.path.join(path, sub)
-        for name in st.list_names(d):
-            try:
-                st.delete(os.path.join(d, name))
-            except OSError:
-                return
+    st.remove_tree(path)
 
 
 def _ingest(args: argparse.Namespace) -> int:

@@ -252,7 +252,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     store = ManifestStore(db_dir(args.path))
     ids = store.ids()
     listed = None
-    if not store.storage.local:
+    if store.storage.root is not None:  # an object store: one listing gives every version's size and time
         sizes, mtimes = store.storage.list_sizes(store.dir), store.storage.list_mtimes(store.dir)
         listed = {n: (size, int(mtimes[n] * 1000)) for n, size in sizes.items() if n in mtimes}
     versions = [v for v in (version_summary(store, i, listed) for i in ids) if v is not None]

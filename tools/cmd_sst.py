@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +14,8 @@ from formats.errors import CorruptionError
 from formats.row import RowFeature, RowFlags
 from formats.sst import COMPRESSION_NAMES, FOOTER, TRAILER, SsTableInfo, SstReader
 from formats.verify import verify_sst
-from storage import is_url, path_kind, ssts, storage_for
+from storage import path_kind, ssts, storage_for
+from storage.paths import open_store
 from tools import render
 
 TIME_FIELDS = ("creation_timestamp", "min_ts", "max_ts", "min_expire_ts", "max_expire_ts")
@@ -259,11 +259,13 @@ def sst_files(path: str) -> list[str]:
         raise FileNotFoundError(2, "No such file or directory", path)
     if kind != "dir":
         return [path]
-    sst_dir = os.path.join(path, "sst")
-    # an object store has no empty directories: a database with no SST yet has no sst/ prefix either
-    if path_kind(sst_dir) != "dir" and not (is_url(path) and path_kind(os.path.join(path, "manifest")) == "dir"):
+    store = open_store(path)
+    st, paths = store.storage, store.paths
+    # a database: its manifest says so (an object store has no empty directories, so a database with no
+    # SST yet has no sst/ prefix; a directory that is one has both)
+    if not (st.holds_directory(paths.sst_dir) or (not st.appends and st.holds_directory(paths.manifest_dir))):
         raise ValueError(f"{path}: is a directory but not an lsm-sim database (no sst/ directory)")
-    return [os.path.join(sst_dir, n) for n in sorted(storage_for(sst_dir).list_names(sst_dir)) if n.endswith(".sst")]
+    return [paths.sst(n) for n in sorted(st.list_names(paths.sst_dir)) if n.endswith(".sst")]
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -312,7 +314,7 @@ def layout_regions(r: SstReader) -> list[dict[str, Any]]:
     info = r.info
     st = storage_for(r.path)
     # the file mapped, or the whole object in one GET (not one ranged GET per block's trailer byte)
-    data = st.open_map(r.path) if st.local else st.read(r.path)
+    data = st.map_whole(r.path)
     meta_offset, meta_size = footer_fields(r, data)
     regions: list[dict[str, Any]] = []
     try:

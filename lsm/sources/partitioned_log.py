@@ -57,7 +57,7 @@ from lsm.clock import I64_MAX, I64_MIN, check_i64_ms
 from lsm.errors import LsmError, SourceError
 from lsm.sources.protocol import MAX_PARTITION, SourceRecord, check_range, make_record
 from lsm.syskeys import SYSTEM_PREFIX, is_system
-from storage import LOCAL, PublishUnknownError, is_url
+from storage import LOCAL, PublishUnknownError, storage_for
 
 _FILE_NAME = re.compile(r"(0|[1-9][0-9]*)\.log")
 CHUNK = 1 << 20  # bytes read at a time while indexing or reading
@@ -165,7 +165,7 @@ class PartitionedLog:
 
     def __new__(cls, directory: str | os.PathLike[str] | None = None, *args: Any, **kwargs: Any) -> PartitionedLog:
         # a URL is a log of segment objects (lsm.sources.object_log): the same source on an object store
-        if cls is PartitionedLog and directory is not None and is_url(os.fspath(directory)):
+        if cls is PartitionedLog and directory is not None and not storage_for(os.fspath(directory)).appends:
             from lsm.sources.object_log import ObjectLog
 
             return super().__new__(ObjectLog)
@@ -391,7 +391,7 @@ class LogWriter:
 
     def __new__(cls, directory: str | os.PathLike[str] | None = None, *args: Any, **kwargs: Any) -> LogWriter:
         # a URL: the writer of a log of segment objects (lsm.sources.object_log)
-        if cls is LogWriter and directory is not None and is_url(os.fspath(directory)):
+        if cls is LogWriter and directory is not None and not storage_for(os.fspath(directory)).appends:
             from lsm.sources.object_log import ObjectLogWriter
 
             return super().__new__(ObjectLogWriter)

@@ -37,8 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("lsm", "compaction", "tools", "formats")
 # where deciding on a backend is the point: the storage package (and its old home, formats/)
-STORAGE_FILES = re.compile(r"^(lsm/storage/|formats/(storage|objstore|objclient|objcache|simstore)\.py)")
-NAMING_FILE = "lsm/storage/paths.py"
+STORAGE_FILES = re.compile(r"^(storage/|lsm/storage/|formats/(storage|objstore|objclient|objcache|simstore)\.py)")
+NAMING_FILE = "storage/paths.py"
 # a test of which backend it is: a URL test, a scheme, the `local` attribute of a storage, `_objects`
 BACKEND_TEST = re.compile(
     r"is_url\(|\bURL_MARK\b|[\"']://[\"']|(?<!compaction)\.local\b|\b_objects\b|startswith\([\"'](s3|memory|sim)"
@@ -214,7 +214,7 @@ def runtime_cycle() -> list[str]:
 
 def multi_backend_tests() -> tuple[int, int]:
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", "tests/lsm", "tests/compaction"],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-o", "addopts=", "-p", "no:randomly", "tests/lsm", "tests/compaction"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     ).stdout
     by_function: dict[str, set[str]] = defaultdict(set)

@@ -128,6 +128,13 @@ def make_store(root: str, options: dict[str, Any] | None) -> Any:
         raise ObjectStoreConfigError(f"{root}: the S3 client refuses its configuration: {first}") from e
 
 
+def drop_memory_store(name: str) -> None:
+    """Forget ``memory://name`` and every object in it (a test's store, say, once the test is done): a
+    later URL under that name starts empty."""
+    with _memory_lock:
+        _memory_stores.pop(name, None)
+
+
 class ObjectStorage(Storage):
     """The files of URLs under `root` as objects (module docstring)."""
 

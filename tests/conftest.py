@@ -12,12 +12,15 @@ test`` runs everything, with every example.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
+import lsm
 from tests.s3proxy import FaultProxy
 from tests.s3server import AuthS3Server, S3Server, environment
 
@@ -59,6 +62,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if nodeid.startswith("tests/spark/"):
             item.add_marker(pytest.mark.spark)
         if nodeid.startswith(SLOW) and not nodeid.startswith(FAST_KEEPS):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("s3") is not None:  # a quick run covers the object store by memory://
             item.add_marker(pytest.mark.slow)
         if FAST:
             _bound_examples(item)
@@ -117,9 +122,95 @@ def s3_proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
         proxy.close()
 
 
-@pytest.fixture(params=["local", "s3"])
-def db_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where a database lives, once per backend: a local directory, then a fresh S3 prefix."""
-    if request.param == "local":
-        return str(tmp_path / "db")
-    return request.getfixturevalue("s3_server").new_url()
+# -- a database on every backend -------------------------------------------------------------------------
+# The engine tests run once per backend: a local directory, obstore's in-process memory store (the object
+# store's code paths at memory speed) and moto's S3 server over HTTP. A test about one backend asks for
+# `tmp_path` or `s3_url` instead. `s3` is a marker on the S3 variant (`-m "not s3"` leaves the HTTP runs
+# out); `make test-fast` runs each on the directory and the memory store, `make test` on all three.
+BACKENDS = ("local", "memory", "s3")
+T0 = 1_700_000_000_000  # the ManualClock start of `db_options` (ms, a whole second)
+
+
+def backend_root(kind: str, request: pytest.FixtureRequest, tmp_path: Path, name: str = "db") -> str:
+    """A fresh database root on backend `kind` (one of `BACKENDS`); a memory store is dropped after the
+    test."""
+    if kind == "local":
+        return str(tmp_path / name)
+    if kind == "s3":
+        return request.getfixturevalue("s3_server").new_url(name)
+    from storage.objstore import drop_memory_store
+    from storage.registry import detach
+
+    store = f"t{uuid.uuid4().hex[:12]}"
+    root = f"memory://{store}/{name}"
+
+    def forget() -> None:
+        detach(root)
+        drop_memory_store(store)
+
+    request.addfinalizer(forget)
+    return root
+
+
+@pytest.fixture(params=[pytest.param(b, marks=pytest.mark.s3) if b == "s3" else b for b in BACKENDS])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend a test runs on: "local", "memory" or "s3" (one run each)."""
+    return request.param
+
+
+@pytest.fixture
+def db_root(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a database lives, once per backend: a local directory, a memory store, an S3 prefix."""
+    return backend_root(backend, request, tmp_path)
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def shared_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database root another process can open too (a killed writer's, a worker's): a local directory,
+    then an S3 prefix; a memory store lives inside one process."""
+    return backend_root(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def new_root(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
+    """Another fresh root on the test's backend, for a test that needs a second store: new_root("b")."""
+    return lambda name: backend_root(backend, request, tmp_path, name)
+
+
+@pytest.fixture
+def db_defaults() -> dict[str, Any]:
+    """The DbOptions a module's databases open with unless a call says otherwise (override it in a test
+    module: ``@pytest.fixture def db_defaults(): return {"history_retention": FAR}``)."""
+    return {}
+
+
+@pytest.fixture
+def db_options(db_defaults: dict[str, Any]) -> Callable[..., lsm.DbOptions]:
+    """db_options(clock=None, **kw): DbOptions on a ManualClock at `T0` (or `clock`), with no background
+    compaction, then the module's `db_defaults`, then `kw`."""
+
+    def make(clock: lsm.Clock | None = None, **kw: Any) -> lsm.DbOptions:
+        base: dict[str, Any] = {"background_compaction": False, **db_defaults, **kw}
+        return lsm.DbOptions(clock=clock or lsm.ManualClock(T0), **base)
+
+    return make
+
+
+@pytest.fixture
+def open_db(db_root: str, db_options: Callable[..., lsm.DbOptions]) -> Iterator[Callable[..., lsm.DB]]:
+    """open_db(clock=None, *, path=db_root, read_only=False, **kw): `lsm.DB.open` with `db_options`; a
+    database the test leaves open is closed after it."""
+    opened: list[lsm.DB] = []
+
+    def open_(clock: lsm.Clock | None = None, *, path: str | None = None, read_only: bool = False,
+              **kw: Any) -> lsm.DB:
+        db = lsm.DB.open(path or db_root, db_options(clock, **kw), read_only=read_only)
+        opened.append(db)
+        return db
+
+    yield open_
+    for db in opened:
+        try:
+            db.close()
+        except Exception:  # a test that fenced or broke its database has asserted what it wanted
+            pass

@@ -494,9 +494,9 @@ def test_maps_survive_close_and_reopen(db_root):
             db.close()
 
 
-def test_maps_survive_a_killed_writer(db_root):
+def test_maps_survive_a_killed_writer(shared_root):
     """SIGKILL after writes: the manifest holds the maps as of the last flush; WAL replay adds the rest."""
-    path = db_root
+    path = shared_root
     start = 1_760_000_000_000  # after DbOptions' default time_seq_min_time, which the child uses
     min_time = lsm.DbOptions().time_seq_min_time
     steps = [0, 1_000, 31_000, 40_000, 4 * HOUR, 20_000, 35_000, 3 * HOUR, 31_000, 500]

@@ -254,13 +254,13 @@ def test_not_a_database(tmp_path: Path) -> None:
         log.end("0")
 
 
-def test_a_replica_follows_an_upstream_another_process_is_writing(db_root: str) -> None:
+def test_a_replica_follows_an_upstream_another_process_is_writing(shared_root: str) -> None:
     """The upstream process commits batches (flushing and compacting in the background) while this
     process polls end() and reads, lagging behind on purpose so that it reads from the WAL, from flushed
     SSTs and across compactions: every commit arrives once, whole, in seq order."""
     # each sync batch is one PUT on the S3 server: fewer of them there, still many flushes and compactions
-    batches, keys = (150 if "://" in db_root else 400), 4
-    up = os.path.join(db_root, "up")
+    batches, keys = (150 if "://" in shared_root else 400), 4
+    up = os.path.join(shared_root, "up")
     with lsm.DB.open(up, lsm.DbOptions()):
         pass  # the database exists before the reader starts
     proc = subprocess.Popen(

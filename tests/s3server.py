@@ -13,7 +13,6 @@ of a user without a policy with 403 AccessDenied.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import subprocess
@@ -25,19 +24,31 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 BUCKET = "lsm-test"
+# ThreadedMotoServer on a free port of 127.0.0.1, its port on stdout, until the parent closes our stdin
+_SERVE = """
+import logging, sys
+from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print("port", server.get_host_and_port()[1], flush=True)
+sys.stdin.read()
+"""
 
 
 class S3Server:
     """One moto S3 server with one bucket (`BUCKET`)."""
 
     def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
-        self.endpoint = f"http://{host}:{port}"
+        # the server runs in a child process of its own: its request handling then takes the other core
+        # instead of the GIL of the test that is waiting for it
+        self._proc = subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True)
+        line = self._proc.stdout.readline() if self._proc.stdout else ""
+        if not line.startswith("port "):
+            self._proc.kill()
+            raise RuntimeError("moto's server did not start")
+        self.endpoint = f"http://127.0.0.1:{int(line.split()[1])}"
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{BUCKET}", method="PUT")).read()
         self.env = {
             "AWS_ENDPOINT_URL": self.endpoint,
@@ -62,7 +73,8 @@ class S3Server:
         return f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/{name}"
 
     def stop(self) -> None:
-        self._server.stop()
+        self._proc.terminate()
+        self._proc.wait()
 
 
 class AuthS3Server:

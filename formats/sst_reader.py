@@ -82,7 +82,7 @@ class SstReader:
         read_ahead = getattr(self._map, "read_ahead", None)
         if cache is None and read_ahead is not None:
             # no block cache: a compaction's input or a tool, read from end to end and then closed, so
-            # an object's blocks come a MiB per GET (storage.objstore.RangeFile)
+            # an object's blocks come a MiB per GET (storage.objread.RangeFile)
             read_ahead()
         size = len(self._map)
         if size < FOOTER.size:

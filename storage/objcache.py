@@ -1,6 +1,6 @@
 """A bounded local disk cache of byte ranges of SST objects (``DbOptions.object_cache_dir``).
 
-An SST object is read by byte range (`storage.objstore.RangeFile`): its index and filter once at open,
+An SST object is read by byte range (`storage.objread.RangeFile`): its index and filter once at open,
 then one data block per ranged GET. With a cache directory, every range fetched is also kept there as one
 file, so a reopened store (or another process on the same machine) reads those ranges from the local
 disk instead of paying a GET for each again. Nothing is written locally without a cache directory.

@@ -216,7 +216,9 @@ class PartitionedLog:
         from lsm.sources.slices import log_slices  # (it imports this module)
 
         check_range(partition, start, stop)
-        return log_slices(self, partition, start, stop, max_records)
+        if stop <= start:
+            return []
+        return log_slices(self, self._refresh(partition, payloads=False), partition, start, stop, max_records)
 
     def torn_bytes(self, partition: int) -> int:
         """Bytes after the last complete record of `partition`: a record a producer is still appending

@@ -160,23 +160,23 @@ class SourceSlice:
 Slice = LogSlice | SourceSlice
 
 
-def log_slices(log: Any, partition: int, start: int, stop: int, max_records: int) -> list[LogSlice]:
-    """`PartitionedLog.slices`: `LogSlice`s carrying byte ranges from the log's index (positions, never
-    records: the tasks verify what they read)."""
+def log_slices(log: Any, index: Any, partition: int, start: int, stop: int, max_records: int) -> list[LogSlice]:
+    """`PartitionedLog.slices`: `LogSlice`s carrying byte ranges from `index`, the log's index of the
+    partition's file as its header pass made it (positions, never records: the tasks verify what they
+    read); None if the file is gone."""
     if stop <= start:
         return []
     bounds = list(range(start, stop, max(1, max_records))) + [stop]
-    idx = log._refresh(partition, payloads=False)  # the tasks verify what they read
-    if idx is None or len(idx.positions) < stop:
+    if index is None or len(index.positions) < stop:
         raise SourceRegressedError(f"{log.name}: partition {partition} shrank while a bulk load planned it")
-    positions = idx.positions
+    positions = index.positions
     path = partition_path(log.directory, partition)
 
     def at(i: int) -> int:
-        return positions[i] if i < len(positions) else idx.scanned
+        return positions[i] if i < len(positions) else index.scanned
 
     return [
-        LogSlice(log.name, path, idx.ident, partition, a, b, at(a), at(b))
+        LogSlice(log.name, path, index.ident, partition, a, b, at(a), at(b))
         for a, b in zip(bounds, bounds[1:], strict=False)
     ]
 

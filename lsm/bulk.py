@@ -67,28 +67,22 @@ from typing import TYPE_CHECKING, Any
 
 from compaction.output import SstOutput
 from formats.fileio import FileOpError
-from formats.manifest import Manifest, SstEntry
+from formats.manifest import SstEntry
 from formats.sst import SsTableInfo
 from lsm.bulk_task import BulkTask, run_task
-from lsm.errors import BulkLoadConflictError, LsmError
-from lsm.ingest import (
-    TTL_BASES,
-    check_frontier,
-    emitted_records,
-    resolve_tuples,
-    split_tx,
-    tx_state,
-)
-from lsm.ingest_state import durable_head, source_state
-from lsm.ingest_tx import TX_ORDERS
-from lsm.remap import Binding, IngestStats
+from lsm.errors import LsmError
+from lsm.ingest_job import IngestJob, Unit
+from lsm.ingest_rows import emitted_records, resolve_tuples
+from lsm.remap import IngestStats
 from lsm.remap_store import binding_key, check_name, encode_binding
 from lsm.sources.protocol import BatchSource
 from lsm.sources.slices import Slice, SourceSlice
 from lsm.versions import may_be_published
 
 if TYPE_CHECKING:
+    from compaction.output import OutputSpec
     from lsm.db import DB
+    from lsm.engine import Engine
     from lsm.sources import Source
 
 ENGINES = ("local", "spark")
@@ -117,22 +111,6 @@ def plan_slices(source: Source, frontier: dict[int, int], ends: dict[int, int], 
     for p in sorted(ends):
         out += cut_slices(source, p, frontier.get(p, 0), ends[p], per)
     return out
-
-
-def place_bulk(m: Manifest, entries: list[SstEntry], base: int, last: int) -> tuple:
-    """The L0 of manifest `m` with `entries` (seqs in [base, last], newest first) placed in seq order:
-    below the files flushed since the reservation, above every older file. BulkLoadConflictError if a
-    file or run holds seqs on both sides of the range."""
-    newer = [e for e in m.l0 if e.info.min_seq > last]
-    older = [e for e in m.l0 if e.info.max_seq < base]
-    if len(newer) + len(older) != len(m.l0) or any(e.info.max_seq >= base for r in m.runs for e in r.ssts):
-        raise BulkLoadConflictError(
-            "a compaction merged SSTs from before and after the bulk load's seq range while it ran; "
-            "nothing was committed: run the load again"
-        )
-    if newer and m.l0[: len(newer)] != tuple(newer):
-        raise BulkLoadConflictError("L0 is not in seq order; nothing was committed")
-    return tuple(newer) + tuple(entries) + tuple(older)
 
 
 def local_runner(workers: int | None, discard: Callable[[list[str]], object] | None = None) -> Runner:
@@ -215,13 +193,13 @@ def source_locations(source: Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def _reservation(db: DB) -> Iterator[Callable[[int], tuple[int, int]]]:
+def _reservation(engine: Engine) -> Iterator[Callable[[int], tuple[int, int]]]:
     """`DB.reserve_seqs` for one load, whose range is abandoned (`DB.abandon_seqs`) when the load ends
     without committing it, however it ends: readers then stop waiting for it (`DB.stable_seq`)."""
     held: list[tuple[int, int]] = []
 
     def reserve(n: int) -> tuple[int, int]:
-        base, ts = db.reserve_seqs(n)
+        base, ts = engine.reserve_seqs(n)
         held.append((base, base + n - 1))
         return base, ts
 
@@ -230,120 +208,149 @@ def _reservation(db: DB) -> Iterator[Callable[[int], tuple[int, int]]]:
     except BaseException:
         for base, last in held:
             try:
-                db.abandon_seqs(base, last)
+                engine.abandon_seqs(base, last)
             except LsmError:  # the handle cannot commit: it holds the range until the reopen abandons it
                 pass
         raise
     for base, last in held:
-        db.abandon_seqs(base, last)  # nothing when the load committed the range
+        engine.abandon_seqs(base, last)  # nothing when the load committed the range
 
 
-def _unlink_outputs(db: DB, results: list[dict]) -> None:
-    db.engine.versions.delete_files([db.sst_path(name) for res in results for name, _ in res["outputs"]])
+@dataclasses.dataclass
+class LoadPlan:
+    """A bulk load's one unit: its tasks over the reserved seqs [base, last], committed at `ts`."""
+
+    tasks: list[BulkTask]
+    base: int
+    last: int
+    ts: int
+    spec: OutputSpec
+    results: list[dict] = dataclasses.field(default_factory=list)  # what the tasks (and the driver) wrote
 
 
-def bulk_ingest(
-    db: DB,
-    source: Source,
-    name: str,
-    *,
-    engine: str,
-    spark: Any = None,
-    master: str | None = None,
-    tasks: int | None = None,
-    ttl_base: str = "commit",
-    tx_order: str = "arrival",
-) -> IngestStats:
-    """Load what `source` holds beyond the durable frontier of `name` as one bulk commit (module docstring).
+class BulkLoad(IngestJob):
+    """`DB.ingest(engine="local" | "spark")`: the plan is the slices, the run writes their SSTs in tasks,
+    the commit is one manifest edit with the binding (module docstring).
 
     engine "spark" runs on `spark`, else on a session for `master`, else on DbOptions.spark_session (or
     one for DbOptions.spark_master); `tasks` defaults to DbOptions.spark_tasks, then Spark's parallelism."""
-    check_name(name)
-    if engine not in ENGINES:
-        raise ValueError(f"unknown bulk engine {engine!r}: use one of {ENGINES}")
-    if ttl_base not in TTL_BASES:
-        raise ValueError(f"ttl_base must be one of {TTL_BASES}, got {ttl_base!r}")
-    if tx_order not in TX_ORDERS:
-        raise ValueError(f"tx_order must be one of {TX_ORDERS}, got {tx_order!r}")
-    if tasks is not None and (type(tasks) is not int or tasks < 1):
-        raise ValueError(f"tasks must be None or an int >= 1, got {tasks!r}")
-    if engine == "local" and (spark is not None or master is not None):
-        raise ValueError("spark= and master= apply to engine='spark' only")
-    if engine == "spark":
-        from compaction.spark_stores import executor_stores
 
-        # the tasks write into the database's sst/ by path or URL, and read a log on an object store by
-        # URL (SparkStoreError for memory://, before any Spark work); like compaction: the given session,
-        # else DbOptions.spark_session, else one for the master
-        stores = executor_stores([db.path, *source_locations(source)])
-        o = db.options
-        if spark is None and master is None:
-            spark, master = o.spark_session, o.spark_master
-        tasks = tasks if tasks is not None else o.spark_tasks
-        runner = spark_runner(spark, master, stores)
-        if tasks is None:
-            from compaction.spark import get_session
+    def __init__(self, db: DB, source: Source, name: str, *, engine: str, spark: Any = None,
+                 master: str | None = None, tasks: int | None = None, ttl_base: str = "commit",
+                 tx_order: str = "arrival") -> None:
+        check_name(name)
+        if engine not in ENGINES:
+            raise ValueError(f"unknown bulk engine {engine!r}: use one of {ENGINES}")
+        super().__init__(db, source, name, ttl_base=ttl_base, tx_order=tx_order)
+        if tasks is not None and (type(tasks) is not int or tasks < 1):
+            raise ValueError(f"tasks must be None or an int >= 1, got {tasks!r}")
+        if engine == "local" and (spark is not None or master is not None):
+            raise ValueError("spark= and master= apply to engine='spark' only")
+        self.engine = db.engine
+        if engine == "spark":
+            from compaction.spark_stores import executor_stores
 
-            tasks = (
-                spark if spark is not None else get_session(master or "local[*]")
-            ).sparkContext.defaultParallelism
-    else:
-        runner = local_runner(tasks, db.engine.versions.delete_files)
-    st = source_state(db, name)
-    with st.lock, _reservation(db) as reserve_seqs:
-        head = durable_head(db, name)
-        frontier = dict(head.frontier) if head is not None else {}
-        # a PartitionedLog is planned from its record headers; the tasks verify the payloads they read
-        end_of = source.plan_end if isinstance(source, BatchSource) else source.end
-        check_frontier(source, name, frontier, end_of)
-        ends = {p: end_of(p) for p in sorted(set(source.partitions()) | set(frontier))}
-        slices = plan_slices(source, frontier, ends, tasks or min(8, os.cpu_count() or 1))
+            # the tasks write into the database's sst/ by path or URL, and read a log on an object store
+            # by URL (SparkStoreError for memory://, before any Spark work); like compaction: the given
+            # session, else DbOptions.spark_session, else one for the master
+            stores = executor_stores([db.path, *source_locations(source)])
+            o = db.options
+            if spark is None and master is None:
+                spark, master = o.spark_session, o.spark_master
+            tasks = tasks if tasks is not None else o.spark_tasks
+            self.runner = spark_runner(spark, master, stores)
+            if tasks is None:
+                from compaction.spark import get_session
+
+                session = spark if spark is not None else get_session(master or "local[*]")
+                tasks = session.sparkContext.defaultParallelism
+        else:
+            self.runner = local_runner(tasks, self.engine.versions.delete_files)
+        self.tasks = tasks
+        self._reserve: Callable[[int], tuple[int, int]] | None = None
+
+    def end_of(self, partition: int) -> int:
+        """A `BatchSource` (a `PartitionedLog`) is planned from its record headers (`plan_end`); the
+        tasks verify the payloads they read."""
+        return self.source.plan_end(partition) if isinstance(self.source, BatchSource) else self.source.end(partition)
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """The load's seq reservation, given up unless the load commits it."""
+        with _reservation(self.engine) as reserve:
+            self._reserve = reserve
+            yield
+
+    def plan(self) -> Iterator[Unit]:
+        """One unit: every partition's new offsets cut into slices, over seqs reserved for them; none
+        when the source holds nothing new."""
+        frontier = self.frontier
+        ends = {p: self.end_of(p) for p in sorted(set(self.source.partitions()) | set(frontier))}
+        slices = plan_slices(self.source, frontier, ends, self.tasks or min(8, os.cpu_count() or 1))
         if not slices:
-            return IngestStats(0, 0, frontier)
-        base, ts = reserve_seqs(len(slices) + 1)
+            return
+        assert self._reserve is not None
+        base, ts = self._reserve(len(slices) + 1)
         last = base + len(slices)
-        spec = db.bulk_output_spec()
-        o = db.options
+        spec = self.engine.bulk_output_spec()
         plan = [
-            BulkTask(i, s, base + i, ts, ttl_base, o.default_ttl, o.sst_format_version == 0, spec)
+            BulkTask(i, s, base + i, ts, self.ttl_base, self.default_ttl, self.v0, spec)
             for i, s in enumerate(slices)
         ]
-        results: list[dict] = []
-        try:
-            results = runner(plan)
-            new_frontier = dict(frontier)
-            for p, end in ends.items():
-                if end > 0 or p in frontier:
-                    new_frontier[p] = end
-            txs = tx_state(db, name, st)
-            extra: list[tuple] = []
-            tx_recs = [r for res in sorted(results, key=lambda r: r["index"]) for r in res["tx"]]
-            if tx_recs or txs.markers:
-                v0 = o.sst_format_version == 0
-                outcome = txs.apply(split_tx(source, tx_recs, ttl_base, o.default_ttl, v0), tx_order)
-                rows, _ = resolve_tuples(source, emitted_records(outcome), ts, ttl_base, o.default_ttl, v0)
-                extra = [(k, last, ts, exp, value) for k, (_k, exp, value) in rows.items()]
-                extra += [(k, last, ts, None, value) for k, value in outcome.temp_ops]
-            binding = (binding_key(name, last), last, ts, None, encode_binding(ts, new_frontier))
-            outs = SstOutput(dataclasses.replace(spec, prefix=f"{spec.prefix}-binding"), ts).write(
-                sorted([binding, *extra], key=lambda r: r[0])
-            )
-            results.append({"index": len(plan), "outputs": [(n, i.to_dict()) for n, i in outs], "records": 0})
-            entries = [
-                SstEntry(n, SsTableInfo.from_dict(d))
-                for res in sorted(results, key=lambda r: r["index"], reverse=True)
-                for n, d in res["outputs"]
-            ]
-            db.commit_bulk(entries, base, last, ts)
-        except BaseException as e:
-            st.tx = None  # it may have moved past a load that did not commit: read TEMP again
-            if not may_be_published(e):  # else a manifest on disk may name them: the next open decides
-                _unlink_outputs(db, results)
-            if isinstance(e, FileOpError):  # a task's or the binding's SST write: the failed state
-                raise db.engine.fail(e) from e
-            raise
-        st.head = Binding(ts, last, new_frontier)
-        return IngestStats(sum(r["records"] for r in results), 1, new_frontier)
+        # every partition's frontier is its end: an incomplete transaction waits in TEMP
+        new_frontier = dict(frontier)
+        for p, end in ends.items():
+            if end > 0 or p in frontier:
+                new_frontier[p] = end
+        yield Unit(new_frontier, data=LoadPlan(plan, base, last, ts, spec))
+
+    def run(self, unit: Unit) -> list[SstEntry]:
+        """The tasks' SSTs, then the driver's one SST of the binding, the rows of the transactions the
+        load completes and the TEMP rows (seq `last`): every SST of the load, newest first."""
+        lp: LoadPlan = unit.data
+        lp.results = self.runner(lp.tasks)
+        unit.records = sum(r["records"] for r in lp.results)
+        extra: list[tuple] = []
+        tx_recs = [r for res in sorted(lp.results, key=lambda r: r["index"]) for r in res["tx"]]
+        if tx_recs or self.transactions().markers:
+            outcome = self.apply_transactions(tx_recs)
+            rows, _ = resolve_tuples(self.source, emitted_records(outcome), lp.ts, self.ttl_base,
+                                     self.default_ttl, self.v0)
+            extra = [(k, lp.last, lp.ts, exp, value) for k, (_k, exp, value) in rows.items()]
+            extra += [(k, lp.last, lp.ts, None, value) for k, value in outcome.temp_ops]
+        binding = (binding_key(self.name, lp.last), lp.last, lp.ts, None, encode_binding(lp.ts, unit.frontier))
+        outs = SstOutput(dataclasses.replace(lp.spec, prefix=f"{lp.spec.prefix}-binding"), lp.ts).write(
+            sorted([binding, *extra], key=lambda r: r[0])
+        )
+        lp.results.append({"index": len(lp.tasks), "outputs": [(n, i.to_dict()) for n, i in outs], "records": 0})
+        return [
+            SstEntry(n, SsTableInfo.from_dict(d))
+            for res in sorted(lp.results, key=lambda r: r["index"], reverse=True)
+            for n, d in res["outputs"]
+        ]
+
+    def commit(self, unit: Unit, work: list[SstEntry]) -> tuple[int, int]:
+        """ONE manifest edit adds the load's SSTs to L0 in seq order with its binding (`Engine.commit_bulk`)."""
+        lp: LoadPlan = unit.data
+        self.engine.commit_bulk(work, lp.base, lp.last, lp.ts)
+        return lp.last, lp.ts
+
+    def failed(self, unit: Unit, error: BaseException) -> BaseException | None:
+        """The SSTs the load wrote are deleted unless a manifest may name them (the next open decides);
+        an SST write that failed puts the handle in the failed state."""
+        lp: LoadPlan = unit.data
+        if not may_be_published(error):
+            paths = [self.engine.versions.sst_path(name) for res in lp.results for name, _ in res["outputs"]]
+            self.engine.versions.delete_files(paths)
+        if isinstance(error, FileOpError):  # a task's or the binding's SST write: the failed state
+            return self.engine.fail(error)
+        return None
 
 
-__all__ = ["ENGINES", "MAX_SLICE_RECORDS", "bulk_ingest", "cut_slices", "place_bulk", "plan_slices"]
+def bulk_ingest(db: DB, source: Source, name: str, **kw: Any) -> IngestStats:
+    """Load what `source` holds beyond the durable frontier of `name` as one bulk commit (`BulkLoad`'s
+    arguments; module docstring)."""
+    return BulkLoad(db, source, name, **kw).execute()
+
+
+__all__ = ["ENGINES", "MAX_SLICE_RECORDS", "BulkLoad", "bulk_ingest", "cut_slices", "plan_slices"]

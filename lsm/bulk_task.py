@@ -2,7 +2,7 @@
 a thread of the local engine; the same code either way (lsm.bulk plans and commits).
 
 A task reads its slice straight from the source (lsm.sources.slices), checks every record as streaming
-ingest does, resolves it with streaming ingest's own code (`lsm.ingest.resolve_records`: the last record
+ingest does, resolves it with streaming ingest's own code (`lsm.ingest_rows.resolve_records`: the last record
 of a key within the slice wins, a delete becomes a tombstone, TTLs count from the load's ts or the
 record's event_ts), and writes the rows, sorted by key, through THE SST writer (`compaction.merge.SstOutput`)
 under names unique to the attempt: ``<job prefix>-t<task>-<random>-<n>.sst``. Every row of the task gets
@@ -23,7 +23,7 @@ from typing import Any
 from compaction.output import OutputSpec, SstOutput
 from formats.log import byte_windows
 from lsm.clock import I64_MAX, I64_MIN
-from lsm.ingest import resolve_tuples
+from lsm.ingest_rows import resolve_tuples
 from lsm.options import NO_TTL
 from lsm.sources.object_log import SegmentSlice
 from lsm.sources.slices import LogSlice

@@ -29,12 +29,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from compaction.filter import Entry
-from compaction.merge import CompactionStats, OutputSpec
+from compaction.merge import CompactionStats
 from compaction.purge_lag import PurgeLag
-from formats.manifest import Manifest, SstEntry
+from formats.manifest import Manifest
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_value
 from lsm.approx import ApproximateSize, approximate_size
-from lsm.bulk import bulk_ingest, place_bulk
 from lsm.clock import MonotonicClock
 from lsm.clock_repair import ClockRepair, RepairSurvey
 from lsm.compactor import DbCompactor
@@ -43,7 +42,7 @@ from lsm.errors import FencedError, NotADatabaseError
 from lsm.failure import Failure
 from lsm.flusher import Flusher
 from lsm.ingest import compact_remaps
-from lsm.ingest import ingest as ingest_stream
+from lsm.ingest_job import ingest as run_ingest
 from lsm.memtable import Memtable
 from lsm.options import DbOptions, ReadOptions, WriteOptions, check_ttl
 from lsm.readpath import prefix_end
@@ -435,63 +434,11 @@ class DB:
 
         engine "local" (threads of this process) or "spark" (`spark=` session or `master=` URL) runs a bulk
         load instead: `tasks` slices written to SSTs in parallel, committed as ONE batch (lsm.bulk)."""
-        if engine != "stream":
-            if engine in ("local", "spark"):
-                if max_records is not None:
-                    raise ValueError("max_records applies to engine='stream' only: a bulk load takes everything")
-                if times != "store":
-                    raise ValueError("times='source' applies to engine='stream' only: a bulk load commits at one time")
-                return bulk_ingest(
-                    self, source, name, engine=engine, spark=spark, master=master, tasks=tasks, ttl_base=ttl_base,
-                    tx_order=tx_order,
-                )
-            raise ValueError(f"unknown ingest engine {engine!r}: use 'stream', 'local' or 'spark'")
-        if tasks is not None:
-            raise ValueError("tasks= applies to engine='local' or 'spark' only")
-        if spark is not None or master is not None:
-            raise ValueError("spark= and master= apply to engine='spark' only")
-        return ingest_stream(
-            self, source, name, max_records=max_records, batch_records=batch_records, ttl_base=ttl_base,
-            sync=sync, progress=progress, should_stop=should_stop, tx_order=tx_order, times=times,
+        return run_ingest(
+            self, source, name, engine=engine, max_records=max_records, batch_records=batch_records,
+            ttl_base=ttl_base, spark=spark, master=master, tasks=tasks, sync=sync, progress=progress,
+            should_stop=should_stop, tx_order=tx_order, times=times,
         )
-
-    def bulk_output_spec(self) -> OutputSpec:
-        """Where and how a bulk load writes its SSTs (tasks add attempt-unique suffixes to the prefix)."""
-        self._writer.check_writable()
-        vs = self._versions
-        return vs.output_spec(f"{vs.alloc_ids():020d}-bulk", self.options.target_sst_bytes)
-
-    def commit_bulk(self, entries: list[SstEntry], base: int, last: int, ts: int) -> None:
-        """Commit a bulk load's SSTs (seqs in [base, last], from `reserve_seqs`; newest first) in ONE
-        manifest edit, placed in L0 in seq order (lsm.bulk.place_bulk; BulkLoadConflictError if it cannot
-        be). Pauses compaction for the edit, so none can commit across it."""
-        self._writer.check_writable()
-        vs = self._versions
-        try:
-            vs.storage.fsync_dir(vs.sst_dir)
-        except OSError as e:
-            raise self._failure.fail(e) from e
-        held = (base, last)
-        timeline = self._timeline
-        with self._compactor.exclusive():
-
-            def edit(m: Manifest) -> Manifest:
-                # the reservation becomes a committed load: one commit at `last` for readers of history
-                loads = tuple(r for r in m.bulk_loads if r[1] > m.history_floor) + (held,)
-                return m.replace(
-                    l0=place_bulk(m, entries, base, last),
-                    last_seq=max(m.last_seq, last),
-                    clock_watermark=max(m.clock_watermark, ts),
-                    seq_reservations=tuple(r for r in m.seq_reservations if r != held),
-                    bulk_loads=loads,
-                    **timeline.to_manifest(),
-                )
-
-            def installed(m: Manifest) -> None:
-                vs.install(m)
-                self._writer.release_reservation(held)  # after the install: stable_seq never runs ahead of reads
-
-            vs.commit(edit, installed)
 
     def remap(self, name: str) -> Remap:
         """The lsm.Remap of source `name` (its bindings, frontier, as-of lookups); UnknownSourceError if

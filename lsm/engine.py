@@ -14,6 +14,8 @@ from lsm.errors import DbFailedError
 from lsm.ingest_state import NOT_READ, SourceState
 
 if TYPE_CHECKING:
+    from compaction.output import OutputSpec
+    from formats.manifest import SstEntry
     from lsm.clock import MonotonicClock
     from lsm.compactor import DbCompactor
     from lsm.failure import Failure
@@ -113,6 +115,28 @@ class Engine:
         sequence of lsm.write_path."""
         self._writer.check_writable()
         return self._writer.commit(sync=sync, rows_at=rows_at, at=at)
+
+    def bulk_output_spec(self) -> OutputSpec:
+        """Where and how a bulk load writes its SSTs (tasks add attempt-unique suffixes to the prefix)."""
+        self._writer.check_writable()
+        vs = self.versions
+        return vs.output_spec(f"{vs.alloc_ids():020d}-bulk", self.options.target_sst_bytes)
+
+    def reserve_seqs(self, n: int) -> tuple[int, int]:
+        """`DB.reserve_seqs`: seqs for a bulk load (lsm.write_path.WritePath.reserve_seqs)."""
+        return self._writer.reserve_seqs(n)
+
+    def abandon_seqs(self, base: int, last: int) -> None:
+        """`DB.abandon_seqs`: give up a bulk load's reserved seqs."""
+        self._writer.abandon_seqs(base, last)
+
+    def commit_bulk(self, entries: list[SstEntry], base: int, last: int, ts: int) -> None:
+        """Commit a bulk load's SSTs in one manifest edit (lsm.write_path.WritePath.commit_reserved),
+        compaction paused meanwhile so that no job commits across the load's seq range."""
+        if self.compactor is None:
+            self._writer.check_writable()  # a read-only handle has no compactor: ReadOnlyError
+        with self.compactor.exclusive():  # type: ignore[union-attr]
+            self._writer.commit_reserved(entries, base, last, ts)
 
     def scan_raw(
         self, start: bytes, end: bytes, reverse: bool = False, max_seq: int | None = None, entries: bool = False

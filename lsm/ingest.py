@@ -37,18 +37,14 @@ Rules, in the order they apply:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from operator import attrgetter
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN
-from lsm.clock import I64_MAX, I64_MIN
-from lsm.errors import SourceRegressedError
 from lsm.ingest_cursor import Cursor, source_steps, step_bounds
-from lsm.ingest_state import SourceState, durable_head
+from lsm.ingest_job import TTL_BASES, IngestJob, Unit, check_frontier
+from lsm.ingest_rows import emitted_records, resolve_records, resolve_tuples, split_tx
+from lsm.ingest_state import durable_head
 from lsm.ingest_state import source_state as _state
-from lsm.ingest_tx import TX_ORDERS, TxOutcome, TxState, check_tx_record
-from lsm.options import NO_TTL, check_ttl
 from lsm.remap import Binding, IngestStats, Remap
 from lsm.remap_store import (
     SEQ,
@@ -64,207 +60,60 @@ from lsm.remap_store import (
     source_prefix,
     superseded_row,
 )
-from lsm.syskeys import SYSTEM_PREFIX, is_system
 
 if TYPE_CHECKING:
     from lsm.db import DB
-    from lsm.sources import Source, SourceRecord
+    from lsm.sources import Source
 
 BATCH_RECORDS = 10_000
-TTL_BASES = ("commit", "event")
 TIMES = ("store", "source")  # commit times from the store's clock, or from the source's progress
 REMAP_COMPACT_EVERY = 256  # batches between two attempts at compacting a source's remap
 
 
-def tx_state(db: DB, name: str, st: SourceState) -> TxState:
-    """The pending transactions of `name` (loaded from TEMP once per handle; `st.lock` held)."""
-    if st.tx is None:
-        st.tx = TxState.load(db, name)
-    return st.tx
+class StreamIngest(IngestJob):
+    """`DB.ingest(engine="stream")`: batches of up to `batch_records`, each one commit of its rows and its
+    binding (module docstring); `ingest` with the same arguments runs one."""
 
+    def __init__(self, db: DB, source: Source, name: str, *, max_records: int | None = None,
+                 batch_records: int = BATCH_RECORDS, ttl_base: str = "commit", sync: bool = True,
+                 progress: Callable[[IngestStats], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None, tx_order: str = "arrival",
+                 times: str = "store") -> None:
+        check_name(name)
+        if type(batch_records) is not int or batch_records < 1:
+            raise ValueError(f"batch_records must be an int >= 1, got {batch_records!r}")
+        if max_records is not None and (type(max_records) is not int or max_records < 0):
+            raise ValueError(f"max_records must be None or an int >= 0, got {max_records!r}")
+        super().__init__(db, source, name, ttl_base=ttl_base, tx_order=tx_order)
+        if times not in TIMES:
+            raise ValueError(f"times must be one of {TIMES}, got {times!r}")
+        self.max_records = max_records
+        self.batch_records = batch_records
+        self.sync = sync
+        self.progress = progress
+        self.should_stop = should_stop
+        self.times = times
 
-def check_frontier(
-    source: Source, name: str, frontier: dict[int, int], end_of: Callable[[int], int] | None = None
-) -> None:
-    """Rule 1: `SourceRegressedError` unless every partition of `frontier` still reaches its offset
-    (read with `end_of`, default ``source.end``)."""
-    for p, off in sorted(frontier.items()):
-        end = (end_of or source.end)(p)
-        if end < off:
-            raise SourceRegressedError(
-                f"{source.name}: partition {p} went backwards: ingest {name!r} durably read it up to "
-                f"offset {off}, the source now ends at {end} (truncated or replaced?)"
-            )
-
-
-def _check_record(source: Source, rec: tuple) -> None:
-    """Raise for a record (a tuple of `SourceRecord`'s fields) the store cannot hold (the batch is not
-    written)."""
-    partition, offset, key, value, ttl, event_ts = rec[:6]
-    where = f"{source.name}: partition {partition} offset {offset}"
-    if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN:
-        raise ValueError(f"{where}: key must be 1..{MAX_KEY_LEN} bytes, got {key!r:.60}")
-    if is_system(key):
-        raise ValueError(f"{where}: key {key!r} lies in the engine's reserved key space")
-    if value is not None and (type(value) is not bytes or len(value) > MAX_VALUE_LEN):
-        raise ValueError(f"{where}: value must be bytes or None")
-    if ttl is not None:
-        check_ttl(ttl)
-    if event_ts is not None and type(event_ts) is not int:
-        raise ValueError(f"{where}: event_ts must be int ms, got {event_ts!r}")
-
-
-_FIELDS = attrgetter("partition", "offset", "key", "value", "ttl", "event_ts", "tx", "tx_end")
-
-
-def resolve_records(
-    source: Source, records: Iterable[SourceRecord], ts: int, ttl_base: str, default_ttl: int | None, v0: bool
-) -> tuple[dict[bytes, tuple], int]:
-    """The rows of `records` committed at `ts`: {key: (key, expire_ts, value)} (the last record of a key
-    wins; value None is a delete), and the user bytes they hold. Raises for a record the store cannot hold.
-
-    Shared by streaming ingest and the bulk-load tasks (lsm.bulk_task): rules 5 and 6 above."""
-    return resolve_tuples(source, map(_FIELDS, records), ts, ttl_base, default_ttl, v0)
-
-
-def resolve_tuples(
-    source: Source, records: Iterable[tuple], ts: int, ttl_base: str, default_ttl: int | None, v0: bool
-) -> tuple[dict[bytes, tuple], int]:
-    """`resolve_records` of records given as tuples of the `SourceRecord` fields in order (what
-    `PartitionedLog.read_runs` yields): the loop streaming ingest runs, without an object per record."""
-    event = ttl_base == "event"
-    rows: dict[bytes, tuple] = {}
-    nbytes = 0
-    for rec in records:
-        _, _, key, value, ttl, event_ts, _, _ = rec
-        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_LEN or key >= SYSTEM_PREFIX:
-            if key is None:  # a progress marker (a bulk-load slice's run holds them): no row
-                continue
-            _check_record(source, rec)  # raises unless the key is fine after all
-        exp = None
-        if value is not None:
-            if type(value) is not bytes or len(value) > MAX_VALUE_LEN:
-                _check_record(source, rec)
-            if ttl is None:
-                ttl = default_ttl
-            elif type(ttl) is not int or ttl < 0:
-                _check_record(source, rec)
-            if ttl is not None and ttl is not NO_TTL:
-                if v0:
-                    raise ValueError("sst_format_version 0 cannot store TTLs")
-                base = ts
-                if event and event_ts is not None:
-                    base = event_ts
-                    if type(base) is not int:
-                        _check_record(source, rec)
-                exp = base + ttl
-                if not I64_MIN <= exp <= I64_MAX:
-                    raise ValueError(
-                        f"{source.name}: partition {rec[0]} offset {rec[1]}: expiry {base} + ttl "
-                        f"{ttl} does not fit the format's i64"
-                    )
-            nbytes += len(key) + len(value)
-        else:
-            nbytes += len(key)
-        rows[key] = (key, exp, value)  # the last record of a key wins
-    return rows, nbytes
-
-
-def split_tx(source: Source, records: list[tuple], ttl_base: str, default_ttl: int | None, v0: bool) -> list[tuple]:
-    """Take the transactional records out of `records` (in place) and return them in (partition, offset)
-    order (`TxState.apply`'s input), each checked now: a record the store cannot hold must fail the
-    binding that reads it, not wait in TEMP and fail the one that emits it."""
-    txs = [r for r in records if r[6] is not None]
-    records[:] = [r for r in records if r[6] is None]
-    for r in txs:
-        check_tx_record(source.name, r)
-    resolve_tuples(source, txs, 0, ttl_base, default_ttl, v0)
-    txs.sort(key=lambda r: (r[0], r[1]))  # stable: records sharing an offset keep their order
-    return txs
-
-
-def emitted_records(outcome: TxOutcome) -> list[tuple]:
-    """The records of the transactions `outcome` emits, in the order they apply (after the binding's
-    records outside transactions)."""
-    return [r for recs in outcome.emitted for r in recs]
-
-
-def _batch_rows(
-    db: DB,
-    source: Source,
-    name: str,
-    records: list[tuple],
-    frontier: dict[int, int],
-    ttl_base: str,
-    temp_ops: list[tuple[bytes, bytes | None]],
-    head: Binding | None = None,
-) -> Callable[[int, int], tuple[list[tuple], int]]:
-    default_ttl = db.options.default_ttl
-    v0 = db.options.sst_format_version == 0
-
-    def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
-        rows, nbytes = resolve_tuples(source, records, ts, ttl_base, default_ttl, v0)
-        out = list(rows.values())
-        out.append((binding_key(name, seq), None, encode_binding(ts, frontier)))
-        out.extend((key, None, value) for key, value in temp_ops)
-        merged = superseded_row(name, head, ts)  # a binding of the same ms is replaced: one per time
-        if merged is not None:
-            out.append(merged)
-        return out, nbytes
-
-    return rows_at
-
-
-def ingest(
-    db: DB,
-    source: Source,
-    name: str,
-    *,
-    max_records: int | None = None,
-    batch_records: int = BATCH_RECORDS,
-    ttl_base: str = "commit",
-    sync: bool = True,
-    progress: Callable[[IngestStats], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    tx_order: str = "arrival",
-    times: str = "store",
-) -> IngestStats:
-    """Ingest what `source` holds beyond the durable frontier of `name`; see the module docstring."""
-    check_name(name)
-    if type(batch_records) is not int or batch_records < 1:
-        raise ValueError(f"batch_records must be an int >= 1, got {batch_records!r}")
-    if max_records is not None and (type(max_records) is not int or max_records < 0):
-        raise ValueError(f"max_records must be None or an int >= 0, got {max_records!r}")
-    if ttl_base not in TTL_BASES:
-        raise ValueError(f"ttl_base must be one of {TTL_BASES}, got {ttl_base!r}")
-    if tx_order not in TX_ORDERS:
-        raise ValueError(f"tx_order must be one of {TX_ORDERS}, got {tx_order!r}")
-    if times not in TIMES:
-        raise ValueError(f"times must be one of {TIMES}, got {times!r}")
-    host(db).check_writable()
-    st = _state(db, name)
-    with st.lock:
-        head = durable_head(db, name)
-        frontier = dict(head.frontier) if head is not None else {}
-        check_frontier(source, name, frontier)  # rule 1: nothing is written past a regression
+    def plan(self) -> Iterator[Unit]:
+        """The batches, each taken when the previous one has committed (rules 2 to 4)."""
+        source, name, st = self.source, self.name, self.state
         if st.batches is None:  # rule 7's count, as the stored remap has it (earlier handles' batches too)
-            st.batches = bindings_since_compaction(db, name, REMAP_COMPACT_EVERY) if head is not None else 0
-        txs = tx_state(db, name, st)
-        parts = sorted(set(source.partitions()) | set(frontier))
-        cursors = [Cursor(source, p, frontier.get(p, 0), source.end(p)) for p in parts]
+            st.batches = bindings_since_compaction(self.db, name, REMAP_COMPACT_EVERY) if self.head else 0
+        txs = self.transactions()
+        parts = sorted(set(source.partitions()) | set(self.frontier))
+        cursors = [Cursor(source, p, self.frontier.get(p, 0), source.end(p)) for p in parts]
         cursors_all = list(cursors)
         # times="store": one pass at the clock's times; "source": a pass per step, each at the step's time
-        steps = [None] if times == "store" else source_steps(source, name, cursors, frontier, head)
+        steps = [None] if self.times == "store" else source_steps(source, name, cursors, self.frontier, self.head)
         below, at = step_bounds(name, steps, 0, cursors)
-        step = 0
-        records_total = batches = 0
-        turn = 0
+        step = turn = 0
+        max_records = self.max_records
         while cursors and steps:
-            if max_records is not None and records_total >= max_records:
-                break
-            if should_stop is not None and should_stop():
-                break
-            budget = batch_records if max_records is None else min(batch_records, max_records - records_total)
+            if max_records is not None and self.records >= max_records:
+                return
+            if self.should_stop is not None and self.should_stop():
+                return
+            budget = self.batch_records if max_records is None else min(self.batch_records, max_records - self.records)
             records: list[tuple] = []  # the fields of SourceRecord, in order
             n = len(cursors)
             for i in range(n):
@@ -274,6 +123,7 @@ def ingest(
                 if len(records) >= budget:
                     break
             turn += 1
+            frontier = self.frontier
             new_frontier = dict(frontier)
             for c in cursors:
                 if c.pos > 0 or c.partition in frontier:
@@ -282,40 +132,64 @@ def ingest(
             if new_frontier == frontier:  # every cursor ended (or waits) without a cut: nothing to commit
                 step += 1
                 if step >= len(steps):
-                    break
+                    return
                 below, at = step_bounds(name, steps, step, cursors)
                 continue
-            n_read = len(records)
-            temp_ops: list[tuple[bytes, bytes | None]] = []
-            try:
-                has_tx = any(c.has_tx for c in cursors_all)
-                if has_tx or txs.markers:  # a batch without transactional records only completes pending ones
-                    for c in cursors_all:
-                        c.has_tx = False
-                    o = db.options
-                    v0 = o.sst_format_version == 0
-                    tx_recs = split_tx(source, records, ttl_base, o.default_ttl, v0) if has_tx else []
-                    outcome = txs.apply(tx_recs, tx_order)
-                    records += emitted_records(outcome)
-                    temp_ops = outcome.temp_ops
-                rows_at = _batch_rows(
-                    db, source, name, records, new_frontier, ttl_base, temp_ops, st.head  # type: ignore[arg-type]
-                )
-                seq, ts = host(db).commit_rows(rows_at, sync, at)
-            except BaseException:
-                st.tx = None  # it moved past a binding that did not commit: read TEMP again
-                raise
-            frontier = new_frontier
-            st.head = Binding(ts, seq, frontier)
-            records_total += n_read
-            batches += 1
-            st.batches += 1
-            if st.batches >= REMAP_COMPACT_EVERY or st.compact_due:
-                st.batches, st.compact_due = 0, False
-                _compact_remap_locked(db, name, host(db).now() - db.options.history_retention, at)
-            if progress is not None:
-                progress(IngestStats(records_total, batches, dict(frontier)))
-        return IngestStats(records_total, batches, dict(frontier))
+            has_tx = any(c.has_tx for c in cursors_all)
+            for c in cursors_all:
+                c.has_tx = False
+            # a batch without transactional records only completes pending ones
+            yield Unit(new_frontier, len(records), at, (records, has_tx or bool(txs.markers), has_tx))
+
+    def run(self, unit: Unit) -> Callable[[int, int], tuple[list[tuple], int]]:
+        """The batch's rows at its commit's (ts, seq): its records outside transactions, then what its
+        transactions emit, the binding, TEMP's changes, and the replaced binding of the same ms."""
+        records, tx_due, has_tx = unit.data
+        temp_ops: list[tuple[bytes, bytes | None]] = []
+        if tx_due:
+            outcome = self.apply_transactions(self.split(records) if has_tx else [])
+            records += emitted_records(outcome)
+            temp_ops = outcome.temp_ops
+        source, name, frontier, head = self.source, self.name, unit.frontier, self.state.head
+        ttl_base, default_ttl, v0 = self.ttl_base, self.default_ttl, self.v0
+
+        def rows_at(ts: int, seq: int) -> tuple[list[tuple], int]:
+            rows, nbytes = resolve_tuples(source, records, ts, ttl_base, default_ttl, v0)
+            out = list(rows.values())
+            out.append((binding_key(name, seq), None, encode_binding(ts, frontier)))
+            out.extend((key, None, value) for key, value in temp_ops)
+            merged = superseded_row(name, head, ts)  # type: ignore[arg-type]  # one binding per ms
+            if merged is not None:
+                out.append(merged)
+            return out, nbytes
+
+        return rows_at
+
+    def split(self, records: list[tuple]) -> list[tuple]:
+        """The batch's records carrying a ``tx``, taken out of `records` (lsm.ingest_rows.split_tx)."""
+        txs = [r for r in records if r[6] is not None]
+        records[:] = [r for r in records if r[6] is None]
+        return txs
+
+    def commit(self, unit: Unit, work: Callable[[int, int], tuple[list[tuple], int]]) -> tuple[int, int]:
+        """One commit of the batch's rows and binding (at the source's time with times="source")."""
+        return host(self.db).commit_rows(work, self.sync, unit.at)
+
+    def committed(self, unit: Unit) -> None:
+        """Rule 7's cadence of remap compactions, then `progress`."""
+        st = self.state
+        st.batches = (st.batches or 0) + 1
+        if st.batches >= REMAP_COMPACT_EVERY or st.compact_due:
+            st.batches, st.compact_due = 0, False
+            _compact_remap_locked(self.db, self.name, host(self.db).now() - self.db.options.history_retention, unit.at)
+        if self.progress is not None:
+            self.progress(IngestStats(self.records, self.batches, dict(self.frontier)))
+
+
+def ingest(db: DB, source: Source, name: str, **kw: object) -> IngestStats:
+    """Ingest what `source` holds beyond the durable frontier of `name` in batches (`StreamIngest`'s
+    arguments); see the module docstring."""
+    return StreamIngest(db, source, name, **kw).execute()  # type: ignore[arg-type]
 
 
 def compact_remap(db: DB, name: str, since: int) -> Remap | None:
@@ -387,10 +261,10 @@ def _compact_remap_locked(db: DB, name: str, since: int, at: tuple[str, int] | N
 
 __all__ = [
     "BATCH_RECORDS",
+    "REMAP_COMPACT_EVERY",
+    "StreamIngest",
     "emitted_records",
     "split_tx",
-    "tx_state",
-    "REMAP_COMPACT_EVERY",
     "TTL_BASES",
     "check_frontier",
     "compact_remap",

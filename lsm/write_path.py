@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 from formats.wal import encode_put, encode_record
 from lsm.batch import WriteBatch
 from lsm.clock import I64_MAX, MonotonicClock
-from lsm.errors import ClosedError, FencedError, LsmError
+from lsm.errors import BulkLoadConflictError, ClosedError, FencedError, LsmError
 from lsm.options import NO_TTL, WriteOptions
 from lsm.syskeys import check_user_key
 
 if TYPE_CHECKING:
+    from formats.manifest import Manifest, SstEntry
     from lsm.failure import Failure
     from lsm.flusher import Flusher
     from lsm.options import DbOptions
@@ -281,6 +282,36 @@ class WritePath:
         )
         self.release_reservation(held)
 
+    def commit_reserved(self, entries: list[SstEntry], base: int, last: int, ts: int) -> None:
+        """Commit a bulk load's SSTs (seqs in [base, last], reserved by `reserve_seqs`; newest first) in
+        ONE manifest edit, placed in L0 in seq order (`place_bulk`): the reservation becomes a committed
+        load, one commit at `last` for readers of history. The caller keeps compactions out meanwhile."""
+        self.check_writable()
+        vs = self.versions
+        try:
+            vs.storage.fsync_dir(vs.sst_dir)
+        except OSError as e:
+            raise self.failure.fail(e) from e
+        held = (base, last)
+        timeline = self.timeline
+
+        def edit(m: Manifest) -> Manifest:
+            loads = tuple(r for r in m.bulk_loads if r[1] > m.history_floor) + (held,)
+            return m.replace(
+                l0=place_bulk(m, entries, base, last),
+                last_seq=max(m.last_seq, last),
+                clock_watermark=max(m.clock_watermark, ts),
+                seq_reservations=tuple(r for r in m.seq_reservations if r != held),
+                bulk_loads=loads,
+                **timeline.to_manifest(),
+            )
+
+        def installed(m: Manifest) -> None:
+            vs.install(m)
+            self.release_reservation(held)  # after the install: stable_seq never runs ahead of reads
+
+        vs.commit(edit, installed)
+
     def release_reservation(self, held: tuple[int, int]) -> None:
         """Forget the reserved range `held` (committed or abandoned)."""
         with self.versions.lock:
@@ -334,4 +365,20 @@ class WritePath:
         return self.wal.lock_held
 
 
-__all__ = ["ReadOnlyError", "RowsAt", "WritePath"]
+def place_bulk(m: Manifest, entries: list[SstEntry], base: int, last: int) -> tuple:
+    """The L0 of manifest `m` with `entries` (seqs in [base, last], newest first) placed in seq order:
+    below the files flushed since the reservation, above every older file. BulkLoadConflictError if a
+    file or run holds seqs on both sides of the range."""
+    newer = [e for e in m.l0 if e.info.min_seq > last]
+    older = [e for e in m.l0 if e.info.max_seq < base]
+    if len(newer) + len(older) != len(m.l0) or any(e.info.max_seq >= base for r in m.runs for e in r.ssts):
+        raise BulkLoadConflictError(
+            "a compaction merged SSTs from before and after the bulk load's seq range while it ran; "
+            "nothing was committed: run the load again"
+        )
+    if newer and m.l0[: len(newer)] != tuple(newer):
+        raise BulkLoadConflictError("L0 is not in seq order; nothing was committed")
+    return tuple(newer) + tuple(entries) + tuple(older)
+
+
+__all__ = ["ReadOnlyError", "RowsAt", "WritePath", "place_bulk"]

@@ -333,12 +333,13 @@ def _check_target(path: str) -> None:
 
     from lsm.errors import NotADatabaseError
     from storage import is_url
+    from storage.paths import DbPaths
 
     if is_url(path) or not os.path.lexists(path):
         return
     if not os.path.isdir(path):
         raise NotADatabaseError(f"{path}: is a file, not a database directory")
-    if os.listdir(path) and not os.path.isdir(os.path.join(path, "manifest")):
+    if os.listdir(path) and not os.path.isdir(DbPaths(path).manifest_dir):
         raise NotADatabaseError(f"{path}: directory is not empty and holds no lsm-sim database")
 
 

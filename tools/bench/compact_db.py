@@ -10,7 +10,6 @@ of rows in two L0 SSTs (the fixed cost of a compaction).
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import sys
 from typing import TYPE_CHECKING, Any
@@ -171,6 +170,7 @@ def build_rocksdb(lsm_path: str, path: str) -> dict[str, Any]:
     import rocksdict
 
     from lsm.manifest import ManifestStore
+    from storage.paths import DbPaths
     from storage.ssts import open_sst
 
     _, m = ManifestStore(lsm_path).latest()
@@ -179,7 +179,7 @@ def build_rocksdb(lsm_path: str, path: str) -> dict[str, Any]:
     try:
         for run in reversed(m.runs):  # oldest first: RocksDB gives later writes higher seqs
             for e in run.ssts:
-                with open_sst(os.path.join(lsm_path, "sst", e.name)) as r:
+                with open_sst(DbPaths(lsm_path).sst(e.name)) as r:
                     for block in r.iter_blocks():
                         wb = rocksdict.WriteBatch(raw_mode=True)
                         for key, _seq, _ts, _exp, value in block:

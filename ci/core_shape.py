@@ -35,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("lsm", "compaction", "tools", "formats")
+PACKAGES = ("lsm", "compaction", "tools", "formats", "storage")
 # where deciding on a backend is the point: the storage package (and its old home, formats/)
 STORAGE_FILES = re.compile(r"^(storage/|lsm/storage/|formats/(storage|objstore|objclient|objcache|simstore)\.py)")
 NAMING_FILE = "storage/paths.py"

@@ -232,6 +232,7 @@ class _ReadObject:
         return storage_for(self.url).read(self.url)
 
 
+@pytest.mark.slow  # starts a worker process of its own
 def test_a_worker_process_builds_a_store_as_its_parent_did(s3_server, monkeypatch) -> None:
     """A store its process made from the AWS variables is made the same in a compaction worker started
     before those variables were set: the worker gets the parent's configuration, not its own environment."""

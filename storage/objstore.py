@@ -142,6 +142,11 @@ class ObjectStorage(Storage):
         self.shared = client is None and not self.root.startswith("memory" + URL_MARK)
         self.options = dict(options or {})
         self.client: Client = client if client is not None else ObstoreClient(make_store(self.root, options))
+        # what another process builds this store with (`storage.registered`): the configuration this
+        # client was made with, the environment read now; a worker's own environment is the one it was
+        # started with, which may predate the variables this process set
+        own = {k: v for k, v in self.options.items() if k in RETRY_KEYS + CLIENT_KEYS}
+        self.process_options = {**s3_config(options, RETRY_KEYS + CLIENT_KEYS), **own} if self.shared else {}
         # the clocks retries wait by and object ages are judged by (a simulation's, or the host's)
         self.clock = clock
         # whether sequential readers may fetch ahead in other threads (`RangeFile.read_ahead`): not in a

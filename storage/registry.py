@@ -78,9 +78,10 @@ def detach(root: str) -> None:
 
 
 def registered() -> list[tuple[str, dict[str, Any]]]:
-    """(root, options) of every registered object store, for a worker process to `install`."""
+    """(root, options) of every registered object store, for a worker process to `install`: the options
+    each was built with, the environment's values included."""
     with _registry_lock:
-        return [(root, dict(st.options)) for root, st in _registry.items() if st.shared]
+        return [(root, dict(st.process_options)) for root, st in _registry.items() if st.shared]
 
 
 def install(entries: list[tuple[str, dict[str, Any]]]) -> None:

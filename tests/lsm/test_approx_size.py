@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-import lsm
-from formats.sst import SstReader
 from lsm.memtable import ROW_OVERHEAD
+from storage.ssts import open_sst
 
 
-def _db(path, opts):
-    db = lsm.DB.open(path, opts)
+def _db(db):
     for i in range(3000):
         db.put(b"k%05d" % i, b"x" * 60)
     db.flush()
@@ -30,14 +28,13 @@ def _blocks(db):
     """(first key, last key, stored size, rows) of every data block of every SST."""
     out = []
     for e in db.manifest.all_ssts():
-        with SstReader(db.engine.versions.sst_path(e.name)) as r:
+        with open_sst(db.sst_path(e.name)) as r:
             out += [(b.first_key, b.last_key, b.size, b.num_rows) for b in r.blocks]
     return out
 
 
-def test_sizes_come_from_the_blocks_that_can_hold_the_range(tmp_path):
-    opts = lsm.DbOptions(background_compaction=False, target_sst_bytes=8192, block_bytes=1024)
-    with _db(tmp_path / "db", opts) as db:
+def test_sizes_come_from_the_blocks_that_can_hold_the_range(open_db):
+    with _db(open_db(target_sst_bytes=8192, block_bytes=1024)) as db:
         blocks = _blocks(db)
         whole = db.approximate_size()
         assert whole.sst_bytes == sum(b[2] for b in blocks) and whole.sst_rows == 3000 + 300
@@ -52,9 +49,8 @@ def test_sizes_come_from_the_blocks_that_can_hold_the_range(tmp_path):
         assert db.approximate_size(b"k1", b"k1").sst_bytes == 0  # an empty range
 
 
-def test_memtables_count_their_versions_in_the_range(tmp_path):
-    opts = lsm.DbOptions(background_compaction=False)
-    with lsm.DB.open(tmp_path / "db", opts) as db:
+def test_memtables_count_their_versions_in_the_range(open_db):
+    with open_db() as db:
         db.put(b"a", b"1")
         db.put(b"b", b"22")
         db.put(b"b", b"333")  # two versions of b
@@ -69,12 +65,13 @@ def test_memtables_count_their_versions_in_the_range(tmp_path):
             db.approximate_size("a")  # type: ignore[arg-type]
 
 
-def test_the_engines_own_rows_are_not_counted(tmp_path):
-    """An ingested source's remap lives in the reserved key space: not a user's bytes."""
+def test_the_engines_own_rows_are_not_counted(tmp_path, open_db):
+    """An ingested source's remap lives in the reserved key space: not a user's bytes (the source log is
+    input on a local directory; the database on each backend)."""
     from lsm.sources import LogWriter, PartitionedLog
 
     with LogWriter(tmp_path / "log") as w:
         w.append(0, b"k", b"v")
-    with lsm.DB.open(tmp_path / "db", lsm.DbOptions(background_compaction=False)) as db:
+    with open_db() as db:
         db.ingest(PartitionedLog(tmp_path / "log"), name="s")
         assert db.approximate_size().memtable_rows == 1  # k, not the remap's rows

@@ -18,12 +18,11 @@
 
 from __future__ import annotations
 
-import os
+import itertools
 import random
-import tempfile
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lsm
@@ -40,10 +39,9 @@ KEYS = [b"k%d" % i for i in range(5)]
 INTERVAL_S = 30
 
 
-def open_db(path, clock, **kw) -> lsm.DB:
-    kw.setdefault("time_seq_min_time", 0)
-    kw.setdefault("background_compaction", False)
-    return lsm.DB.open(path, lsm.DbOptions(clock=clock, **kw))
+@pytest.fixture
+def db_defaults():
+    return {"time_seq_min_time": 0}
 
 
 class Model:
@@ -143,6 +141,7 @@ def check_as_of(db: lsm.DB, model: Model, now: int, times: list[int]) -> tuple[i
 
 
 # -- the model test ----------------------------------------------------------------------------------
+EXAMPLES = itertools.count()  # names a fresh root for each example
 OPS = st.lists(
     st.one_of(
         st.tuples(
@@ -160,46 +159,48 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None)
+# hundreds of operations an example: on the directory and the memory store (the object store's code
+# paths); S3 would add only its HTTP time, and the fixed history below runs there too
+@pytest.mark.parametrize("backend", ["local", "memory"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, rng=st.randoms(use_true_random=False))
-def test_as_of_reads_match_a_model_of_every_state(ops, rng):
+def test_as_of_reads_match_a_model_of_every_state(new_root, open_db, ops, rng):
     clock = lsm.ManualClock(T0)
     model = Model()
-    with tempfile.TemporaryDirectory() as d:
-        db = open_db(d, clock, history_retention=RETENTION)
-        try:
-            n = 0
-            for op in ops + [("check",)]:
-                kind = op[0]
-                if kind == "put":
-                    n += 1
-                    value = b"v%d" % n
-                    seq = db.put(op[1], value, ttl=op[2])
-                    ts = clock.now()
-                    model.commit(seq, ts, op[1], value, None if op[2] is None else ts + op[2])
-                elif kind == "del":
-                    seq = db.delete(op[1])
-                    model.commit(seq, clock.now(), op[1], None, None)
-                elif kind == "adv":
-                    clock.advance(op[1])
-                elif kind == "flush":
-                    db.flush()
-                elif kind == "compact":
-                    db.flush()
-                    db.compact(full=True)
-                else:
-                    now = clock.now()
-                    check_as_of(db, model, now, sample_times(model, now, rng))
-        finally:
-            db.close()
+    db = open_db(clock, path=new_root(f"db{next(EXAMPLES)}"), history_retention=RETENTION)
+    try:
+        n = 0
+        for op in ops + [("check",)]:
+            kind = op[0]
+            if kind == "put":
+                n += 1
+                value = b"v%d" % n
+                seq = db.put(op[1], value, ttl=op[2])
+                ts = clock.now()
+                model.commit(seq, ts, op[1], value, None if op[2] is None else ts + op[2])
+            elif kind == "del":
+                seq = db.delete(op[1])
+                model.commit(seq, clock.now(), op[1], None, None)
+            elif kind == "adv":
+                clock.advance(op[1])
+            elif kind == "flush":
+                db.flush()
+            elif kind == "compact":
+                db.flush()
+                db.compact(full=True)
+            else:
+                now = clock.now()
+                check_as_of(db, model, now, sample_times(model, now, rng))
+    finally:
+        db.close()
 
 
-def test_as_of_reads_inside_the_window_survive_flushes_and_full_compactions(db_root):
+def test_as_of_reads_inside_the_window_survive_flushes_and_full_compactions(open_db):
     """A fixed history that every code path of the model test goes through, with the counts checked."""
     clock = lsm.ManualClock(T0)
     model = Model()
     rng = random.Random(7)
-    db = open_db(db_root, clock, history_retention=RETENTION)
+    db = open_db(clock, history_retention=RETENTION)
     compared = refused = 0
     try:
         for i in range(120):
@@ -226,9 +227,9 @@ def test_as_of_reads_inside_the_window_survive_flushes_and_full_compactions(db_r
     assert compared > 30 and refused > 3
 
 
-def test_expiry_is_judged_at_the_as_of_time(db_root):
+def test_expiry_is_judged_at_the_as_of_time(open_db):
     clock = lsm.ManualClock(T0)
-    with open_db(db_root, clock, history_retention=RETENTION) as db:
+    with open_db(clock, history_retention=RETENTION) as db:
         db.put(b"a", b"1", ttl=10_000)  # expires at T0 + 10 s
         clock.advance(40_000)
         db.put(b"b", b"2")
@@ -245,9 +246,9 @@ def test_expiry_is_judged_at_the_as_of_time(db_root):
 
 
 # -- retention errors -------------------------------------------------------------------------------------
-def test_a_time_older_than_the_window_raises_a_clear_retention_error(tmp_path):
+def test_a_time_older_than_the_window_raises_a_clear_retention_error(open_db):
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path / "db", clock, history_retention=60_000) as db:
+    with open_db(clock, history_retention=60_000) as db:
         db.put(b"k", b"v", ttl=10_000)
         clock.advance(5_001)
         assert dict(db.scan(as_of=T0 + 5_000)) == {b"k": b"v"}
@@ -270,10 +271,10 @@ def test_a_time_older_than_the_window_raises_a_clear_retention_error(tmp_path):
             db.scan(as_of=now)
 
 
-def test_without_history_retention_no_time_can_be_read_as_of(tmp_path):
+def test_without_history_retention_no_time_can_be_read_as_of(open_db):
     """The present is not complete yet (a commit may still come at now) and the past is not kept."""
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path / "db", clock) as db:
+    with open_db(clock) as db:
         db.put(b"k", b"1")
         clock.advance(60_000)
         db.put(b"k", b"2")
@@ -287,8 +288,8 @@ def test_without_history_retention_no_time_can_be_read_as_of(tmp_path):
             db.snapshot_at(clock.now() - 1)
 
 
-def test_bad_as_of_times_are_rejected(tmp_path):
-    with open_db(tmp_path / "db", lsm.ManualClock(T0)) as db:
+def test_bad_as_of_times_are_rejected(open_db):
+    with open_db() as db:
         with pytest.raises(ValueError, match="RFC 3339"):
             db.scan(as_of="yesterday")
         with pytest.raises(ValueError, match="needs a zone"):
@@ -298,21 +299,20 @@ def test_bad_as_of_times_are_rejected(tmp_path):
 
 
 # -- compaction keeps the history window ------------------------------------------------------------------
-def sst_rows(db: lsm.DB, path) -> set[tuple[bytes, int]]:
+def sst_rows(db: lsm.DB) -> set[tuple[bytes, int]]:
     rows = set()
     for e in db.manifest.all_ssts():
-        with open_sst(os.path.join(path, "sst", e.name)) as r:
+        with open_sst(db.sst_path(e.name)) as r:
             rows.update((row[0], row[1]) for row in r)
     return rows
 
 
-def test_compaction_keeps_versions_whose_successor_is_inside_the_window(db_root):
-    path = db_root
+def test_compaction_keeps_versions_whose_successor_is_inside_the_window(open_db):
     clock = lsm.ManualClock(T0)
     rng = random.Random(11)
     retention = 120_000
     versions: dict[bytes, list[tuple[int, int, bytes | None, int | None]]] = {k: [] for k in KEYS}
-    db = open_db(path, clock, history_retention=retention)
+    db = open_db(clock, history_retention=retention)
     try:
         for i in range(150):
             key = rng.choice(KEYS)
@@ -331,7 +331,7 @@ def test_compaction_keeps_versions_whose_successor_is_inside_the_window(db_root)
         tick = clock.now()
         db.compact(full=True)
         cutoff = tick - retention
-        rows = sst_rows(db, path)
+        rows = sst_rows(db)
         kept_in_window = gone = 0
         for key, vs in versions.items():
             for newer, v in zip(vs, vs[1:], strict=False):
@@ -359,11 +359,10 @@ def test_compaction_keeps_versions_whose_successor_is_inside_the_window(db_root)
         db.close()
 
 
-def test_an_open_as_of_snapshot_keeps_its_view_after_the_window_moves_on(db_root):
+def test_an_open_as_of_snapshot_keeps_its_view_after_the_window_moves_on(open_db):
     """Compaction keeps what an open snapshot_at() reads, expiry included (judged at its time)."""
-    path = db_root
     clock = lsm.ManualClock(T0)
-    with open_db(path, clock, history_retention=60_000) as db:
+    with open_db(clock, history_retention=60_000) as db:
         db.write(lsm.WriteBatch().put(b"a", b"1", ttl=10_000).put(b"b", b"1"))  # seq 1 at T0
         clock.advance(31_000)
         db.put(b"b", b"2")  # seq 2
@@ -373,29 +372,28 @@ def test_an_open_as_of_snapshot_keeps_its_view_after_the_window_moves_on(db_root
         db.flush()
         db.compact(full=True)
         assert dict(snap.scan()) == {b"a": b"1", b"b": b"1"} and snap.get(b"a") == b"1"
-        assert sst_rows(db, path) == {(b"a", 1), (b"b", 1), (b"b", 2)}
+        assert sst_rows(db) == {(b"a", 1), (b"b", 1), (b"b", 2)}
         snap.close()
         db.compact(full=True)
-        assert sst_rows(db, path) == {(b"b", 2)}
+        assert sst_rows(db) == {(b"b", 2)}
 
 
-def test_without_a_window_a_full_compaction_keeps_one_version_per_key(db_root):
-    path = db_root
+def test_without_a_window_a_full_compaction_keeps_one_version_per_key(open_db):
     clock = lsm.ManualClock(T0)
-    with open_db(path, clock) as db:
+    with open_db(clock) as db:
         for i in range(10):
             db.put(b"k", b"%d" % i)
             clock.advance(31_000)
         db.flush()
         db.compact(full=True)
-        assert sst_rows(db, path) == {(b"k", 10)}
+        assert sst_rows(db) == {(b"k", 10)}
 
 
 # -- seq <-> time lookups through the DB --------------------------------------------------------------------
-def test_lookups_round_and_round_trip_at_the_edges(db_root):
+def test_lookups_round_and_round_trip_at_the_edges(open_db):
     clock = lsm.ManualClock(T0)
     commits = [250, 10_000, 29_999, 30_000, 45_000, 100_500]  # ms after T0; seqs 1..6
-    with open_db(db_root, clock) as db:
+    with open_db(clock) as db:
         assert db.timestamp_for_seq(1) is None and db.seq_for_timestamp(T0) is None
         for off in commits:
             clock.set(T0 + off)
@@ -454,7 +452,7 @@ def expected_maps(commits: list[tuple[int, int]], min_time: int) -> tuple[SeqTra
 
 
 def manifest_maps(path, min_time: int) -> tuple[SeqTracker, TimeSeq]:
-    _mid, m = ManifestStore(str(path)).latest()
+    _mid, m = ManifestStore(path).latest()
     return SeqTracker.from_bytes(m.seq_tracker), TimeSeq.from_bytes(m.time_seq, min_time=min_time)
 
 
@@ -469,12 +467,12 @@ def lookups(db: lsm.DB, commits: list[tuple[int, int]]) -> list:
 HOUR = 3_600_000
 
 
-def test_maps_survive_close_and_reopen(db_root):
+def test_maps_survive_close_and_reopen(db_root, open_db):
     path = db_root
     clock = lsm.ManualClock(T0)
     rng = random.Random(3)
     commits = []
-    db = open_db(path, clock)
+    db = open_db(clock)
     for i in range(200):
         commits.append((db.put(b"k%d" % (i % 7), b"v"), clock.now()))
         clock.advance(rng.choice([200, 5_000, 31_000, 2 * HOUR, 5 * HOUR]))

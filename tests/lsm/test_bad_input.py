@@ -1,13 +1,14 @@
 """Bad input: each mistake raises a specific exception with a clear message, and NOTHING is written.
 
-"Nothing" is checked on disk: the directory tree (names, sizes and contents of every file) and the
-database's seq are the same before and after the failed call.
+"Nothing" is checked in the store: its tree (names and contents of every file, and a directory's
+sub-directories) and the database's seq are the same before and after the failed call. The database
+ones run on every backend; what a path on the local file system can be that an object-store URL cannot
+(a file, a directory of something else) stays local.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 
 import pytest
@@ -18,34 +19,42 @@ import lsm
 import lsm.db
 from formats import manifest as manifest_codec
 from lsm.manifest import ManifestStore
+from storage.paths import open_store
+from tests import _store
 
 T0 = 1_700_000_000_000
 
 
-def tree(path) -> dict[str, str]:
-    """Every file and directory under `path` with a digest of its content."""
+def tree(root) -> dict[str, str]:
+    """Every file under `root` with a digest of its content, and every directory (a prefix some object
+    lies under, on an object store) as "dir", named relative to `root`."""
+    storage = open_store(str(root)).storage
     out = {}
-    for root, dirs, files in os.walk(path):
-        for d in dirs:
-            out[os.path.relpath(os.path.join(root, d), path) + "/"] = "dir"
-        for f in files:
-            p = os.path.join(root, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, path)] = hashlib.sha256(fh.read()).hexdigest()
+
+    def walk(directory: str, rel: str) -> None:
+        for name in storage.list_entries(directory):
+            path = f"{directory}/{name}"
+            try:
+                out[rel + name] = hashlib.sha256(storage.read(path)).hexdigest()
+            except (IsADirectoryError, FileNotFoundError):  # a sub-directory (a common prefix)
+                out[rel + name + "/"] = "dir"
+                walk(path, rel + name + "/")
+
+    walk(str(root), "")
     return out
 
 
 @pytest.fixture
-def db(tmp_path):
-    clock = lsm.ManualClock(T0)
-    d = lsm.DB.open(tmp_path / "db", lsm.DbOptions(clock=clock, background_compaction=False))
+def db(open_db):
+    d = open_db()
     d.put(b"existing", b"value")
-    yield d
-    d.close()
+    d.flush_wal()  # in the WAL now, not whenever an object store's group commit fires
+    return d
 
 
 class Unchanged:
-    """Context manager: asserts the database directory and seq are the same on exit."""
+    """Context manager: asserts the database's store and seq are the same on exit (after writing out
+    anything an object store's group commit holds: a write that got through would show)."""
 
     def __init__(self, db: lsm.DB) -> None:
         self.db = db
@@ -55,6 +64,8 @@ class Unchanged:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if not self.db.closed:
+            self.db.flush_wal()
         assert (tree(self.db.path), self.db.seq) == self.before
 
 
@@ -183,6 +194,7 @@ def test_every_call_on_a_closed_db_raises_closed_error(db):
 
 
 def test_path_that_is_a_file(tmp_path):
+    # a path on the file system can name a file; an object-store URL is a prefix, never a file
     p = tmp_path / "afile"
     p.write_bytes(b"not a database")
     before = tree(tmp_path)
@@ -194,6 +206,8 @@ def test_path_that_is_a_file(tmp_path):
 
 
 def test_directory_that_is_not_a_database(tmp_path):
+    # a directory is refused when it holds other things; an object store has no directories (a database
+    # is its objects, storage.base.Storage.prepare_database), so a prefix holding others is not
     d = tmp_path / "photos"
     d.mkdir()
     (d / "cat.jpg").write_bytes(b"\xff\xd8")
@@ -219,31 +233,32 @@ def test_directory_with_a_manifest_file_is_not_a_database(tmp_path):
     assert tree(tmp_path) == before
 
 
-def test_read_only_open_of_a_missing_path_creates_nothing(tmp_path):
+def test_read_only_open_of_a_missing_path_creates_nothing(db_root):
+    parent = db_root.rsplit("/", 1)[0]
+    assert tree(parent) == {}
     with pytest.raises(lsm.NotADatabaseError):
-        lsm.DB.open(tmp_path / "missing", read_only=True)
-    assert tree(tmp_path) == {}
+        lsm.DB.open(db_root, read_only=True)
+    assert tree(parent) == {}
 
 
-def _rewrite_version(path: str, version: int) -> None:
+def _rewrite_version(root: str, name: str, version: int) -> None:
     """Patch the format_version field of a manifest file and fix its checksum."""
-    with open(path, "rb") as f:
-        buf = bytearray(f.read())
+    buf = bytearray(_store.read(root, "manifest", name))
     magic, _v, length = manifest_codec.HEADER.unpack_from(buf, 0)
     manifest_codec.HEADER.pack_into(buf, 0, magic, version, length)
     end = manifest_codec.HEADER.size + length
     struct.pack_into(">Q", buf, end, xxhash.xxh3_64_intdigest(bytes(buf[:end])))
-    with open(path, "wb") as f:
-        f.write(buf)
+    _store.write(root, "manifest", name, bytes(buf))
 
 
-def test_manifest_from_a_newer_format_version(tmp_path):
-    path = tmp_path / "db"
+def test_manifest_from_a_newer_format_version(db_root):
+    path = db_root
     with lsm.DB.open(path, lsm.DbOptions(clock=lsm.ManualClock(T0))) as db:
         db.put(b"k", b"v")
-    store = ManifestStore(str(path))
+    store = ManifestStore(path)
     newest = store.path(store.ids()[-1])
-    _rewrite_version(newest, manifest_codec.FORMAT_VERSION + 1)
+    name = newest.rsplit("/", 1)[1]
+    _rewrite_version(path, name, manifest_codec.FORMAT_VERSION + 1)
     before = tree(path)
     for read_only in (False, True):
         with pytest.raises(lsm.FormatVersionError, match="newer") as ei:
@@ -252,7 +267,7 @@ def test_manifest_from_a_newer_format_version(tmp_path):
         assert newest in str(ei.value) and str(manifest_codec.FORMAT_VERSION + 1) in str(ei.value)
     assert tree(path) == before  # no manifest version was published on top of it
     # the patch is a clean one: restoring the version makes the database readable again
-    _rewrite_version(newest, manifest_codec.FORMAT_VERSION)
+    _rewrite_version(path, name, manifest_codec.FORMAT_VERSION)
     with lsm.DB.open(path, lsm.DbOptions(clock=lsm.ManualClock(T0))) as db:
         assert db.get(b"k") == b"v"
 

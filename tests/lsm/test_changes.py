@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
+import itertools
 import os
-import tempfile
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lsm
@@ -27,10 +27,12 @@ BIN = 3 * HOUR
 KEYS = [b"k%d" % i for i in range(6)]
 
 
-def open_db(path, clock, **kw) -> lsm.DB:
-    kw.setdefault("time_seq_min_time", 0)
-    kw.setdefault("background_compaction", False)
-    return lsm.DB.open(path, lsm.DbOptions(clock=clock, **kw))
+EXAMPLES = itertools.count()  # names a fresh root for each example of a property test
+
+
+@pytest.fixture
+def db_defaults():
+    return {"time_seq_min_time": 0}
 
 
 def bin_start(ms: int) -> int:
@@ -52,9 +54,9 @@ def spy(monkeypatch):
 
 
 # -- changes(seq=N) -----------------------------------------------------------------------------------
-def test_changes_since_a_seq_by_hand(db_root):
+def test_changes_since_a_seq_by_hand(open_db):
     clock = lsm.ManualClock(T0)
-    with open_db(db_root, clock) as db:
+    with open_db(clock) as db:
         assert db.put(b"a", b"1") == 1
         assert db.put(b"b", b"1") == 2
         clock.advance(10)
@@ -94,66 +96,68 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=30, deadline=None)
+# up to 40 operations with flushes and full compactions an example: on the directory and the memory store
+# (the object store's code paths); S3 would add only its HTTP time, and the fixed cases run there too
+@pytest.mark.parametrize("backend", ["local", "memory"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, points=st.lists(st.integers(0, 60), min_size=1, max_size=6))
-def test_changes_since_a_seq_match_a_model(ops, points):
+def test_changes_since_a_seq_match_a_model(new_root, open_db, ops, points):
     clock = lsm.ManualClock(T0)
     latest: dict[bytes, tuple[int, int, bytes | None, int | None]] = {}  # key -> seq, ts, value, exp
     maybe_collected: set[bytes] = set()  # deleted or expired keys a full compaction may have removed
-    with tempfile.TemporaryDirectory() as d:
-        db = open_db(d, clock, target_sst_bytes=1024)
-        try:
-            for i, op in enumerate(ops):
-                if op[0] == "put":
-                    seq = db.put(op[1], b"v%d" % i, ttl=op[2])
-                    latest[op[1]] = (
-                        seq,
-                        clock.now(),
-                        b"v%d" % i,
-                        None if op[2] is None else clock.now() + op[2],
-                    )
-                    maybe_collected.discard(op[1])
-                elif op[0] == "del":
-                    latest[op[1]] = (db.delete(op[1]), clock.now(), None, None)
-                    maybe_collected.discard(op[1])
-                elif op[0] == "batch":
-                    b = lsm.WriteBatch()
-                    for k in op[1]:
-                        b.put(k, b"b%d" % i)
-                    seq = db.write(b)
-                    for k in op[1]:
-                        latest[k] = (seq, clock.now(), b"b%d" % i, None)
-                        maybe_collected.discard(k)
-                elif op[0] == "adv":
-                    clock.advance(op[1])
-                elif op[0] == "flush":
-                    db.flush()
-                else:
-                    db.flush()
-                    now = clock.now()
-                    maybe_collected |= {
-                        k for k, (_s, _t, v, e) in latest.items() if v is None or (e is not None and now > e)
-                    }
-                    db.compact(full=True)
-            now = clock.now()
-            for n in sorted({p % (db.seq + 2) for p in points} | {0}):
-                want = sorted(
-                    (s, k, None if e is not None and now > e else v, t)
-                    for k, (s, t, v, e) in latest.items()
-                    if s > n
+    db = open_db(clock, path=new_root(f"db{next(EXAMPLES)}"), target_sst_bytes=1024)
+    try:
+        for i, op in enumerate(ops):
+            if op[0] == "put":
+                seq = db.put(op[1], b"v%d" % i, ttl=op[2])
+                latest[op[1]] = (
+                    seq,
+                    clock.now(),
+                    b"v%d" % i,
+                    None if op[2] is None else clock.now() + op[2],
                 )
-                got = list(db.changes(seq=n))
-                assert [c[0] for c in got] == sorted(c[0] for c in got), "ordered by seq"
-                # a delete whose tombstone a full compaction removed at the oldest run is not reported
-                assert [c for c in want if c[1] not in maybe_collected or c in got] == got, n
-                assert all(c[2] is None for c in want if c not in got)
-        finally:
-            db.close()
+                maybe_collected.discard(op[1])
+            elif op[0] == "del":
+                latest[op[1]] = (db.delete(op[1]), clock.now(), None, None)
+                maybe_collected.discard(op[1])
+            elif op[0] == "batch":
+                b = lsm.WriteBatch()
+                for k in op[1]:
+                    b.put(k, b"b%d" % i)
+                seq = db.write(b)
+                for k in op[1]:
+                    latest[k] = (seq, clock.now(), b"b%d" % i, None)
+                    maybe_collected.discard(k)
+            elif op[0] == "adv":
+                clock.advance(op[1])
+            elif op[0] == "flush":
+                db.flush()
+            else:
+                db.flush()
+                now = clock.now()
+                maybe_collected |= {
+                    k for k, (_s, _t, v, e) in latest.items() if v is None or (e is not None and now > e)
+                }
+                db.compact(full=True)
+        now = clock.now()
+        for n in sorted({p % (db.seq + 2) for p in points} | {0}):
+            want = sorted(
+                (s, k, None if e is not None and now > e else v, t)
+                for k, (s, t, v, e) in latest.items()
+                if s > n
+            )
+            got = list(db.changes(seq=n))
+            assert [c[0] for c in got] == sorted(c[0] for c in got), "ordered by seq"
+            # a delete whose tombstone a full compaction removed at the oldest run is not reported
+            assert [c for c in want if c[1] not in maybe_collected or c in got] == got, n
+            assert all(c[2] is None for c in want if c not in got)
+    finally:
+        db.close()
 
 
-def test_ssts_not_newer_than_the_point_are_not_read(db_root, spy):
+def test_ssts_not_newer_than_the_point_are_not_read(open_db, spy):
     clock = lsm.ManualClock(T0)
-    with open_db(db_root, clock) as db:
+    with open_db(clock) as db:
         for i in range(5):
             db.put(b"old%d" % i, b"x")  # seqs 1..5
         db.flush()
@@ -174,9 +178,9 @@ def test_ssts_not_newer_than_the_point_are_not_read(db_root, spy):
         assert sorted(spy) == sorted([older.name, newer.name])
 
 
-def test_ssts_of_a_sorted_run_are_skipped_one_by_one(tmp_path, spy):
+def test_ssts_of_a_sorted_run_are_skipped_one_by_one(open_db, spy):
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path / "db", clock, target_sst_bytes=1024) as db:
+    with open_db(clock, target_sst_bytes=1024) as db:
         for i in range(40):
             db.put(b"a%03d" % i, b"v" * 100)  # seqs 1..40, key order = seq order
         db.flush()
@@ -205,9 +209,9 @@ def three_bins(db: lsm.DB, clock: lsm.ManualClock) -> list[tuple[int, list[bytes
     return out
 
 
-def test_changes_since_a_time(db_root):
+def test_changes_since_a_time(open_db):
     clock = lsm.ManualClock(T0 + 30 * 60_000)  # 1h30 into a bin
-    with open_db(db_root, clock) as db:
+    with open_db(clock) as db:
         bins = three_bins(db, clock)
         (b0, k0), (b1, k1), (b2, k2) = bins
         assert [t for t, _n in db.time_seq_histogram()] == [rfc3339(b)[:19] + "Z" for b in (b0, b1, b2)]
@@ -233,14 +237,13 @@ def test_changes_since_a_time(db_root):
             db.changes(since="last tuesday")
 
 
-def test_changes_since_a_time_after_reset_and_reopen(db_root):
-    path = db_root
+def test_changes_since_a_time_after_reset_and_reopen(open_db):
     clock = lsm.ManualClock(T0)
-    db = open_db(path, clock)
+    db = open_db(clock)
     bins = three_bins(db, clock)
     db.flush()
     db.close()
-    db = open_db(path, clock)
+    db = open_db(clock)
     try:
         (_b0, _k0), (b1, k1), (b2, k2) = bins
         assert [c[1] for c in db.changes(since=b1)] == k1 + k2  # the bins came back from the manifest
@@ -253,13 +256,13 @@ def test_changes_since_a_time_after_reset_and_reopen(db_root):
         assert [c[1] for c in db.changes(since=clock.now())] == [b"after"]
     finally:
         db.close()
-    with open_db(path, clock) as db:  # the reset was committed
+    with open_db(clock) as db:  # the reset was committed
         assert len(db.time_seq_histogram()) == 2  # 1970 (before tracking) and the new bin
 
 
-def test_times_before_time_seq_min_time_are_not_binned(tmp_path):
+def test_times_before_time_seq_min_time_are_not_binned(open_db):
     clock = lsm.ManualClock(T0)  # 2023, before the default min time (2025-08-01)
-    with lsm.DB.open(tmp_path / "db", lsm.DbOptions(clock=clock, background_compaction=False)) as db:
+    with open_db(clock, time_seq_min_time=lsm.DbOptions().time_seq_min_time) as db:
         db.put(b"a", b"1")
         clock.advance(4 * HOUR)
         db.put(b"b", b"1")
@@ -267,42 +270,43 @@ def test_times_before_time_seq_min_time_are_not_binned(tmp_path):
         assert [c[1] for c in db.changes(since=clock.now())] == [b"a", b"b"]  # too many, never too few
 
 
-@settings(max_examples=25, deadline=None)
+# up to 120 writes an example: on the directory and the memory store, as the model test above
+@pytest.mark.parametrize("backend", ["local", "memory"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     steps=st.lists(st.integers(0, 30 * HOUR), min_size=1, max_size=120),
     flushes=st.sets(st.integers(0, 119), max_size=4),
     probes=st.lists(st.integers(-HOUR, 200 * 24 * HOUR), min_size=1, max_size=8),
 )
-def test_changes_since_a_time_never_misses_a_change(steps, flushes, probes):
+def test_changes_since_a_time_never_misses_a_change(new_root, open_db, steps, flushes, probes):
     """Whatever the roll-ups did to the bins, every key written at or after T is reported."""
     clock = lsm.ManualClock(T0)
     written: dict[bytes, tuple[int, int]] = {}
-    with tempfile.TemporaryDirectory() as d:
-        db = open_db(d, clock)
-        try:
-            for i, step in enumerate(steps):
-                clock.advance(step)
-                key = KEYS[i % len(KEYS)] + b"-%d" % (i % 9)
-                written[key] = (db.put(key, b"%d" % i), clock.now())
-                if i in flushes:
-                    db.flush()
-            for p in probes:
-                t = T0 + p
-                got = list(db.changes(since=t))
-                assert [c[0] for c in got] == sorted(c[0] for c in got)
-                want = {k for k, (_s, ts) in written.items() if ts >= t}
-                assert want <= {c[1] for c in got}, t
-                for _seq, k, _v, _ts in got:
-                    assert written[k][0] == _seq  # the newest version, never an older one
-        finally:
-            db.close()
+    db = open_db(clock, path=new_root(f"db{next(EXAMPLES)}"))
+    try:
+        for i, step in enumerate(steps):
+            clock.advance(step)
+            key = KEYS[i % len(KEYS)] + b"-%d" % (i % 9)
+            written[key] = (db.put(key, b"%d" % i), clock.now())
+            if i in flushes:
+                db.flush()
+        for p in probes:
+            t = T0 + p
+            got = list(db.changes(since=t))
+            assert [c[0] for c in got] == sorted(c[0] for c in got)
+            want = {k for k, (_s, ts) in written.items() if ts >= t}
+            assert want <= {c[1] for c in got}, t
+            for _seq, k, _v, _ts in got:
+                assert written[k][0] == _seq  # the newest version, never an older one
+    finally:
+        db.close()
 
 
-def test_changes_take_read_options(db_root):
+def test_changes_take_read_options(open_db):
     """ReadOptions: `now` judges expiry, `include_expired` keeps an expired row's value, and a snapshot
     ends the changes at its seq."""
     clock = lsm.ManualClock(T0)
-    with open_db(db_root, clock) as db:
+    with open_db(clock) as db:
         db.put(b"a", b"1")
         db.put(b"t", b"x", ttl=1_000)
         snap = db.snapshot()

@@ -11,37 +11,38 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import time
 
 import pytest
 
 import lsm
+from tests import _store
 from tests.lsm._lsm_proc import Served
 
 T0 = 1_700_000_000_000
 
 
-def open_db(path, clock, **kw) -> lsm.DB:
-    return lsm.DB.open(path, lsm.DbOptions(clock=clock, background_compaction=False, **kw))
+def wal_digest(db: lsm.DB, root: str) -> dict[str, str]:
+    """{name: sha256} of the WAL segments (objects) once everything `db` acknowledged is in them: an
+    object store's group commit would otherwise write its buffer whenever its timer fires."""
+    db.flush_wal()
+    return {n: hashlib.sha256(_store.read(root, "wal", n)).hexdigest() for n in _store.names(root, "wal")}
 
 
-def wal_digest(path) -> dict[str, str]:
-    wal = os.path.join(path, "wal")
-    out = {}
-    for n in sorted(os.listdir(wal)):
-        with open(os.path.join(wal, n), "rb") as f:
-            out[n] = hashlib.sha256(f.read()).hexdigest()
-    return out
+def copy_store(src: str, dst: str) -> None:
+    """Every file of the database at `src` copied to `dst`, as a copy of a live store is taken."""
+    target = _store.store(dst)
+    for kind in _store.DIRS:
+        target.storage.makedirs(getattr(target.paths, f"{kind}_dir"))  # a directory needs them first
+        for name in _store.names(src, kind):
+            _store.write(dst, kind, name, _store.read(src, kind, name))
 
 
-def test_clock_set_back_raises_and_writes_nothing(tmp_path):
-    path = tmp_path / "db"
+def test_clock_set_back_raises_and_writes_nothing(db_root, open_db):
     clock = lsm.ManualClock(T0)
-    db = open_db(path, clock)
+    db = open_db(clock)
     db.put(b"before", b"1")
-    seq, wal = db.seq, wal_digest(path)
+    seq, wal = db.seq, wal_digest(db, db_root)
     clock.set(T0 - 1)
     attempts = [
         lambda: db.put(b"k", b"v"),
@@ -55,37 +56,35 @@ def test_clock_set_back_raises_and_writes_nothing(tmp_path):
         assert "nothing was written" in str(ei.value)
     assert db.seq == seq
     assert db.get(b"k") is None and db.get(b"before") == b"1"
-    assert wal_digest(path) == wal
+    assert wal_digest(db, db_root) == wal
     # reads still work, at the floor
     assert db.get_entry(b"before").ts == T0
     clock.set(T0)  # equal to the last used time: allowed
     db.put(b"after", b"2")
     assert db.get_entry(b"after").ts == T0
     db.close()
-    with open_db(path, clock) as db:
+    with open_db(clock) as db:
         assert dict(db.scan()) == {b"before": b"1", b"after": b"2"}
         assert db.get(b"k") is None
         assert db.seq == seq + 1
 
 
-def test_clock_that_returns_a_non_int_raises_clock_error(tmp_path):
+def test_clock_that_returns_a_non_int_raises_clock_error(open_db):
     class FloatClock:
         def now(self):
             return 1.5e12
 
-    path = tmp_path / "db"
-    with lsm.DB.open(path, lsm.DbOptions(clock=FloatClock(), background_compaction=False)) as db:
+    with open_db(FloatClock()) as db:
         with pytest.raises(lsm.ClockError, match="not int milliseconds"):
             db.put(b"k", b"v")
         assert db.seq == 0 and db.get(b"k") is None
 
 
-def test_lagging_clock_after_clean_reopen(tmp_path):
-    path = tmp_path / "db"
-    with open_db(path, lsm.ManualClock(10_000)) as db:
+def test_lagging_clock_after_clean_reopen(open_db):
+    with open_db(lsm.ManualClock(10_000)) as db:
         db.put(b"a", b"1")
     lagging = lsm.ManualClock(5_000)
-    db = open_db(path, lagging)
+    db = open_db(lagging)
     for t in (5_000, 9_000, 9_999):
         lagging.set(t)
         with pytest.raises(lsm.ClockError, match="below 10000 ms"):
@@ -98,23 +97,22 @@ def test_lagging_clock_after_clean_reopen(tmp_path):
     db.close()
 
 
-def test_watermark_remembers_flushed_rows(tmp_path):
+def test_watermark_remembers_flushed_rows(open_db):
     """Rows already in SSTs, WAL gone: the manifest watermark alone holds the floor."""
-    path = tmp_path / "db"
-    db = open_db(path, lsm.ManualClock(10_000))
+    db = open_db(lsm.ManualClock(10_000))
     db.put(b"a", b"1")
     db.flush()
     assert db.manifest.clock_watermark >= 10_000
     db.close()
-    with open_db(path, lsm.ManualClock(5_000)) as db2:
+    with open_db(lsm.ManualClock(5_000)) as db2:
         with pytest.raises(lsm.ClockError):
             db2.put(b"b", b"1")
 
 
-def _assert_floor(path, floor: int) -> None:
+def _assert_floor(root: str, db_options, floor: int) -> None:
     """A fresh handle on a clock just below `floor` cannot write; at `floor` it can (then it closes)."""
     clock = lsm.ManualClock(floor - 1)
-    db = open_db(path, clock)
+    db = lsm.DB.open(root, db_options(clock))
     try:
         seq = db.seq
         with pytest.raises(lsm.ClockError, match=f"below {floor} ms"):
@@ -124,8 +122,8 @@ def _assert_floor(path, floor: int) -> None:
         db.close()
 
 
-def test_floor_is_seeded_from_the_wal_after_a_killed_writer(tmp_path):
-    path = tmp_path / "db"
+def test_floor_is_seeded_from_the_wal_after_a_killed_writer(shared_root, db_options):
+    path = shared_root
     child = Served(path, 10_000)
     try:
         assert child.call("put a 1") == "ok"
@@ -133,28 +131,28 @@ def test_floor_is_seeded_from_the_wal_after_a_killed_writer(tmp_path):
         assert child.call("put b 2") == "ok"
     finally:
         child.kill()  # SIGKILL: no close, no watermark commit; only the WAL knows about ts 12000
-    _assert_floor(path, 12_000)
+    _assert_floor(path, db_options, 12_000)
     # the recovery flush retired the WAL: the floor must now live in the manifest
-    _assert_floor(path, 12_000)
-    with open_db(path, lsm.ManualClock(12_000)) as db:
+    _assert_floor(path, db_options, 12_000)
+    with lsm.DB.open(path, db_options(lsm.ManualClock(12_000))) as db:
         assert dict(db.scan()) == {b"a": b"1", b"b": b"2"}
         assert db.get_entry(b"b").ts == 12_000
 
 
-def test_floor_is_seeded_from_the_wal_of_a_copy_taken_while_open(tmp_path):
-    """A copy of a live directory looks like a crash: WAL records that the manifest never heard of."""
-    path, copy = tmp_path / "db", tmp_path / "copy"
+def test_floor_is_seeded_from_the_wal_of_a_copy_taken_while_open(db_root, new_root, open_db, db_options):
+    """A copy of a live store looks like a crash: WAL records that the manifest never heard of."""
+    copy = new_root("copy")
     clock = lsm.ManualClock(10_000)
-    db = open_db(path, clock)
+    db = open_db(clock)
     db.put(b"a", b"1")
     clock.advance(500)
     db.write(lsm.WriteBatch().put(b"b", b"2").put(b"c", b"3"), lsm.WriteOptions(sync=True))
     assert db.manifest.clock_watermark < 10_500  # the manifest has not seen these writes
-    shutil.copytree(path, copy)
+    copy_store(db_root, copy)
     db.close()
-    _assert_floor(copy, 10_500)
-    _assert_floor(copy, 10_500)
-    with open_db(copy, lsm.ManualClock(10_500)) as db2:
+    _assert_floor(copy, db_options, 10_500)
+    _assert_floor(copy, db_options, 10_500)
+    with open_db(lsm.ManualClock(10_500), path=copy) as db2:
         assert dict(db2.scan()) == {b"a": b"1", b"b": b"2", b"c": b"3"}
 
 
@@ -191,13 +189,13 @@ def test_manual_clock_takes_rfc3339_like_every_time_argument():
         c.advance("1000")  # advance takes a duration in ms, not a time
 
 
-def test_system_clock_sanity(tmp_path):
+def test_system_clock_sanity(db_root):
     clock = lsm.SystemClock()
     readings = [clock.now() for _ in range(1000)]
     assert all(type(r) is int for r in readings)
     assert abs(readings[-1] - time.time() * 1000) < 5_000  # ms since the Unix epoch
     assert lsm.DbOptions().clock.__class__ is lsm.SystemClock  # the default
-    path = tmp_path / "db"
+    path = db_root
     before = time.time_ns() // 1_000_000
     with lsm.DB.open(path, lsm.DbOptions(default_ttl=60_000, background_compaction=False)) as db:
         db.put(b"k", b"v")
@@ -262,51 +260,49 @@ class FixedClock:
 
 
 @pytest.mark.parametrize("absurd", [2**63, 2**70, -(2**63) - 1])
-def test_an_absurd_clock_reading_is_refused_and_does_not_poison_the_watermark(tmp_path, absurd):
+def test_an_absurd_clock_reading_is_refused_and_does_not_poison_the_watermark(db_root, open_db, absurd):
     """Issue 12 item 6: one reading outside i64 fails that write with ClockError naming the value; reads do
     not adopt it; the next write with a sane clock works, and so does every write after a reopen."""
-    path = tmp_path / "db"
     clock = FixedClock(T0)
-    db = open_db(path, clock)
+    db = open_db(clock)
     db.put(b"a", b"1")
-    before = wal_digest(path)
+    before = wal_digest(db, db_root)
     clock.ms = absurd
     with pytest.raises(lsm.ClockError, match=str(absurd)):
         db.put(b"b", b"2")
     with pytest.raises(lsm.ClockError, match=str(absurd)):
         db.write(lsm.WriteBatch().put(b"b", b"2"))
     assert db.get(b"a") == b"1"  # a read at the absurd time neither fails nor moves the engine's time
-    assert wal_digest(path) == before and db.seq == 1
+    assert wal_digest(db, db_root) == before and db.seq == 1
     clock.ms = T0 + 1
     assert db.put(b"c", b"3") == 2
     db.close()
-    with open_db(path, FixedClock(T0 + 2)) as db2:
+    with open_db(FixedClock(T0 + 2)) as db2:
         assert db2.manifest.clock_watermark == T0 + 1
         assert db2.put(b"d", b"4") == 3
 
 
 @pytest.mark.parametrize("ttl", [2**63, 2**70])
-def test_a_ttl_that_does_not_fit_i64_is_refused(tmp_path, ttl):
+def test_a_ttl_that_does_not_fit_i64_is_refused(open_db, ttl):
     with pytest.raises(ValueError, match=str(ttl)):
         lsm.DbOptions(default_ttl=ttl)
-    with open_db(tmp_path / "db", lsm.ManualClock(T0)) as db:
+    with open_db() as db:
         for attempt in (lambda: db.put(b"k", b"v", ttl=ttl), lambda: db.write(lsm.WriteBatch().put(b"k", b"v", ttl=ttl))):
             with pytest.raises(ValueError, match=str(ttl)):
                 attempt()
         assert db.seq == 0
 
 
-def test_an_expiry_that_overflows_i64_is_refused_and_writes_nothing(tmp_path):
+def test_an_expiry_that_overflows_i64_is_refused_and_writes_nothing(db_root, open_db):
     """ts + ttl must fit the row format's i64 expire_ts: ValueError naming the sum, no seq used."""
     ttl = 2**63 - 1 - T0 + 1  # fits i64 alone; ts + ttl does not
-    path = tmp_path / "db"
-    with open_db(path, lsm.ManualClock(T0)) as db:
-        before = wal_digest(path)
+    with open_db(lsm.ManualClock(T0)) as db:
+        before = wal_digest(db, db_root)
         with pytest.raises(ValueError, match=str(T0 + ttl)):
             db.put(b"k", b"v", ttl=ttl)
         with pytest.raises(ValueError, match="expiry"):
             db.write(lsm.WriteBatch().put(b"j", b"v").put(b"k", b"v", ttl=ttl))
-        assert wal_digest(path) == before and db.seq == 0
+        assert wal_digest(db, db_root) == before and db.seq == 0
         assert db.put(b"k", b"v", ttl=ttl - 1) == 1
         assert db.get_entry(b"k").expire_ts == 2**63 - 1
 

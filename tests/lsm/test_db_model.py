@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 from typing import NamedTuple
 
 from hypothesis import HealthCheck, settings
@@ -77,7 +78,7 @@ class DbModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="lsm-model-")
+        self.dir = self.new_root()
         self.clock = lsm.ManualClock(T0)
         self.db: lsm.DB | None = None
         self.model: dict[bytes, Row] = {}
@@ -87,6 +88,13 @@ class DbModel(RuleBasedStateMachine):
         self.counter = 0
 
     # -- setup -------------------------------------------------------------------------------------
+    def new_root(self) -> str:
+        """Where this run's database lives: a fresh directory (MemoryDbModel: a memory store)."""
+        return tempfile.mkdtemp(prefix="lsm-model-")
+
+    def drop_root(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def _options(self) -> lsm.DbOptions:
         return lsm.DbOptions(
             clock=self.clock,
@@ -108,7 +116,7 @@ class DbModel(RuleBasedStateMachine):
             if self.db is not None:
                 self.db.close()
         finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self.drop_root()
 
     # -- model helpers -----------------------------------------------------------------------------
     @property
@@ -320,10 +328,30 @@ class DbModel(RuleBasedStateMachine):
         assert self.db.snapshot_seqs() == tuple(sorted({r.snap.seq for r in self.refs}))
 
 
-DbModel.TestCase.settings = settings(
+class MemoryDbModel(DbModel):
+    """The same rules on the memory store: the object store's code paths (WAL objects, SSTs read by
+    ranges, manifest versions as objects) at memory speed; S3 would add only its HTTP time to hundreds
+    of operations a run."""
+
+    def new_root(self) -> str:
+        self.store = f"model-{uuid.uuid4().hex[:12]}"
+        return f"memory://{self.store}/db"
+
+    def drop_root(self) -> None:
+        from storage.objstore import drop_memory_store
+        from storage.registry import detach
+
+        detach(self.dir)
+        drop_memory_store(self.store)
+
+
+MODEL_SETTINGS = settings(
     max_examples=int(os.environ.get("LSM_MODEL_EXAMPLES", "40")),  # raise it for a longer hunt
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+DbModel.TestCase.settings = MODEL_SETTINGS
+MemoryDbModel.TestCase.settings = MODEL_SETTINGS
 test_db_model = DbModel.TestCase
+test_db_model_memory = MemoryDbModel.TestCase

@@ -21,10 +21,9 @@ class Wants(Ends):
     wants_changed_rows = True
 
 
-def _fill_and_compact(path, listener) -> None:
+def _fill_and_compact(open_db, listener) -> None:
     clock = lsm.ManualClock(T0)
-    opts = lsm.DbOptions(clock=clock, event_listeners=(listener,), background_compaction=False)
-    with lsm.DB.open(path, opts) as db:
+    with open_db(clock, event_listeners=(listener,)) as db:
         db.put(b"gone", b"x", ttl=1_000)
         db.put(b"kept", b"y")
         db.put(b"deleted", b"z")
@@ -35,9 +34,9 @@ def _fill_and_compact(path, listener) -> None:
         db.compact(full=True)
 
 
-def test_a_listener_that_asks_gets_the_purged_rows(tmp_path) -> None:
+def test_a_listener_that_asks_gets_the_purged_rows(open_db) -> None:
     w = Wants()
-    _fill_and_compact(str(tmp_path / "db"), w)
+    _fill_and_compact(open_db, w)
     (info,) = w.ends
     changed = info.stats.changed_rows
     # the full compaction writes the oldest run: the expired row and the delete's tombstone are purged;
@@ -45,8 +44,8 @@ def test_a_listener_that_asks_gets_the_purged_rows(tmp_path) -> None:
     assert sorted((k, new) for k, _seq, new in changed) == [(b"deleted", None), (b"gone", None)]
 
 
-def test_no_report_unless_a_listener_asks(tmp_path) -> None:
+def test_no_report_unless_a_listener_asks(open_db) -> None:
     e = Ends()
-    _fill_and_compact(str(tmp_path / "db"), e)
+    _fill_and_compact(open_db, e)
     (info,) = e.ends
     assert info.stats is not None and info.stats.changed_rows is None

@@ -1,4 +1,8 @@
-"""The pytest plugin `lsm.testing`: a store with a controllable clock in one line."""
+"""The pytest plugin `lsm.testing`: a store with a controllable clock in one line.
+
+On the plugin's own `lsm_path` (a directory under tmp_path): what is tested is the plugin's fixtures as a
+user gets them; the engine's behaviour on every backend is the other files' (test_read_options runs
+`lsm_db` on each backend by overriding `lsm_path`)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def lsm_path(db_root: str) -> str:
-    """lsm_db (lsm.testing) on each backend: a local directory and the S3 test server."""
+    """lsm_db (lsm.testing) on every backend: a local directory, a memory store and the S3 test server."""
     return db_root
 
 
@@ -80,8 +80,8 @@ def test_snapshot_in_read_options_reads_the_old_state(lsm_db):
     assert lsm_db.snapshot_seqs() == ()
 
 
-def test_snapshot_of_another_handle_and_as_of_with_a_snapshot_are_refused(tmp_path, lsm_options):
-    with lsm.DB.open(tmp_path / "a", lsm_options) as a, lsm.DB.open(tmp_path / "b", lsm_options) as b:
+def test_snapshot_of_another_handle_and_as_of_with_a_snapshot_are_refused(new_root, lsm_options):
+    with lsm.DB.open(new_root("a"), lsm_options) as a, lsm.DB.open(new_root("b"), lsm_options) as b:
         a.put(b"k", b"a")
         b.put(b"k", b"b")
         with b.snapshot() as snap:

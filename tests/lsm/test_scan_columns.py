@@ -9,8 +9,10 @@ scan with the column decode switched off (every block decoded into rows), and th
 
 from __future__ import annotations
 
+import itertools
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +39,9 @@ ops = st.lists(
 )
 
 
+EXAMPLES = itertools.count()  # names a fresh root for each example
+
+
 def row_path_scans(db, scans) -> list:
     """`scans` (callables on db) with the column decode off: every SST block becomes row tuples."""
     real = RowCodec.rows_array
@@ -47,6 +52,9 @@ def row_path_scans(db, scans) -> list:
         RowCodec.rows_array = real  # type: ignore[method-assign]
 
 
+# up to 80 operations with flushes and compactions an example: on the directory and the memory store
+# (the object store's reads); S3 would add only its HTTP time, and the fixed shapes below run there too
+@pytest.mark.parametrize("backend", ["local", "memory"])
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     ops=ops,
@@ -57,16 +65,14 @@ def row_path_scans(db, scans) -> list:
     flush_at_end=st.booleans(),
 )
 def test_the_column_scan_returns_what_the_row_scan_returns(
-    tmp_path_factory, monkeypatch, ops, batch_rows, group_rows, snap_at, odd_value_at, flush_at_end
+    new_root, open_db, monkeypatch, ops, batch_rows, group_rows, snap_at, odd_value_at, flush_at_end
 ):
     monkeypatch.setattr(stream, "_BATCH_ROWS", batch_rows)
     monkeypatch.setattr(sst_reader, "GROUP_ROWS", group_rows)
     clock = lsm.ManualClock(T0)
-    path = tmp_path_factory.mktemp("db")
-    opts = lsm.DbOptions(clock=clock, memtable_bytes=1024, block_bytes=64, background_compaction=False)
     model: dict[bytes, tuple[bytes | None, int | None]] = {}
     snap = snap_model = None
-    with lsm.DB.open(path, opts) as db:
+    with open_db(clock, path=new_root(f"db{next(EXAMPLES)}"), memtable_bytes=1024, block_bytes=64) as db:
         for i, (op, key, ttl) in enumerate(ops):
             if i == snap_at:
                 snap, snap_model = db.snapshot(), dict(model)
@@ -107,6 +113,12 @@ def test_the_column_scan_returns_what_the_row_scan_returns(
             snap.release()
 
 
+def bench_rows(backend: str) -> int:
+    """Rows of db_bench's shape a test writes: a third on S3, where the dozen flushes and the compaction
+    of the full count are HTTP time (still several SSTs of many blocks, so rounds of many arrays)."""
+    return 1000 if backend == "s3" else 3000
+
+
 def _bench_shape(db, n: int) -> dict[bytes, bytes]:
     """db_bench's rows (16-byte keys, 100-byte values, overwrites) over 3 L0 SSTs and a run; returns the
     model."""
@@ -137,29 +149,28 @@ def _spy(monkeypatch, name: str) -> list:
     return calls
 
 
-def test_the_bench_shape_is_resolved_in_numpy(tmp_path, monkeypatch):
+def test_the_bench_shape_is_resolved_in_numpy(open_db, backend, monkeypatch):
     """Fixed-width keys and values over L0 SSTs and a run: every round of the scan goes through
     `_array_pairs` and the scan gives what the row path gives."""
     in_numpy = _spy(monkeypatch, "_array_pairs")
     by_dict = _spy(monkeypatch, "_dict_pairs")
-    opts = lsm.DbOptions(memtable_bytes=64 << 10, background_compaction=False, background_flush=False)
-    with lsm.DB.open(tmp_path / "db", opts) as db:
-        model = _bench_shape(db, 3000)
+    with open_db(memtable_bytes=64 << 10, background_flush=False) as db:
+        model = _bench_shape(db, bench_rows(backend))
         got = list(db.scan())
         assert in_numpy and max(in_numpy) > 1 and not by_dict
         assert got == row_path_scans(db, [db.scan])[0] == sorted(model.items())
 
 
-def test_memtable_rows_and_tombstones_join_the_arrays_by_dict(tmp_path, monkeypatch):
+def test_memtable_rows_and_tombstones_join_the_arrays_by_dict(open_db, backend, monkeypatch):
     """The same SSTs with puts and deletes left in the memtable: rounds that mix row lists and arrays are
     resolved by `_dict_pairs`, newest version first, deletes hiding the SSTs' rows."""
     by_dict = _spy(monkeypatch, "_dict_pairs")
-    opts = lsm.DbOptions(memtable_bytes=8 << 20, background_compaction=False, background_flush=False)
-    with lsm.DB.open(tmp_path / "db", opts) as db:
-        model = _bench_shape(db, 3000)
+    with open_db(memtable_bytes=8 << 20, background_flush=False) as db:
+        n = bench_rows(backend)
+        model = _bench_shape(db, n)
         r = random.Random(3)
         for i in range(300):
-            k = b"%016d" % r.randrange(3000)
+            k = b"%016d" % r.randrange(n)
             if i % 3:
                 db.put(k, b"m%d" % i)
                 model[k] = b"m%d" % i
@@ -171,14 +182,13 @@ def test_memtable_rows_and_tombstones_join_the_arrays_by_dict(tmp_path, monkeypa
         assert got == row_path_scans(db, [db.scan])[0] == sorted(model.items())
 
 
-def test_expiry_and_snapshots_in_numpy_match_the_row_path(tmp_path, monkeypatch):
+def test_expiry_and_snapshots_in_numpy_match_the_row_path(open_db, monkeypatch):
     """Rounds made only of SST arrays judge seq and expire_ts in numpy: a row is shown through its
     expire_ts and hidden one ms later, an expired newest version hides the older one, and rows newer
     than a snapshot do not exist for it."""
     in_numpy = _spy(monkeypatch, "_array_pairs")
     clock = lsm.ManualClock(T0)
-    opts = lsm.DbOptions(clock=clock, background_compaction=False, background_flush=False)
-    with lsm.DB.open(tmp_path / "db", opts) as db:
+    with open_db(clock, background_flush=False) as db:
         for i in range(40):
             db.put(b"k%03d" % i, b"old%03d" % i)
         db.flush()

@@ -394,13 +394,13 @@ def test_steady_commits_cost_about_ten_bits_per_entry() -> None:
     assert bits_per_entry < 11
 
 
-def test_round_is_part_of_the_public_api(tmp_path) -> None:
+def test_round_is_part_of_the_public_api(open_db) -> None:
     """`lsm.Round` (as the README writes it) is the tracker's Round and steers the DB's lookups."""
     import lsm
 
     assert lsm.Round is Round and "Round" in lsm.__all__
     clock = lsm.ManualClock(1_754_006_400_000)
-    with lsm.DB.open(tmp_path, lsm.DbOptions(clock=clock)) as db:
+    with open_db(clock) as db:
         db.put(b"k", b"v")
         clock.advance(60_000)
         db.put(b"k", b"w")

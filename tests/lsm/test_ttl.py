@@ -6,8 +6,6 @@ new handle after reopen.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import lsm
@@ -21,10 +19,10 @@ WHERE = ["memtable", "sst", "reopened"]
 class Store:
     """A DB on a ManualClock that can move its rows to an SST or to a new handle on request."""
 
-    def __init__(self, path, **opts) -> None:
+    def __init__(self, path, db_options, **opts) -> None:
         self.path = path
         self.clock = lsm.ManualClock(T0)
-        self.opts = lsm.DbOptions(clock=self.clock, background_compaction=False, **opts)
+        self.opts = db_options(self.clock, **opts)
         self.db = lsm.DB.open(path, self.opts)
 
     def move(self, where: str) -> None:
@@ -37,7 +35,7 @@ class Store:
     def sst_rows(self) -> list[tuple]:
         rows = []
         for e in self.db.manifest.l0:
-            with open_sst(os.path.join(self.path, "sst", e.name)) as r:
+            with open_sst(self.db.sst_path(e.name)) as r:
                 rows += list(r)
         return rows
 
@@ -46,15 +44,15 @@ class Store:
 
 
 @pytest.fixture
-def store(db_root):
-    s = Store(db_root)
+def store(db_root, db_options):
+    s = Store(db_root, db_options)
     yield s
     s.close()
 
 
 @pytest.fixture
-def store_default_ttl(db_root):
-    s = Store(db_root, default_ttl=1_000)
+def store_default_ttl(db_root, db_options):
+    s = Store(db_root, db_options, default_ttl=1_000)
     yield s
     s.close()
 

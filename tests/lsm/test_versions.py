@@ -7,18 +7,17 @@ compaction replaces them, until `unpin`; a `pin_with` whose read raises pins not
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import pytest
 
-from tests.compaction._util import open_db
+from tests import _store
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def sst_files(db) -> set[str]:
-    return {n for n in os.listdir(os.path.join(db.path, "sst")) if n.endswith(".sst")}
+    return {n for n in _store.names(db.path, "sst") if n.endswith(".sst")}
 
 
 def fill(db, flushes: int = 3) -> dict[bytes, bytes]:
@@ -33,8 +32,8 @@ def fill(db, flushes: int = 3) -> dict[bytes, bytes]:
 
 
 @pytest.mark.parametrize("how", ["pin", "pin_with"])
-def test_a_pin_keeps_the_files_a_compaction_replaced_until_its_unpin(tmp_path, how):
-    with open_db(tmp_path / "db") as db:
+def test_a_pin_keeps_the_files_a_compaction_replaced_until_its_unpin(open_db, how):
+    with open_db() as db:
         vs = db.engine.versions
         model = fill(db)
         inputs = sst_files(db)
@@ -57,8 +56,8 @@ def test_a_pin_keeps_the_files_a_compaction_replaced_until_its_unpin(tmp_path, h
         assert dict(db.scan()) == {**model, b"z": b"1"}
 
 
-def test_a_pin_with_whose_read_raises_pins_nothing(tmp_path):
-    with open_db(tmp_path / "db") as db:
+def test_a_pin_with_whose_read_raises_pins_nothing(open_db):
+    with open_db() as db:
         fill(db)
         inputs = sst_files(db)
 
@@ -71,8 +70,8 @@ def test_a_pin_with_whose_read_raises_pins_nothing(tmp_path):
         assert not inputs & sst_files(db)
 
 
-def test_scan_and_changes_release_their_pins(tmp_path):
-    with open_db(tmp_path / "db") as db:
+def test_scan_and_changes_release_their_pins(open_db):
+    with open_db() as db:
         model = fill(db)
         inputs = sst_files(db)
         assert dict(db.scan()) == model

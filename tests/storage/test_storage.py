@@ -213,3 +213,40 @@ def test_a_sequential_reader_gets_every_byte_right_across_windows_fetched_ahead(
     # one GET per window (each fetched while the one before it was read), none wasted
     assert st.stats()["get"] <= end // READAHEAD_BYTES + 2
     m.close()
+
+
+class _Noop:
+    """A worker job (one with a run()) that does nothing: it starts the process."""
+
+    def run(self) -> None:
+        return None
+
+
+class _ReadObject:
+    """A worker job that reads one object in the worker process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def run(self) -> bytes:
+        return storage_for(self.url).read(self.url)
+
+
+@pytest.mark.slow  # starts a worker process of its own
+def test_a_worker_process_builds_a_store_as_its_parent_did(s3_server, monkeypatch) -> None:
+    """A store its process made from the AWS variables is made the same in a compaction worker started
+    before those variables were set: the worker gets the parent's configuration, not its own environment."""
+    from compaction.worker import Worker
+
+    for k in s3_server.env:
+        monkeypatch.delenv(k)
+    w = Worker()
+    try:
+        w.run(_Noop())  # the worker process starts without the variables
+        for k, v in s3_server.env.items():
+            monkeypatch.setenv(k, v)
+        root = s3_server.new_url("w")
+        register(root).write_file(f"{root}/o", [b"x"])
+        assert w.run(_ReadObject(f"{root}/o")) == b"x"
+    finally:
+        w.close()

@@ -51,7 +51,7 @@ from storage.base import (
     Storage,
 )
 from storage.objcache import ObjectCache
-from storage.objclient import Client, ObstoreClient
+from storage.objclient import Client, ObstoreClient, StampedClient
 from storage.objread import READAHEAD_BYTES, TAIL_BYTES, WINDOWS, RangeFile
 from storage.objstore_config import check_config, check_root, redact, s3_config, secrets_of
 from storage.objstore_errors import is_panic, request_error
@@ -137,11 +137,18 @@ class ObjectStorage(Storage):
     def __init__(self, root: str, options: dict[str, Any] | None = None, *, client: Client | None = None,
                  clock: RealTime = REAL_TIME) -> None:
         self.root = root.rstrip("/")
+        given = client is not None
         # memory:// lives in this process only: worker processes and Spark executors cannot see it; nor
         # does a store given its own client (a simulation, storage.simstore)
-        self.shared = client is None and not self.root.startswith("memory" + URL_MARK)
+        self.shared = not given and not self.root.startswith("memory" + URL_MARK)
         self.options = dict(options or {})
-        self.client: Client = client if client is not None else ObstoreClient(make_store(self.root, options))
+        if client is None:
+            client = ObstoreClient(make_store(self.root, options))
+            if not isinstance(clock, RealTime):
+                # obstore's stores stamp objects by the host's wall clock: ages judged on another clock (a
+                # simulation's) need the objects this store writes stamped by that clock
+                client = StampedClient(client, clock.time)
+        self.client: Client = client
         # what another process builds this store with (`storage.registered`): the configuration this
         # client was made with, the environment read now; a worker's own environment is the one it was
         # started with, which may predate the variables this process set
@@ -151,7 +158,7 @@ class ObjectStorage(Storage):
         self.clock = clock
         # whether sequential readers may fetch ahead in other threads (`RangeFile.read_ahead`): not in a
         # simulation, where every request must come from the thread the scheduler runs
-        self.fetch_ahead = client is None
+        self.fetch_ahead = not given
         scheme, rest = self.root.split(URL_MARK, 1)
         self._bucket_url = f"{scheme}{URL_MARK}{rest.split('/', 1)[0]}"
         self._lock = threading.Lock()

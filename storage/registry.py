@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Any
 
-from storage.base import Storage
+from storage.base import REAL_TIME, RealTime, Storage
 from storage.local import LOCAL
 
 URL_MARK = "://"
@@ -36,18 +36,23 @@ def _root_of(url: str) -> str:
     return f"{scheme}{URL_MARK}{rest.split('/', 1)[0]}"
 
 
-def register(root: str, options: dict[str, Any] | None = None) -> Storage:
+def register(root: str, options: dict[str, Any] | None = None, clock: RealTime | None = None) -> Storage:
     """The backend for the database (or bucket) at URL `root`, created with obstore config `options`
     (else the standard environment) the first time, and kept: later paths under `root` resolve to it, so
-    its request counters are that database's. A second call with options replaces the client."""
+    its request counters are that database's. A second call with options replaces the client. `clock`:
+    the clocks its requests wait by and its objects age by (`Storage.clock`; default the host's, and a
+    later call without one keeps the backend's): a simulation gives its simulated clock (tools.simulate)."""
     root = root.rstrip("/")
     with _registry_lock:
         have = _registry.get(root)
-        if have is not None and (not options or getattr(have, "options", None) == options):
+        if (have is not None and (not options or getattr(have, "options", None) == options)
+                and (clock is None or have.clock is clock)):
             return have
         from storage.objstore import ObjectStorage  # obstore is imported only by object-store users
 
-        st = ObjectStorage(root, options)
+        if clock is None:
+            clock = have.clock if have is not None else REAL_TIME
+        st = ObjectStorage(root, options, clock=clock)
         _registry[root] = st
         _attached.discard(root)
         return st

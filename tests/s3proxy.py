@@ -10,7 +10,9 @@ fails the ones a rule picks, the ways S3 and the network fail:
 * ``"404"``: S3's NoSuchBucket (the bucket is gone), the request never reaches the server;
 * ``"hang"``: no response at all, the connection left open (a stalled server), until the proxy closes;
 * ``"lost"``: the request IS forwarded (a PUT lands), then the connection is reset instead of sending
-  the server's response: the client cannot tell whether its request took effect.
+  the server's response: the client cannot tell whether its request took effect;
+* ``"slow"``: the request is held ``FaultProxy.slow``'s seconds, then forwarded as it is (a slow store or
+  network).
 
 A rule matches by method and a substring of the object key (the URL path and query, decoded: a
 listing is ``/<bucket>?list-type=2&prefix=<prefix>``), skips its first
@@ -26,10 +28,11 @@ import socket
 import struct
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ACTIONS = ("500", "503", "404", "reset", "hang", "lost")
+ACTIONS = ("500", "503", "404", "reset", "hang", "lost", "slow")
 SLOW_DOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message><RequestId>fault</RequestId></Error>"
@@ -99,6 +102,7 @@ class FaultProxy:
         self.log: list[Seen] = []
         self._lock = threading.Lock()
         self.closing = threading.Event()  # wakes the handlers of "hang" requests
+        self.slow_s = 0.0  # how long a "slow" request is held (`slow`)
         proxy = self
 
         class Handler(_Handler):
@@ -119,6 +123,13 @@ class FaultProxy:
         with self._lock:
             self.rules.append(rule)
         return rule
+
+    def slow(self, delay_s: float, method: str | None = None, key: str = "", nth: int = 1,
+             count: int | None = 1) -> Rule:
+        """Hold matching requests `delay_s` seconds before forwarding them (see `Rule` for the rest); every
+        "slow" rule holds its requests that long, the last one set."""
+        self.slow_s = delay_s
+        return self.fail("slow", method, key, nth, count)
 
     def unknowable(self, key: str, landed: bool, method: str | None = None) -> None:
         """Make the next PUT of `key` an outcome nobody can learn: it lands if `landed` (its response
@@ -176,6 +187,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(n) if n else b""
         key = urllib.parse.unquote(self.path)
         action = self.owner.decide(self.command, key)
+        if action == "slow":
+            time.sleep(self.owner.slow_s)
         if action == "reset":
             self._reset()
             return

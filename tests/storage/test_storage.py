@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
-from storage import LOCAL, register, storage_for
-from storage.objstore import READAHEAD_BYTES, TAIL_BYTES
+from storage import LOCAL, detach, register, storage_for
+from storage.objstore import READAHEAD_BYTES, TAIL_BYTES, ObjectStorage
+from storage.simstore import SimTime
 
 
 @pytest.fixture(params=["local", "s3", "memory"])
@@ -104,6 +106,38 @@ def test_a_sequential_reader_fetches_a_window_per_get(s3_server) -> None:
     assert st.stats()["get"] == 3  # one per window, not one per block
     assert m[100:200] == data[100:200]  # not sequential: one GET of just that slice
     assert st.stats()["get"] == 4 and st.stats()["get_bytes"] == end + 100
+
+
+@pytest.mark.parametrize("kind", ["memory", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_store_on_a_simulated_clock_ages_what_it_writes_by_that_clock(kind, request) -> None:
+    """A simulation registers its store with its simulated clock (tools.simulate): the objects it writes
+    are as old as that clock says, however fast the host runs, while the store stays what it was (the
+    same objects, read ahead by windows, reachable by other processes if it is S3)."""
+    url = f"memory://sim-{os.urandom(4).hex()}/db" if kind == "memory" else request.getfixturevalue("s3_server").new_url()
+    now = [1_000.0]
+    st = register(url, clock=SimTime(now=lambda: now[0]))
+    assert register(url) is st and st.fetch_ahead and st.shared == (kind == "s3")
+    other = ObjectStorage(url)  # another writer on the same store, on the host's clock
+    d = url + "/wal"
+    try:
+        st.write_file(d + "/1.wal", (b"a",))
+        now[0] = 1_066.0
+        assert st.put_if_absent(d + "/2.wal", b"b")
+        other.write_file(d + "/3.wal", (b"c",))
+        now[0] = 5_000.0
+        assert not st.put_if_absent(d + "/3.wal", b"mine")  # refused: the object keeps the store's stamp
+        assert st.now() == 5_000.0
+        ages = st.list_mtimes(d)
+        assert (ages["1.wal"], ages["2.wal"]) == (1_000.0, 1_066.0)
+        assert abs(ages["3.wal"] - time.time()) < 120  # written by another: stamped by the store
+        st.delete(d + "/1.wal")
+        other.write_file(d + "/1.wal", (b"again",))  # deleted, then written by another: not ours now
+        assert abs(st.list_mtimes(d)["1.wal"] - time.time()) < 120
+        assert st.stats()["put"] == 3 and st.stats()["list"] == 2  # one request each, the refused PUT too
+    finally:
+        for name in st.list_names(d):
+            st.delete(f"{d}/{name}")
+        detach(url)
 
 
 def test_requests_are_counted_per_database(s3_server) -> None:

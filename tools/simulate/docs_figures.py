@@ -221,13 +221,15 @@ def s3_writing_days(summary: dict[str, Any], samples: Samples) -> str:
                 f"{fmean(d['put'] for d in writing):,.0f}",
                 f"{fmean(d['get'] for d in writing):,.0f}",
                 f"{fmean(d['list'] for d in writing):,.0f}",
+                f"{fmean(d['delete'] for d in writing):,.0f}",
+                f"{fmean(d['head'] for d in writing):,.0f}",
                 human_bytes(round(fmean(d["put_bytes"] for d in writing))),
                 human_bytes(round(fmean(d["get_bytes"] for d in writing))),
                 f"${fmean(d['request_cost_usd'] for d in writing):.5f}",
                 f"${fmean(d['request_cost_usd'] for d in quiet):.5f}",
             )
         )
-    headers = ["policy", "PUT/day", "GET/day", "LIST/day", "bytes put/day", "bytes got/day", "requests $/day",
+    headers = ["policy", "PUT/day", "GET/day", "LIST/day", "DELETE/day", "HEAD/day", "bytes put/day", "bytes got/day", "requests $/day",
                "quiet days 6–9: $/day"]
     return md_table(headers, rows)
 

@@ -16,8 +16,11 @@ Nothing is mocked: the DB writes its WAL, flushes real L0 SSTs, compacts and com
 On an object store (the spec's ``store``: "memory" or an s3:// URL) the database lives under a fresh
 prefix there, and the WAL's group commit follows the simulated clock too: the last write of each
 ``wal_flush_interval_ms`` of simulated time is written with ``sync=True`` (one WAL object per interval
-with writes), and the WAL's wall-clock flusher never fires. At every simulated midnight the engine's
-requests of the day are recorded (`tools.simulate.costs`).
+with writes), and the WAL's wall-clock flusher never fires. The store's clocks (`storage.Storage.clock`)
+are the simulated clock (`SimulatedTime`), so the WAL's two guards run on it as well: a WAL object is
+deleted once it is `wal_grace_ms` old in simulated time, and a writer idle for longer than its recheck
+window of simulated time checks the manifest before its next object. At every simulated midnight the engine's requests of the day
+are recorded (`tools.simulate.costs`); none of them depends on how fast the simulation runs.
 
 Samples (every ``sample_every``) record the disk by du class (`DiskAccount`), space amplification
 (disk bytes / live row bytes), the engine's own cumulative write amplification
@@ -43,7 +46,7 @@ from compaction.drop import is_expired
 from compaction.filter import Reason
 from lsm.events import CompactionInfo, EventListener, FlushInfo
 from lsm.options import NO_TTL, redacted_store_options
-from storage import register
+from storage import detach, register
 from tools.simulate import costs
 from tools.simulate.accounting import DiskAccount
 from tools.simulate.spec import Policy, Spec
@@ -83,6 +86,36 @@ REQUEST_FIELDS = tuple(f"requests_{k}" for k in costs.REQUEST_KINDS)
 # thread, which would commit on the wall clock, is given an interval it never reaches
 WALL_NEVER_MS = 10**9
 NEVER_MS = 2**62
+
+
+class SimulatedTime:
+    """The clocks of a simulation's object store (`storage.RealTime`'s interface), read off the
+    simulation's `lsm.ManualClock`: object ages (the WAL's deletion grace) and a WAL writer's idle time
+    are simulated time, and the store stamps what it writes by it (`storage.objclient.StampedClient`).
+
+    Against other processes these guards must stay on the wall clock, which is when a slow or fenced
+    writer's requests really land. A simulation is one process with no other writer, and its simulated
+    clock is the only time anything in it happens on: judged by the wall clock instead, the requests a
+    simulated day makes (the WAL's DELETEs, the LIST pages of what is left, the manifest checks) would
+    depend on how fast the host ran the simulation. Only `sleep` is real: a retry's backoff waits for a
+    real server (moto, S3), which lives on the wall clock. The retry window (``retry_timeout_ms``) is
+    simulated time, which stands still during a request, so retries are bounded by ``max_retries`` alone."""
+
+    def __init__(self, clock: lsm.ManualClock) -> None:
+        self.clock = clock
+
+    def time(self) -> float:
+        """Simulated seconds since the epoch."""
+        return self.clock.now() / 1000
+
+    def monotonic(self) -> float:
+        """The same simulated seconds (the simulation's clock never goes back)."""
+        return self.clock.now() / 1000
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        """Wait `seconds` of real time."""
+        time.sleep(seconds)
 
 
 class Observer(EventListener):
@@ -150,7 +183,7 @@ class Simulation:
         self.path = directory if not self.objects else object_url(spec.store)
         self.wal_interval_ms = overrides.get("wal_flush_interval_ms", lsm.DbOptions.wal_flush_interval_ms)
         if self.objects:
-            self.storage = register(self.path, overrides.get("object_store_options"))
+            self.storage = register(self.path, overrides.get("object_store_options"), clock=SimulatedTime(self.clock))
             overrides["wal_flush_interval_ms"] = WALL_NEVER_MS
         # an event listener too: flushes and compactions move rows
         self.account = DiskAccount(self.path)
@@ -369,7 +402,7 @@ class Simulation:
 
     def close(self) -> None:
         """Close the DB (this flushes its memtable: the directory then no longer matches the last sample).
-        On an object store, then delete the database's objects."""
+        On an object store, then delete the database's objects and forget its store (storage.registry)."""
         if self.db is not None:
             self.db.close()
             self.db = None
@@ -379,6 +412,7 @@ class Simulation:
                 d = os.path.join(self.path, sub) if sub else self.path
                 for name in st.list_names(d):
                     st.delete(os.path.join(d, name))
+            detach(self.path)
 
 
 def object_url(store: str) -> str:

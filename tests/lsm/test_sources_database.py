@@ -3,7 +3,9 @@ including a real second process writing the upstream while the replica reads."""
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import subprocess
 import sys
 from collections import defaultdict
@@ -252,6 +254,23 @@ def test_not_a_database(tmp_path: Path) -> None:
         log.read(0, -1)
     with pytest.raises(TypeError):
         log.end("0")
+
+
+def test_a_copy_or_an_unpickled_log_reads_what_the_original_reads(db_root: str) -> None:
+    """A bulk load's local task reads its own deepcopy of the source, a Spark task an unpickled one: on an
+    object store too, where the log's tail holds a client that neither copies nor pickles."""
+    db = open_db(db_root, lsm.ManualClock(T0), history_retention=YEAR)
+    for i in range(20):
+        db.put(b"k%d" % (i % 3), b"%d" % i)
+    db.flush()
+    db.put(b"late", b"x", options=lsm.WriteOptions(sync=True))
+    log = DatabaseLog(db_root)
+    want = records(log)
+    assert len(want) == 21 and log.end(0) == 22
+    for other in (copy.deepcopy(log), pickle.loads(pickle.dumps(log))):
+        assert isinstance(other, DatabaseLog) and other.name == log.name
+        assert records(other) == want and other.end(0) == 22
+    db.close()
 
 
 def test_a_replica_follows_an_upstream_another_process_is_writing(shared_root: str) -> None:

@@ -42,6 +42,11 @@ class DatabaseLog:
     def __repr__(self) -> str:
         return f"DatabaseLog({self.path!r})"
 
+    def __reduce__(self) -> tuple[type[DatabaseLog], tuple[str]]:
+        # a copy (a bulk task's own, a Spark task's unpickled one) opens its own tail: the tail may hold
+        # an object-store client, which neither pickles nor copies
+        return DatabaseLog, (self.path,)
+
     def partitions(self) -> list[int]:
         """Always ``[0]``: a database's seqs are one sequence."""
         return [0]

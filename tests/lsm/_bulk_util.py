@@ -1,7 +1,7 @@
 """Helpers for the bulk-load tests (tests/lsm/test_bulk.py, tests/spark/test_bulk*.py): a seeded partitioned
-log, what a store holds, and module-level source wrappers (Spark workers import this module to unpickle
-them). Also a script: ``python _bulk_util.py load DB LOG ENGINE [MASTER]`` runs one bulk load of the
-`SlowLog` over LOG (what the kill -9 tests kill mid-job)."""
+log, what a store holds, module-level source wrappers (Spark workers import this module to unpickle
+them) and `Stores`, stores by name on a test's backend. Also a script: ``python _bulk_util.py load DB LOG
+ENGINE [MASTER]`` runs one bulk load of the `SlowLog` over LOG (what the kill -9 tests kill mid-job)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import lsm
@@ -70,17 +71,50 @@ def contents(db: lsm.DB, name: str = "events") -> dict:
     return {"rows": rows, "visible": dict(db.scan()), "bindings": bindings, "pending": pending}
 
 
-def load(path: str, log_dir: str, engine: str, source: Any = None, **kw: Any) -> dict:
-    """Open `path`, ingest `source` (default: the PartitionedLog in `log_dir`) as source "events" with
+def ingest_contents(db: lsm.DB, log_dir: str, engine: str, source: Any = None, **kw: Any) -> dict:
+    """Ingest `source` (default: the PartitionedLog in `log_dir`) into `db` as source "events" with
     `engine` (stream: in one batch), return contents."""
+    if engine == "stream":
+        kw.setdefault("batch_records", 10**9)
+    db.ingest(source or PartitionedLog(log_dir), name="events", engine=engine, **kw)
+    return contents(db)
+
+
+def load(path: str, log_dir: str, engine: str, source: Any = None, **kw: Any) -> dict:
+    """Open `path`, `ingest_contents`, close."""
     db = open_db(path)
     try:
-        if engine == "stream":
-            kw.setdefault("batch_records", 10**9)
-        db.ingest(source or PartitionedLog(log_dir), name="events", engine=engine, **kw)
-        return contents(db)
+        return ingest_contents(db, log_dir, engine, source, **kw)
     finally:
         db.close()
+
+
+class Stores:
+    """Stores called by name on a test's backend, opened with its `open_db` fixture: a module's fixture
+    ``stores`` returns ``Stores(open_db, new_root)``."""
+
+    def __init__(self, open_db: Callable[..., lsm.DB], new_root: Callable[[str], str]) -> None:
+        self._open_db, self._new_root = open_db, new_root
+        self._roots: dict[str, str] = {}
+
+    def root(self, name: str) -> str:
+        """The root of the store called `name`, the same at every call (new_root gives a fresh one)."""
+        if name not in self._roots:
+            self._roots[name] = self._new_root(name)
+        return self._roots[name]
+
+    def open(self, name: str, **kw: Any) -> lsm.DB:
+        """The store called `name`, opened by `open_db` with `kw`."""
+        return self._open_db(path=self.root(name), **kw)
+
+    def load(self, name: str, log_dir: str, engine: str, source: Any = None, default_ttl: int | None = None,
+             **kw: Any) -> dict:
+        """`ingest_contents` into the store called `name` (opened with `default_ttl`), closed again."""
+        db = self.open(name, default_ttl=default_ttl)
+        try:
+            return ingest_contents(db, log_dir, engine, source, **kw)
+        finally:
+            db.close()
 
 
 class WrappedLog:

@@ -1,5 +1,7 @@
 """A bulk load's I/O errors (issue 24, defects 2 and 7): the failed state as on every other write path, and
-no deletion of an SST a manifest on disk may name. The sweep over every call is in test_fault_injection.py."""
+no deletion of an SST a manifest on disk may name. The sweep over every call is in test_fault_injection.py.
+The faults are a directory's (`formats.fileio`: link, directory fsync, ENOSPC): these tests are about the
+local backend only."""
 
 from __future__ import annotations
 
@@ -12,8 +14,14 @@ import lsm
 from formats import fileio
 from lsm.inspect import check_database
 from lsm.sources import PartitionedLog
-from tests.lsm._bulk_util import contents, load, open_db, write_log
+from tests.lsm._bulk_util import contents, ingest_contents, write_log
 from tests.lsm.test_fault_injection import crash
+
+
+@pytest.fixture
+def backend() -> str:
+    """A local directory only (db_root, open_db): the injected faults are its file operations'."""
+    return "local"
 
 
 @pytest.fixture
@@ -28,11 +36,11 @@ def referenced(db: lsm.DB) -> list[str]:
 
 
 @pytest.mark.parametrize("op", ["link", "fsync_dir"])
-def test_a_maybe_published_load_keeps_its_ssts(tmp_path, log, op) -> None:
+def test_a_maybe_published_load_keeps_its_ssts(open_db, db_root, new_root, log, op) -> None:
     """The manifest's link or directory fsync fails: the load's manifest may be on disk, so its SSTs stay,
     and the next open has the whole load (fsync_dir: the link happened) or none of it (link)."""
-    want = load(str(tmp_path / "ref"), log, "local", tasks=3)
-    db = open_db(str(tmp_path / "db"))
+    want = ingest_contents(open_db(path=new_root("ref")), log, "local", tasks=3)
+    db = open_db()
     # the load publishes two manifest versions: its seq reservation, then its commit; fail the commit's
     with fileio.faults("eio", 2, ops={op}, path="/manifest"):
         with pytest.raises(lsm.DbFailedError, match=op) as ei:
@@ -41,7 +49,7 @@ def test_a_maybe_published_load_keeps_its_ssts(tmp_path, log, op) -> None:
     with pytest.raises(lsm.DbFailedError):
         db.put(b"later", b"x")
     crash(db)
-    db = open_db(str(tmp_path / "db"))
+    db = open_db()
     try:
         for name in referenced(db):
             assert os.path.exists(db.sst_path(name)), name
@@ -49,14 +57,14 @@ def test_a_maybe_published_load_keeps_its_ssts(tmp_path, log, op) -> None:
         assert got == (want if op == "fsync_dir" else {"rows": {}, "visible": {}, "bindings": [], "pending": None})
     finally:
         db.close()
-    check_database(str(tmp_path / "db"))
+    check_database(db_root)
 
 
 @pytest.mark.parametrize("nth", [1, 3])
-def test_a_failing_task_enters_the_failed_state(tmp_path, log, nth) -> None:
+def test_a_failing_task_enters_the_failed_state(open_db, db_root, log, nth) -> None:
     """A task's SST write fails (ENOSPC): DbFailedError naming the file, published False, writes refused,
     nothing of the load after a reopen."""
-    db = open_db(str(tmp_path / "db"))
+    db = open_db()
     db.put(b"before", b"x")
     with fileio.faults("enospc", nth, ops={"write", "fsync"}, path="-bulk-") as plan:
         with pytest.raises(lsm.DbFailedError, match=r"of .*-bulk-.*\.sst failed") as ei:
@@ -70,16 +78,16 @@ def test_a_failing_task_enters_the_failed_state(tmp_path, log, nth) -> None:
     # the failing task removed what it wrote, the job the SSTs of the tasks that had finished
     assert [n for n in os.listdir(os.path.join(db.path, "sst")) if "-bulk-" in n] == []
     crash(db)
-    db = open_db(str(tmp_path / "db"))
+    db = open_db()
     try:
         assert dict(db.scan()) == {b"before": b"x"} and db.sources() == []
     finally:
         db.close()
-    check_database(str(tmp_path / "db"))
+    check_database(db_root)
 
 
-def test_a_failing_sst_directory_fsync_enters_the_failed_state(tmp_path, log) -> None:
-    db = open_db(str(tmp_path / "db"))
+def test_a_failing_sst_directory_fsync_enters_the_failed_state(open_db, log) -> None:
+    db = open_db()
     with fileio.faults("eio", 1, ops={"fsync_dir"}, path="/sst"):
         with pytest.raises(lsm.DbFailedError, match=r"fsync_dir of .*/sst failed") as ei:
             db.ingest(PartitionedLog(log), name="events", engine="local", tasks=2)
@@ -91,4 +99,4 @@ def test_a_failing_sst_directory_fsync_enters_the_failed_state(tmp_path, log) ->
     with pytest.raises(lsm.DbFailedError):
         db.ingest(PartitionedLog(log), name="events", engine="local", tasks=2)
     db.close()
-    assert load(str(tmp_path / "db"), log, "local", tasks=2)["bindings"]  # a reopen loads it
+    assert ingest_contents(open_db(), log, "local", tasks=2)["bindings"]  # a reopen loads it

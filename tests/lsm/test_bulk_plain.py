@@ -1,7 +1,8 @@
 """The bulk load's column path (`LogSlice.plain`, `lsm.bulk_task._plain_columns`): slices of plain records (a key
 and a value or a delete, no TTL, event time or transaction) resolved with numpy and `dict`, against the
 general record path and streaming ingest; and the driver's plan from the record headers alone
-(`PartitionedLog.plan_end`), with damaged payloads still caught by the task that reads them."""
+(`PartitionedLog.plan_end`), with damaged payloads still caught by the task that reads them. The stores
+are on every backend; the logs they load are local directories."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from formats.log import encode_record
 from lsm import bulk_task
 from lsm.bulk import cut_slices
 from lsm.sources import LogWriter, PartitionedLog
-from tests.lsm._bulk_util import contents, load, open_db
+from tests.lsm._bulk_util import Stores, contents
 
 key_sets = {
     "fixed": lambda r: b"%08d" % r.randrange(300),
@@ -37,12 +38,26 @@ def write_plain(log: str, seed: int, n: int, keys: str, partitions: int = 3) -> 
             w.append(r.randrange(partitions), key_sets[keys](r), value)
 
 
-@pytest.mark.parametrize("keys", sorted(key_sets))
-@pytest.mark.parametrize("default_ttl", [None, 60_000])
-def test_plain_slices_load_like_streaming_and_like_the_record_path(tmp_path, monkeypatch, keys, default_ttl) -> None:
+@pytest.fixture
+def stores(open_db, new_root) -> Stores:
+    return Stores(open_db, new_root)
+
+
+GRID = [(keys, ttl) for keys in sorted(key_sets) for ttl in (None, 60_000)]
+
+
+# the grid varies the keys' columns, not the store: S3 runs one point of it (four loads, 3 s of requests)
+@pytest.mark.parametrize(
+    ("backend", "keys", "default_ttl"),
+    [(b, k, ttl) for b in ("local", "memory") for k, ttl in GRID]
+    + [pytest.param("s3", "mixed", 60_000, marks=pytest.mark.s3)],
+)
+def test_plain_slices_load_like_streaming_and_like_the_record_path(
+    tmp_path, monkeypatch, stores, keys, default_ttl
+) -> None:
     log = str(tmp_path / "log")
     write_plain(log, seed=len(keys), n=2500, keys=keys)
-    want = load(str(tmp_path / "stream"), log, "stream")
+    want = stores.load("stream", log, "stream")
     calls: list[object] = []
     real = bulk_task._plain_columns
 
@@ -54,24 +69,13 @@ def test_plain_slices_load_like_streaming_and_like_the_record_path(tmp_path, mon
     monkeypatch.setattr(bulk_task, "_plain_columns", spy)
     kw = {"default_ttl": default_ttl}
     if default_ttl is not None:
-        want = load_with(str(tmp_path / "stream-ttl"), log, "stream", **kw)
-    got = load_with(str(tmp_path / "plain"), log, "local", tasks=4, **kw)
+        want = stores.load("stream-ttl", log, "stream", **kw)
+    got = stores.load("plain", log, "local", tasks=4, **kw)
     assert calls and all(calls)  # every slice went the column way
     monkeypatch.setattr(bulk_task, "_plain_columns", lambda task: None)
-    general = load_with(str(tmp_path / "general"), log, "local", tasks=4, **kw)
+    general = stores.load("general", log, "local", tasks=4, **kw)
     assert got == general == want
     assert len(want["rows"]) > 20
-
-
-def load_with(path: str, log: str, engine: str, default_ttl: int | None = None, **kw) -> dict:
-    db = open_db(path, default_ttl=default_ttl)
-    try:
-        if engine == "stream":
-            kw["batch_records"] = 10**9
-        db.ingest(PartitionedLog(log), name="events", engine=engine, **kw)
-        return contents(db)
-    finally:
-        db.close()
 
 
 @settings(max_examples=25, deadline=None)
@@ -111,14 +115,14 @@ def test_a_slice_with_any_other_record_takes_the_record_path(tmp_path) -> None:
     assert bulk_task._plain_columns(bulk_task.BulkTask(0, sl, 1, 1, "commit", None, False, None)) is None
 
 
-def test_a_reserved_key_is_refused_as_by_streaming(tmp_path) -> None:
+def test_a_reserved_key_is_refused_as_by_streaming(tmp_path, open_db) -> None:
     log = str(tmp_path / "log")
     with LogWriter(log) as w:
         w.append(0, b"a", b"1")
     # LogWriter refuses such a record; another producer of the format could still write one
     with open(os.path.join(log, "0.log"), "ab") as f:
         f.write(encode_record(b"\xff\xff\xff\xfflsm\x00x", b"2"))
-    db = open_db(str(tmp_path / "db"))
+    db = open_db()
     try:
         with pytest.raises(ValueError, match="reserved key space"):
             db.ingest(PartitionedLog(log), name="events", engine="local")
@@ -140,7 +144,7 @@ def flip_payload_byte(log: str, partition: int, record: int) -> None:
         f.write(bytes([b[0] ^ 0x20]))
 
 
-def test_the_plan_reads_headers_and_the_task_catches_a_damaged_payload(tmp_path) -> None:
+def test_the_plan_reads_headers_and_the_task_catches_a_damaged_payload(tmp_path, open_db) -> None:
     log = str(tmp_path / "log")
     write_plain(log, seed=3, n=600, keys="fixed")
     flip_payload_byte(log, 1, 150)
@@ -148,7 +152,7 @@ def test_the_plan_reads_headers_and_the_task_catches_a_damaged_payload(tmp_path)
     assert source.plan_end(1) > 150  # the plan counts past it: only the payload is damaged
     with pytest.raises(lsm.CorruptionError, match="checksum mismatch"):
         source.end(1)  # end() still verifies every payload, also those plan_end skipped
-    db = open_db(str(tmp_path / "db"))
+    db = open_db()
     try:
         for kw in ({"engine": "local", "tasks": 3}, {}):
             with pytest.raises(lsm.CorruptionError, match="checksum mismatch"):

@@ -1,7 +1,8 @@
 """Which seqs are final while a bulk load runs (issue 24, defects 1 and 3): a load's reserved range holds
 `DB.stable_seq` and `DatabaseLog.end` back until it commits or is abandoned, a committed load is ONE
 commit for a follower (`DatabaseLog`, `changes`) and for `snapshot_at_seq`; the reservation is recorded
-in the manifest, abandoned by a failed load and by the reopen after a crash or a fencing open."""
+in the manifest, abandoned by a failed load and by the reopen after a crash or a fencing open. On every
+backend; the tests with a second process on a directory and on S3 (`shared_root`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 import lsm
 from lsm.sources import DatabaseLog, LogWriter, PartitionedLog, SourceRecord, verify_source
-from tests.lsm._bulk_util import open_db, spawn_slow_load, write_log
+from tests.lsm._bulk_util import spawn_slow_load, write_log
 from tests.lsm._lsm_proc import Served
 from tests.lsm.test_ingest import ListSource
 
@@ -23,6 +24,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # children import this tree's lsm, not an installed one
 T0 = 1_700_000_000_000
 YEAR = 365 * 86_400_000
+# a write a DatabaseLog must see at once is synced: on an object store an unsynced one waits in the
+# group commit's buffer (up to wal_flush_interval_ms) before a reader of the store can see it
+SYNC = lsm.WriteOptions(sync=True)
 
 
 class HookSource(ListSource):
@@ -49,14 +53,14 @@ def bulk_records(n: int, prefix: bytes = b"bulk-") -> list[SourceRecord]:
 
 
 # -- defect 1: a follower polling during a load never skips it ----------------------------------------------
-def test_a_follower_polling_during_a_bulk_load_gets_its_rows(tmp_path) -> None:
-    up = open_db(str(tmp_path / "up"), history_retention=YEAR)
-    replica = open_db(str(tmp_path / "replica"), history_retention=YEAR)
+def test_a_follower_polling_during_a_bulk_load_gets_its_rows(open_db, new_root) -> None:
+    up = open_db(path=new_root("up"), history_retention=YEAR)
+    replica = open_db(path=new_root("replica"), history_retention=YEAR)
     seen: list[int] = []
 
     def mid_load() -> None:
         up.put(b"a", b"1")  # plain writes commit (durably) above the reserved range meanwhile
-        up.put(b"b", b"2")
+        up.put(b"b", b"2", options=SYNC)
         seen.append(DatabaseLog(up.path).end(0))
         seen.append(len(list(DatabaseLog(up.path).read(0, 0, 10**6))))  # nothing above it either
         replica.ingest(DatabaseLog(up.path), name="up")
@@ -74,8 +78,8 @@ def test_a_follower_polling_during_a_bulk_load_gets_its_rows(tmp_path) -> None:
         replica.close()
 
 
-def test_stable_seq_and_changes_wait_for_the_reservation(tmp_path) -> None:
-    db = open_db(str(tmp_path / "db"), history_retention=YEAR)
+def test_stable_seq_and_changes_wait_for_the_reservation(open_db) -> None:
+    db = open_db(history_retention=YEAR)
     got: dict[str, object] = {}
 
     once = threading.Lock()
@@ -104,8 +108,8 @@ def test_stable_seq_and_changes_wait_for_the_reservation(tmp_path) -> None:
         db.close()
 
 
-def test_a_failed_load_abandons_its_reservation(tmp_path) -> None:
-    db = open_db(str(tmp_path / "db"))
+def test_a_failed_load_abandons_its_reservation(open_db) -> None:
+    db = open_db()
 
     def boom() -> None:
         raise RuntimeError("task failed on purpose")
@@ -116,18 +120,20 @@ def test_a_failed_load_abandons_its_reservation(tmp_path) -> None:
             db.ingest(HookSource(bulk_records(4), boom), name="bulk", engine="local", tasks=2)
         assert db.manifest.seq_reservations == () and db.stable_seq == db.seq == 4  # 2..4: a gap
         assert DatabaseLog(db.path).end(0) == 5
-        assert db.put(b"b", b"2") == 5
+        assert db.put(b"b", b"2", options=SYNC) == 5
         assert [r.key for r in DatabaseLog(db.path).read(0, 0)] == [b"a", b"b"]
     finally:
         db.close()
 
 
-def test_a_load_killed_mid_job_holds_readers_back_until_the_reopen_abandons_it(tmp_path, monkeypatch) -> None:
+def test_a_load_killed_mid_job_holds_readers_back_until_the_reopen_abandons_it(
+    tmp_path, monkeypatch, shared_root, db_options
+) -> None:
     monkeypatch.setenv("PYTHONPATH", ROOT)
     log = str(tmp_path / "log")
     write_log(log, seed=3, n=600, partitions=3)
-    path = str(tmp_path / "db")
-    db = open_db(path)
+    path = shared_root  # the loader is another process
+    db = lsm.DB.open(path, db_options())
     db.put(b"before", b"x")
     db.close()
     proc = spawn_slow_load(path, log)
@@ -143,26 +149,26 @@ def test_a_load_killed_mid_job_holds_readers_back_until_the_reopen_abandons_it(t
         proc.stderr.close()
     follower = DatabaseLog(path)
     assert follower.end(0) == 2  # the dead loader's range is reserved: nothing from seq 2 on is final
-    db = open_db(path)
+    db = lsm.DB.open(path, db_options())
     try:
         top = db.seq
         assert top > 2 and db.manifest.seq_reservations == () and db.manifest.last_seq == top
         assert follower.end(0) == top + 1 and db.stable_seq == top
-        assert db.put(b"after", b"y") == top + 1  # the abandoned seqs are never handed out again
+        assert db.put(b"after", b"y", options=SYNC) == top + 1  # the abandoned seqs are never handed out again
         assert [r.key for r in follower.read(0, 0)] == [b"before", b"after"]
     finally:
         db.close()
 
 
 # -- defect 3: a load is one upstream commit --------------------------------------------------------------
-def test_a_follower_takes_a_bulk_loaded_transaction_whole(tmp_path) -> None:
-    up = open_db(str(tmp_path / "up"), history_retention=YEAR)
-    replica = open_db(str(tmp_path / "replica"), history_retention=YEAR)
+def test_a_follower_takes_a_bulk_loaded_transaction_whole(open_db, new_root) -> None:
+    up = open_db(path=new_root("up"), history_retention=YEAR)
+    replica = open_db(path=new_root("replica"), history_retention=YEAR)
     try:
         up.put(b"a", b"1")
         tx = [SourceRecord(0, i, b"tx-%d" % i, b"t", tx="T", tx_end=i == 5) for i in range(6)]
         up.ingest(ListSource(tx), name="bulk", engine="local", tasks=3)
-        up.put(b"b", b"2")
+        up.put(b"b", b"2", options=SYNC)
         replica.ingest(DatabaseLog(up.path), name="up", batch_records=1)
         for b in replica.remap("up").bindings():
             with replica.snapshot_at_seq(b.seq) as snap:
@@ -180,8 +186,8 @@ def test_a_follower_takes_a_bulk_loaded_transaction_whole(tmp_path) -> None:
         replica.close()
 
 
-def test_snapshot_at_a_seq_inside_a_load_reads_the_state_before_it(tmp_path) -> None:
-    db = open_db(str(tmp_path / "db"), history_retention=YEAR)
+def test_snapshot_at_a_seq_inside_a_load_reads_the_state_before_it(open_db) -> None:
+    db = open_db(history_retention=YEAR)
     try:
         db.ingest(ListSource(bulk_records(6)), name="bulk", engine="local", tasks=3)  # seqs 1..4
         for s in (0, 1, 2, 3):  # inside the load (below its binding) is before it: nothing yet
@@ -198,10 +204,12 @@ def test_snapshot_at_a_seq_inside_a_load_reads_the_state_before_it(tmp_path) -> 
 
 
 # -- a second process opens the store during a load ---------------------------------------------------------
-def test_an_open_by_another_process_fences_the_loader_and_nothing_of_the_load_shows(tmp_path, monkeypatch) -> None:
+def test_an_open_by_another_process_fences_the_loader_and_nothing_of_the_load_shows(
+    monkeypatch, shared_root, db_options
+) -> None:
     monkeypatch.setenv("PYTHONPATH", ROOT)
-    path = str(tmp_path / "db")
-    db = open_db(path)
+    path = shared_root  # the fencing open is another process's
+    db = lsm.DB.open(path, db_options())
     db.put(b"a", b"1")
     other: list[Served] = []
     once = threading.Lock()
@@ -222,7 +230,7 @@ def test_an_open_by_another_process_fences_the_loader_and_nothing_of_the_load_sh
             o.kill()
         db.close()
     follower = DatabaseLog(path)
-    db = open_db(path)
+    db = lsm.DB.open(path, db_options())
     try:
         assert user_rows(db) == {b"a": b"1", b"b": b"2"} and db.sources() == []
         assert [r.key for r in follower.read(0, 0, follower.end(0))] == [b"a", b"b"]
@@ -239,12 +247,14 @@ class TickingClock(lsm.ManualClock):
         return self.advance(1)
 
 
-def test_bulk_loads_race_writes_streaming_ingest_compaction_and_a_follower(tmp_path) -> None:
+# not on S3: 10 s of requests through the code memory:// runs
+@pytest.mark.parametrize("backend", ["local", "memory"])
+def test_bulk_loads_race_writes_streaming_ingest_compaction_and_a_follower(tmp_path, open_db, new_root) -> None:
     rnd = random.Random(24)
-    up = open_db(str(tmp_path / "up"), history_retention=YEAR, memtable_bytes=4096)
+    up = open_db(path=new_root("up"), history_retention=YEAR, memtable_bytes=4096)
     # the replica's clock moves on every reading, so each of its batches is a binding of its own (bindings
     # of one millisecond merge into one)
-    replica = open_db(str(tmp_path / "replica"), history_retention=YEAR, clock=TickingClock(T0))
+    replica = open_db(TickingClock(T0), path=new_root("replica"), history_retention=YEAR)
     stream_log = str(tmp_path / "stream")
     with LogWriter(stream_log) as w:
         for i in range(600):
@@ -314,6 +324,7 @@ def test_bulk_loads_race_writes_streaming_ingest_compaction_and_a_follower(tmp_p
         for t in background:
             t.join(timeout=60)
         assert not errors, errors
+        up.flush_wal()  # the last unsynced writes, which an object store's WAL buffer may still hold
         replica.ingest(DatabaseLog(up.path), name="up")
         want = user_rows(up)
         # no lost row: every plain write, every loaded and every streamed record is there

@@ -144,12 +144,12 @@ def check_bindings(db: lsm.DB, records: dict[int, list], bindings: list) -> None
 
 
 @contextlib.contextmanager
-def producing(mode: str, count: int) -> Iterator[tuple[random.Random, str, str, subprocess.Popen]]:
-    """(rng, db path, log dir, the producer process running `mode`) in a fresh temporary directory,
-    removed (and the producer killed if still running) at the end."""
+def producing(mode: str, count: int, db_path: str) -> Iterator[tuple[random.Random, str, str, subprocess.Popen]]:
+    """(rng, `db_path`, log dir, the producer process running `mode`) with the log in a fresh temporary
+    directory, removed (and the producer killed if still running) at the end."""
     rng = random.Random(int(os.environ.get("LSM_CRASH_SEED", "0")) or None)
     base = fast_tmp("lsm-ingest-crash-")
-    db_path, log_dir = os.path.join(base, "db"), os.path.join(base, "log")
+    log_dir = os.path.join(base, "log")
     os.makedirs(log_dir)  # an empty log until the producer's first append
     producer = spawn(mode, log_dir, count, rng.randrange(1 << 30))
     try:
@@ -163,8 +163,8 @@ def producing(mode: str, count: int) -> Iterator[tuple[random.Random, str, str, 
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_sigkill_while_ingesting_a_growing_log() -> None:
-    with producing("produce", RECORDS) as (rng, db_path, log_dir, producer):
+def test_sigkill_while_ingesting_a_growing_log(shared_root) -> None:
+    with producing("produce", RECORDS, shared_root) as (rng, db_path, log_dir, producer):
         kill_rounds(rng, db_path, log_dir, producer)
         records = read_log(log_dir)
         assert set(records) == {0, 1, 2, 3}
@@ -185,8 +185,8 @@ def test_sigkill_while_ingesting_a_growing_log() -> None:
             check_exact(db, records, "events")
 
 
-def test_sigkill_with_transactions_across_partitions() -> None:
-    with producing("produce_tx", RECORDS // 2) as (rng, db_path, log_dir, producer):
+def test_sigkill_with_transactions_across_partitions(shared_root) -> None:
+    with producing("produce_tx", RECORDS // 2, shared_root) as (rng, db_path, log_dir, producer):
         assert kill_rounds(rng, db_path, log_dir, producer) >= 12
         records = read_log(log_dir)
         txs: dict = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lsm
@@ -17,10 +17,18 @@ HOUR = 3_600_000
 WEEK0 = parse_time("2024-03-04T00:00:00Z")  # a replayed week of history, long before the wall clock
 
 
-def open_db(path, clock=None, **kw) -> lsm.DB:
-    kw.setdefault("history_retention", FAR)
-    return lsm.DB.open(
-        path, lsm.DbOptions(clock=clock or lsm.SystemClock(), background_compaction=False, **kw)
+@pytest.fixture
+def db_defaults():
+    return {"history_retention": FAR}
+
+
+@pytest.fixture
+def open_src(open_db, new_root):
+    """open_src(name=None, clock=None, **kw): a store on the test's backend (`db_root`, or a fresh root
+    called `name`) on a SystemClock unless `clock` is given: the source's times drive these stores, the
+    clock plays no part (a ManualClock's reading at close would become the watermark)."""
+    return lambda name=None, clock=None, **kw: open_db(
+        clock or lsm.SystemClock(), path=None if name is None else new_root(name), **kw
     )
 
 
@@ -35,10 +43,10 @@ def _small_log(d: str) -> None:
         w.append(0, b"e", b"5", event_ts=21)  # after the last marker: waits
 
 
-def test_batches_commit_at_the_source_progress_and_records_at_or_above_it_wait(tmp_path) -> None:
+def test_batches_commit_at_the_source_progress_and_records_at_or_above_it_wait(tmp_path, open_src) -> None:
     log = str(tmp_path / "log")
     _small_log(log)
-    with open_db(str(tmp_path / "db")) as db:  # a SystemClock: its time plays no part
+    with open_src() as db:  # a SystemClock: its time plays no part
         st = db.ingest(PartitionedLog(log), "s", times="source")
         assert st.frontier == {0: 4, 1: 2}  # markers take offsets: 0:[a M c M e], 1:[b M d M]
         assert db.remap("s").rows() == [(9, 0, 2), (9, 1, 2), (19, 0, 4), (19, 1, 2)]
@@ -54,23 +62,23 @@ def test_batches_commit_at_the_source_progress_and_records_at_or_above_it_wait(t
             db.remap("s").as_of(29)
 
 
-def test_a_partition_without_progress_holds_every_other_back(tmp_path) -> None:
+def test_a_partition_without_progress_holds_every_other_back(tmp_path, open_src) -> None:
     log = str(tmp_path / "log")
     with LogWriter(log) as w:
         w.append(0, b"a", b"1", event_ts=5)
         w.advance(10, [0])
         w.append(1, b"b", b"2", event_ts=5)  # partition 1 has no marker: the source's progress is unknown
-    with open_db(str(tmp_path / "db")) as db:
+    with open_src() as db:
         assert db.ingest(PartitionedLog(log), "s", times="source").records == 0
         with LogWriter(log) as w:
             w.advance(10, [1])
         assert db.ingest(PartitionedLog(log), "s", times="source").records == 2
 
 
-def test_other_writers_are_refused_while_the_source_drives_the_clock(tmp_path) -> None:
+def test_other_writers_are_refused_while_the_source_drives_the_clock(tmp_path, open_src) -> None:
     log = str(tmp_path / "log")
     _small_log(log)
-    with open_db(str(tmp_path / "db")) as db:
+    with open_src() as db:
         db.ingest(PartitionedLog(log), "s", times="source")
         seq = db.seq
         with pytest.raises(lsm.ClockError, match="driven by source 's'"):
@@ -80,11 +88,11 @@ def test_other_writers_are_refused_while_the_source_drives_the_clock(tmp_path) -
         assert db.seq == seq and db.get(b"x") is None
 
 
-def test_a_source_time_below_the_watermark_is_a_clock_error_naming_both(tmp_path) -> None:
+def test_a_source_time_below_the_watermark_is_a_clock_error_naming_both(tmp_path, open_src) -> None:
     log = str(tmp_path / "log")
     _small_log(log)
     clock = lsm.ManualClock(FAR)
-    with open_db(str(tmp_path / "db"), clock) as db:
+    with open_src(clock=clock) as db:
         db.put(b"k", b"v")  # a commit at FAR ms
         with pytest.raises(lsm.ClockError, match=rf"time 9 ms is below the store's watermark {FAR} ms"):
             db.ingest(PartitionedLog(log), "s", times="source")
@@ -93,12 +101,12 @@ def test_a_source_time_below_the_watermark_is_a_clock_error_naming_both(tmp_path
             db.remap("s")
 
 
-def test_a_source_in_another_time_domain_than_its_bindings_is_refused(tmp_path) -> None:
+def test_a_source_in_another_time_domain_than_its_bindings_is_refused(tmp_path, open_src) -> None:
     log = str(tmp_path / "log")
     with LogWriter(log) as w:
         w.append(0, b"a", b"1", event_ts=5)
     clock = lsm.ManualClock(FAR)
-    with open_db(str(tmp_path / "db"), clock) as db:
+    with open_src(clock=clock) as db:
         db.ingest(PartitionedLog(log), "s")  # store times: a binding at FAR
         with LogWriter(log) as w:
             w.append(0, b"b", b"2", event_ts=6)
@@ -108,28 +116,28 @@ def test_a_source_in_another_time_domain_than_its_bindings_is_refused(tmp_path) 
         assert db.get(b"b") is None
 
 
-def test_broken_promises_and_missing_event_times_are_refused(tmp_path) -> None:
+def test_broken_promises_and_missing_event_times_are_refused(tmp_path, open_src) -> None:
     log = str(tmp_path / "log")
     with LogWriter(log) as w:
         w.append(0, b"a", b"1", event_ts=5)
         w.advance(10)
         w.append(0, b"b", b"2", event_ts=7)  # below the marker before it
         w.advance(20)
-    with open_db(str(tmp_path / "db")) as db, pytest.raises(lsm.SourceError, match="event_ts 7 lies below"):
+    with open_src() as db, pytest.raises(lsm.SourceError, match="event_ts 7 lies below"):
         db.ingest(PartitionedLog(log), "s", times="source")
     log2 = str(tmp_path / "log2")
     with LogWriter(log2) as w:
         w.append(0, b"a", b"1")
         w.advance(10)
-    with open_db(str(tmp_path / "db2")) as db, pytest.raises(ValueError, match="needs an int event_ts"):
+    with open_src("db2") as db, pytest.raises(ValueError, match="needs an int event_ts"):
         db.ingest(PartitionedLog(log2), "s", times="source")
 
 
-def test_a_source_without_progress_and_bulk_loads_are_refused(tmp_path) -> None:
-    up = str(tmp_path / "up")
-    with open_db(up) as u:
+def test_a_source_without_progress_and_bulk_loads_are_refused(tmp_path, open_src) -> None:
+    with open_src("up") as u:
         u.put(b"k", b"v")
-    with open_db(str(tmp_path / "db")) as db:
+        up = u.path
+    with open_src() as db:
         with pytest.raises(ValueError, match="needs a source that reports its progress"):
             db.ingest(DatabaseLog(up), "u", times="source")
         db.put(b"x", b"y")  # refused before any commit: the clock is not driven by the source
@@ -141,7 +149,7 @@ def test_a_source_without_progress_and_bulk_loads_are_refused(tmp_path) -> None:
             db.ingest(PartitionedLog(log), "s", times="event")
 
 
-def test_markers_are_no_records_and_the_log_still_passes_verify_source(tmp_path) -> None:
+def test_markers_are_no_records_and_the_log_still_passes_verify_source(tmp_path, open_src) -> None:
     log = str(tmp_path / "log")
     _small_log(log)
     src = PartitionedLog(log)
@@ -151,20 +159,20 @@ def test_markers_are_no_records_and_the_log_still_passes_verify_source(tmp_path)
     with open(f"{log}/0.log", "rb") as f:
         assert f.read(6) == b"LSMP\x00\x02"  # a file holding a marker is format version 2
     # a store-times ingest and a bulk load skip markers as well
-    with open_db(str(tmp_path / "db")) as db:
+    with open_src() as db:
         assert db.ingest(src, "s").records == 5
-    with open_db(str(tmp_path / "db2")) as db:
+    with open_src("db2") as db:
         assert db.ingest(PartitionedLog(log), "s", engine="local").frontier == {0: 5, 1: 4}
         assert db.get(b"e") == b"5"
 
 
-def test_a_replayed_week_of_cdc_history_lands_in_the_source_time(tmp_path) -> None:
+def test_a_replayed_week_of_cdc_history_lands_in_the_source_time(tmp_path, open_src) -> None:
     """A week of hourly-marked history from two partitions, ingested in several calls as a producer
     writes it: the store's time maps, as-of reads and remap bindings are in the source's time."""
     rng = random.Random(7)
     log = str(tmp_path / "log")
     events: list[tuple[int, bytes, bytes]] = []  # (event_ts, key, value)
-    db = open_db(str(tmp_path / "db"))  # a SystemClock (2026+): irrelevant, the times are the source's
+    db = open_src()  # a SystemClock (2026+): irrelevant, the times are the source's
     with LogWriter(log) as w:
         src = PartitionedLog(log)
         for h in range(7 * 24):
@@ -219,7 +227,8 @@ def test_verify_source_checks_the_progress_markers(tmp_path) -> None:
     assert any("must ascend" in p for p in problems) and any("at record offsets [0]" in p for p in problems)
 
 
-@settings(max_examples=25, deadline=None)
+# new_root is function-scoped, but each example opens a root of its own with it
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     ops=st.lists(
         st.one_of(
@@ -230,7 +239,9 @@ def test_verify_source_checks_the_progress_markers(tmp_path) -> None:
         max_size=40,
     )
 )
-def test_source_time_bindings_hold_exactly_the_records_below_their_time(tmp_path_factory, ops) -> None:
+def test_source_time_bindings_hold_exactly_the_records_below_their_time(
+    tmp_path_factory, open_src, ops
+) -> None:
     """Random logs of three partitions (records out of order above their partition's progress, markers
     on some partitions), ingested at random points with random batch sizes: every binding at ts holds
     exactly the records below its frontier, each with event_ts <= ts; a call leaves every partition at
@@ -241,7 +252,7 @@ def test_source_time_bindings_hold_exactly_the_records_below_their_time(tmp_path
     clock = 0  # marker times only grow
     entries: dict[int, list[tuple]] = {0: [], 1: [], 2: []}  # per partition: ("r", key, ets) | ("m", ts)
     n = 0
-    with LogWriter(log) as w, open_db(str(tmp / "db")) as db:
+    with LogWriter(log) as w, open_src(tmp.name) as db:
         src = PartitionedLog(log)
         for op in ops:
             if op[0] == "rec":
@@ -285,7 +296,7 @@ def test_source_time_bindings_hold_exactly_the_records_below_their_time(tmp_path
                 snap.close()
 
 
-def test_a_source_time_in_the_far_future_is_refused(tmp_path) -> None:
+def test_a_source_time_in_the_far_future_is_refused(tmp_path, open_src) -> None:
     """Issue 32 defect 6: a progress marker at 9999-12-31 made the ingest commit there, and the store's
     watermark with it: after a reopen every put raised ClockError. Source times obey the skew guard as
     clock readings do (whatever the user clock: a ManualClock's exemption is for the clock moved on
@@ -297,8 +308,8 @@ def test_a_source_time_in_the_far_future_is_refused(tmp_path) -> None:
         w.append(0, b"far", b"2", event_ts=WEEK0 + HOUR)
         w.advance(253402300799000)  # 9999-12-31T23:59:59Z
     for name, clock in (("system", lsm.SystemClock()), ("manual", lsm.ManualClock(WEEK0))):
-        path = str(tmp_path / name)
-        with open_db(path, clock) as db:
+        with open_src(name, clock) as db:
+            path = db.path
             with pytest.raises(lsm.ClockError, match="max_clock_skew_ms=86400000"):
                 db.ingest(PartitionedLog(log), "s", times="source")
             # the batch at the far time wrote nothing; the one before it committed
@@ -307,6 +318,6 @@ def test_a_source_time_in_the_far_future_is_refused(tmp_path) -> None:
         with lsm.DB.open(path) as db:  # a later writer is not held back by the refused time
             assert db.manifest.clock_watermark == WEEK0 + HOUR - 1
             db.put(b"b", b"3")
-    with open_db(str(tmp_path / "off"), max_clock_skew_ms=None) as db:  # the guard off: the time is taken
+    with open_src("off", max_clock_skew_ms=None) as db:  # the guard off: the time is taken
         db.ingest(PartitionedLog(log), "s", times="source")
         assert db.get(b"far") == b"2" and db.get_entry(b"far").ts == 253402300799000 - 1

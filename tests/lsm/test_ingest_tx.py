@@ -4,7 +4,7 @@ resume from the durable state), streaming and bulk; and the rules one at a time.
 
 from __future__ import annotations
 
-import dataclasses
+import os
 import shutil
 import time
 
@@ -136,13 +136,29 @@ class _TickClock:
         return _TickClock.last
 
 
-def _open(path: str, clock: lsm.Clock | None = None) -> lsm.DB:
-    o = lsm.DbOptions(background_compaction=False, history_retention=10**12)
-    return lsm.DB.open(path, dataclasses.replace(o, clock=clock or _TickClock()))
+@pytest.fixture
+def db_defaults():
+    return {"history_retention": 10**12}
 
 
+@pytest.fixture
+def open_tick(open_db):
+    """open_tick(path=None, clock=None): the store at `path` (default: db_root), on a `_TickClock` unless
+    `clock` is given."""
+    return lambda path=None, clock=None: open_db(clock or _TickClock(), path=path)
+
+
+# Not on S3: 120 examples of up to 9 ingests and reopens are over a minute of requests there, and test no
+# code memory:// does not run. A local store lives in /dev/shm with the log (fast_tmp): fsyncs on a disk
+# make the examples five times slower.
+@pytest.mark.parametrize("backend", ["local", "memory"])
 @pytest.mark.parametrize("tx_order", ["arrival", "commit"])
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# new_root is function-scoped, but each example opens a root of its own with it
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(
     log=logs(),
     steps=st.lists(
@@ -157,9 +173,12 @@ def _open(path: str, clock: lsm.Clock | None = None) -> lsm.DB:
         max_size=8,
     ),
 )
-def test_every_binding_shows_complete_transactions_only_and_temp_holds_the_rest(tx_order, log, steps) -> None:
+def test_every_binding_shows_complete_transactions_only_and_temp_holds_the_rest(
+    open_tick, new_root, backend, tx_order, log, steps
+) -> None:
     events, _txs = log
-    d = fast_tmp("lsm-ingest-tx-")
+    d = fast_tmp("lsm-ingest-tx-")  # the log, local on every backend
+    root = d + "/db" if backend == "local" else new_root(os.path.basename(d))
     # Every batch commits in a millisecond of its own: batches of one millisecond merge into one binding
     # (lsm.remap), and the model checks the state at each batch's binding, with the end-marker order the
     # batches read the markers in.
@@ -170,7 +189,7 @@ def test_every_binding_shows_complete_transactions_only_and_temp_holds_the_rest(
 
     db = None
     try:
-        db = _open(d + "/db", clock)
+        db = open_tick(root, clock)
         w = LogWriter(d + "/log")
         written = 0
         for n, batch, limit, engine, reopen in [*steps, (len(events), 3, None, "stream", True)]:
@@ -186,7 +205,7 @@ def test_every_binding_shows_complete_transactions_only_and_temp_holds_the_rest(
                 db.ingest(src, name="s", batch_records=batch, max_records=limit, tx_order=tx_order, progress=tick)
             if reopen:
                 db.close()
-                db = _open(d + "/db", clock)
+                db = open_tick(root, clock)
         w.close()
         try:
             bindings = db.remap("s").bindings()
@@ -214,12 +233,12 @@ def test_every_binding_shows_complete_transactions_only_and_temp_holds_the_rest(
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_the_issue_example_is_visible_in_one_binding(tmp_path) -> None:
+def test_the_issue_example_is_visible_in_one_binding(tmp_path, open_tick) -> None:
     """`t0` and `t1` of one transaction in two partitions: no binding shows one without the other."""
     with LogWriter(tmp_path / "log") as w:
         w.append(0, b"t0", b"v", tx="T")
         w.append(1, b"t1", b"v", tx="T", tx_end={0: 1, 1: 1})
-    db = _open(str(tmp_path / "db"))
+    db = open_tick()
     try:
         db.ingest(PartitionedLog(tmp_path / "log"), name="s", batch_records=1)
         views = [dict(db.snapshot_at_seq(b.seq).scan()) for b in db.remap("s").bindings()]
@@ -229,12 +248,15 @@ def test_the_issue_example_is_visible_in_one_binding(tmp_path) -> None:
         db.close()
 
 
-def test_commit_order_holds_a_complete_transaction_behind_an_earlier_open_one(tmp_path) -> None:
+def test_commit_order_holds_a_complete_transaction_behind_an_earlier_open_one(
+    tmp_path, open_tick, new_root
+) -> None:
     with LogWriter(tmp_path / "log") as w:
         w.append(0, b"a0", b"v", tx="A", tx_end={0: 1, 1: 1})  # A's marker first, A's other record later
         w.append(1, b"b0", b"v", tx="B", tx_end=True)
+    roots = {order: new_root(order) for order in ("arrival", "commit")}
     for order, visible in (("arrival", {b"b0": b"v"}), ("commit", {})):
-        db = _open(str(tmp_path / order))
+        db = open_tick(roots[order])
         try:
             db.ingest(PartitionedLog(tmp_path / "log"), name="s", tx_order=order)
             assert dict(db.scan()) == visible
@@ -243,7 +265,7 @@ def test_commit_order_holds_a_complete_transaction_behind_an_earlier_open_one(tm
             db.close()
     with LogWriter(tmp_path / "log") as w:
         w.append(1, b"a1", b"v", tx="A")
-    db = _open(str(tmp_path / "commit"))
+    db = open_tick(roots["commit"])
     try:
         db.ingest(PartitionedLog(tmp_path / "log"), name="s", tx_order="commit")
         assert set(dict(db.scan())) == {b"a0", b"a1", b"b0"} and db.remap("s").pending == Pending(0, 0)
@@ -252,11 +274,11 @@ def test_commit_order_holds_a_complete_transaction_behind_an_earlier_open_one(tm
         db.close()
 
 
-def test_temp_rows_are_system_rows_and_survive_flush_and_compaction(tmp_path) -> None:
+def test_temp_rows_are_system_rows_and_survive_flush_and_compaction(tmp_path, open_tick) -> None:
     with LogWriter(tmp_path / "log") as w:
         w.append(0, b"x", b"1", tx=7)
         w.append(2, b"y", b"2", tx=7, tx_end={0: 1, 1: 1, 2: 1})
-    db = _open(str(tmp_path / "db"))
+    db = open_tick()
     try:
         db.ingest(PartitionedLog(tmp_path / "log"), name="s")
         db.flush()
@@ -268,7 +290,7 @@ def test_temp_rows_are_system_rows_and_survive_flush_and_compaction(tmp_path) ->
         db.close()
     with LogWriter(tmp_path / "log") as w:
         w.append(1, b"z", b"3", tx=7)
-    db = _open(str(tmp_path / "db"))
+    db = open_tick()
     try:
         db.ingest(PartitionedLog(tmp_path / "log"), name="s")
         assert dict(db.scan()) == {b"x": b"1", b"y": b"2", b"z": b"3"}
@@ -277,26 +299,26 @@ def test_temp_rows_are_system_rows_and_survive_flush_and_compaction(tmp_path) ->
         db.close()
 
 
-def test_records_sharing_an_offset_and_a_generic_source(tmp_path) -> None:
+def test_records_sharing_an_offset_and_a_generic_source(open_tick) -> None:
     recs = [
         SourceRecord(0, 0, b"a", b"1", tx="T"),
         SourceRecord(0, 0, b"b", b"2", tx="T"),
         SourceRecord(1, 0, b"c", b"3", tx="T", tx_end={0: 2, 1: 1}),
     ]
-    db = _open(str(tmp_path / "db"))
+    db = open_tick()
     try:
         db.ingest(ListSource(recs[:2]), name="s")
         assert db.remap("s").pending == Pending(2, 1)
         db.close()
-        db = _open(str(tmp_path / "db"))
+        db = open_tick()
         db.ingest(ListSource(recs), name="s")
         assert dict(db.scan()) == {b"a": b"1", b"b": b"2", b"c": b"3"}
     finally:
         db.close()
 
 
-def test_a_bad_transactional_record_fails_the_batch_that_reads_it(tmp_path) -> None:
-    db = _open(str(tmp_path / "db"))
+def test_a_bad_transactional_record_fails_the_batch_that_reads_it(open_tick) -> None:
+    db = open_tick()
     try:
         with pytest.raises(ValueError, match="tx_end counts"):
             db.ingest(ListSource([SourceRecord(0, 0, b"a", b"1", tx="T", tx_end={0: -1})]), name="s")

@@ -8,14 +8,17 @@ driven by the store's compaction.
   T0 + 15 s).
 * Bindings committed in the same millisecond are one binding, in `rows()` and in the store.
 * A compaction that advances the history floor compacts the remap (no 256-batch wait).
+
+The stores are on every backend; the logs they ingest are local directories.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lsm
@@ -27,9 +30,9 @@ T0 = 1_700_000_000_000
 FAR = 10**12  # a history window that keeps everything
 
 
-def open_db(path, clock, **kw) -> lsm.DB:
-    kw.setdefault("history_retention", FAR)
-    return lsm.DB.open(str(path), lsm.DbOptions(clock=clock, background_compaction=False, **kw))
+@pytest.fixture
+def db_defaults() -> dict:
+    return {"history_retention": FAR}
 
 
 def records_below(frontier: dict[int, int] | None) -> set[bytes]:
@@ -55,10 +58,10 @@ def test_a_remap_answers_only_below_its_upper() -> None:
     assert Remap("e", r.bindings()).as_of(5000).frontier == {0: 5}  # plain data: no upper
 
 
-def test_the_issue_example_upper_of_the_store(tmp_path, db_root) -> None:
+def test_the_issue_example_upper_of_the_store(tmp_path, open_db) -> None:
     """`as_of(5000)` at clock 5000 was answered, and a later ingest at 5000 changed the answer."""
     clock = lsm.ManualClock(1000)
-    with LogWriter(tmp_path / "log") as w, open_db(db_root, clock) as db:
+    with LogWriter(tmp_path / "log") as w, open_db(clock) as db:
         log = PartitionedLog(tmp_path / "log")
         w.append(0, b"p0-0", b"v")
         db.ingest(log, name="e")
@@ -76,15 +79,14 @@ def test_the_issue_example_upper_of_the_store(tmp_path, db_root) -> None:
         assert db.remap("e").as_of(5000).frontier == {0: 2} and db.remap("e").as_of(4999).frontier == {0: 1}
 
 
-def test_a_read_only_handle_is_complete_up_to_the_watermark_recorded_at_close(tmp_path, db_root) -> None:
+def test_a_read_only_handle_is_complete_up_to_the_watermark_recorded_at_close(tmp_path, open_db) -> None:
     clock = lsm.ManualClock(1000)
     with LogWriter(tmp_path / "log") as w:
         w.append(0, b"p0-0", b"v")
-    with open_db(db_root, clock) as db:
+    with open_db(clock) as db:
         db.ingest(PartitionedLog(tmp_path / "log"), name="e")
         clock.set(1500)  # the writer's clock moved on; closing records it
-    opts = lsm.DbOptions(clock=lsm.ManualClock(9000), history_retention=FAR)  # the reader's clock is ahead
-    with lsm.DB.open(db_root, opts, read_only=True) as ro:
+    with open_db(lsm.ManualClock(9000), read_only=True) as ro:  # the reader's clock is ahead
         r = ro.remap("e")
         assert r.upper == 1500 and r.as_of(1499).frontier == {0: 1}
         with pytest.raises(lsm.NotYetCompleteError):
@@ -105,13 +107,19 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=30, deadline=None)
+# Not on S3: 30 examples of up to 30 ingests and compactions are a minute of requests there, through the
+# code memory:// runs.
+@pytest.mark.parametrize("backend", ["local", "memory"])
+# new_root is function-scoped, but each example opens a root of its own with it
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
-def test_an_answer_is_refused_or_final_and_the_store_agrees_with_the_remap(ops) -> None:
+def test_an_answer_is_refused_or_final_and_the_store_agrees_with_the_remap(open_db, new_root, backend, ops) -> None:
     clock = lsm.ManualClock(T0)
     answers: dict[int, tuple] = {}  # t -> (remap's frontier or None, keys of snapshot_at(t))
     refused = 0
-    with tempfile.TemporaryDirectory() as d, LogWriter(f"{d}/log") as w, open_db(f"{d}/db", clock) as db:
+    with tempfile.TemporaryDirectory() as d, LogWriter(f"{d}/log") as w, open_db(
+        clock, path=f"{d}/db" if backend == "local" else new_root(os.path.basename(d))
+    ) as db:
         log = PartitionedLog(f"{d}/log")
 
         def ask(t: int) -> None:
@@ -148,11 +156,11 @@ def test_an_answer_is_refused_or_final_and_the_store_agrees_with_the_remap(ops) 
                 ask(t)
 
 
-def test_the_issue_scenario_store_and_remap_agree_inside_30_seconds(tmp_path) -> None:
+def test_the_issue_scenario_store_and_remap_agree_inside_30_seconds(tmp_path, open_db) -> None:
     """Ingests at T0, T0 + 10 s and T0 + 20 s, read at T0 + 15 s: the remap said offsets up to 4, the
     snapshot (through the 30 s seq tracker, which recorded only T0) showed up to 2."""
     clock = lsm.ManualClock(T0)
-    with LogWriter(tmp_path / "log") as w, open_db(tmp_path / "db", clock) as db:
+    with LogWriter(tmp_path / "log") as w, open_db(clock) as db:
         log = PartitionedLog(tmp_path / "log")
         for i in range(3):
             w.append(0, b"p0-%d" % i, b"v")
@@ -175,12 +183,12 @@ def test_the_issue_scenario_store_and_remap_agree_inside_30_seconds(tmp_path) ->
 
 
 # -- one binding per time ---------------------------------------------------------------------------------
-def test_bindings_of_one_millisecond_merge_in_rows_and_in_the_store(tmp_path) -> None:
+def test_bindings_of_one_millisecond_merge_in_rows_and_in_the_store(tmp_path, open_db) -> None:
     """The issue's example: rows() was [(3000,0,4),(3000,1,1),(3000,0,6),(3000,1,1)]."""
     r = Remap("e", [Binding(3000, 1, {0: 4, 1: 1}), Binding(3000, 2, {0: 6, 1: 1})])
     assert r.rows() == [(3000, 0, 6), (3000, 1, 1)] and r.bindings() == [Binding(3000, 2, {0: 6, 1: 1})]
     clock = lsm.ManualClock(3000)
-    with LogWriter(tmp_path / "log") as w, open_db(tmp_path / "db", clock) as db:
+    with LogWriter(tmp_path / "log") as w, open_db(clock) as db:
         for i in range(6):
             w.append(0, b"p0-%d" % i, b"v")
         w.append(1, b"p1-0", b"v")
@@ -195,9 +203,9 @@ def test_bindings_of_one_millisecond_merge_in_rows_and_in_the_store(tmp_path) ->
 
 
 # -- remap compaction with the store's --------------------------------------------------------------------
-def test_a_compaction_that_advances_the_history_floor_compacts_the_remap(tmp_path, db_root) -> None:
+def test_a_compaction_that_advances_the_history_floor_compacts_the_remap(tmp_path, open_db) -> None:
     clock = lsm.ManualClock(T0)
-    with LogWriter(tmp_path / "log") as w, open_db(db_root, clock, history_retention=5_000) as db:
+    with LogWriter(tmp_path / "log") as w, open_db(clock, history_retention=5_000) as db:
         for i in range(20):
             w.append(0, b"k%d" % (i % 4), b"v%d" % i)  # overwrites: compaction drops the shadowed versions
         db.ingest(PartitionedLog(tmp_path / "log"), name="e", batch_records=2, progress=lambda _s: clock.advance(1))
@@ -215,14 +223,14 @@ def test_a_compaction_that_advances_the_history_floor_compacts_the_remap(tmp_pat
             r.as_of(T0 + 5_000)
 
 
-def test_remap_compaction_deletes_every_stored_binding_of_one_time(db_root) -> None:
+def test_remap_compaction_deletes_every_stored_binding_of_one_time(open_db) -> None:
     """Rows of two bindings at one ts (as a bulk load or an older store leaves them): the remap shows the
     newest, and compacting it deletes both rows, so none is left before `since`."""
     from lsm import ingest as ingest_mod
     from lsm.remap_store import binding_key, encode_binding
 
     clock = lsm.ManualClock(1000)
-    with open_db(db_root, clock) as db:
+    with open_db(clock) as db:
         for frontier in ({0: 2}, {0: 4}):
             host(db).commit_rows(
                 lambda ts, seq, f=frontier: ([(binding_key("e", seq), None, encode_binding(ts, f))], 0), True

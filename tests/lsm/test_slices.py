@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-import lsm
 from formats.errors import CorruptionError
 from lsm.bulk import cut_slices
 from lsm.sources import LogWriter, PartitionedLog
@@ -80,10 +79,11 @@ def test_runs_raise_on_a_damaged_record(tmp_path) -> None:
     assert os.path.exists(path)
 
 
-def test_any_batch_source_gets_its_fast_paths_used(tmp_path) -> None:
+def test_any_batch_source_gets_its_fast_paths_used(tmp_path, open_db, new_root) -> None:
     """The fast paths are a protocol (lsm.sources.BatchSource), not a PartitionedLog special case: a
     wrapper implementing it is read through read_runs by streaming ingest and planned through its own
-    slices and plan_end by a bulk load; a plain Source is not a BatchSource."""
+    slices and plan_end by a bulk load; a plain Source is not a BatchSource. The stores on every backend,
+    the log a local directory."""
     from lsm.sources import BatchSource, DatabaseLog
 
     class Wrapped:
@@ -118,11 +118,11 @@ def test_any_batch_source_gets_its_fast_paths_used(tmp_path) -> None:
             w.append(i % 2, b"k%02d" % i, b"v")
     src = Wrapped(PartitionedLog(d))
     assert isinstance(src, BatchSource) and not isinstance(DatabaseLog.__new__(DatabaseLog), BatchSource)
-    with lsm.DB.open(str(tmp_path / "a")) as db:
+    with open_db(path=new_root("a")) as db:
         assert db.ingest(src, "s").records == 20
     assert "read_runs" in src.calls and "read" not in src.calls
     src.calls.clear()
-    with lsm.DB.open(str(tmp_path / "b")) as db:
+    with open_db(path=new_root("b")) as db:
         assert db.ingest(src, "s", engine="local", tasks=2).records == 20
         assert db.get(b"k19") == b"v"
     assert "plan_end" in src.calls and "slices" in src.calls

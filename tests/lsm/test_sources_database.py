@@ -1,16 +1,18 @@
-"""DatabaseLog (lsm/sources/database_log.py) and the history floor (lsm/history.py) on real databases,
-including a real second process writing the upstream while the replica reads."""
+"""DatabaseLog (lsm/sources/database_log.py) and the history floor (lsm/history.py) on real databases on
+every backend, including a real second process writing the upstream while the replica reads."""
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lsm
@@ -20,24 +22,21 @@ from lsm.history import open_view
 from lsm.sources import DatabaseLog, Source, SourceRecord
 from lsm.syskeys import SYSTEM_PREFIX
 from storage import storage_for
+from tests import _store
+from tests.lsm import _wal
 
 PRODUCER = str(Path(__file__).with_name("_log_producer.py"))
 T0 = 1_700_000_000_000
 YEAR = 365 * 86_400_000
 
 
-def open_db(path: Path, clock: lsm.ManualClock, **kw) -> lsm.DB:
-    kw.setdefault("background_compaction", False)
-    return lsm.DB.open(path, lsm.DbOptions(clock=clock, **kw))
-
-
 def records(log: DatabaseLog, start: int = 0, stop: int | None = None) -> list[tuple]:
     return [(r.offset, r.key, r.value, r.ttl, r.event_ts) for r in log.read(0, start, stop)]
 
 
-def test_commits_become_records_with_their_seq_ts_and_ttl(db_root: str) -> None:
+def test_commits_become_records_with_their_seq_ts_and_ttl(db_root: str, open_db) -> None:
     clock = lsm.ManualClock(T0)
-    db = open_db(db_root, clock, history_retention=YEAR)
+    db = open_db(clock, history_retention=YEAR)
     log = DatabaseLog(db_root)
     assert isinstance(log, Source) and log.name == str(db_root)
     assert log.partitions() == [0] and log.end(0) == 1 and records(log) == []
@@ -66,9 +65,9 @@ def test_commits_become_records_with_their_seq_ts_and_ttl(db_root: str) -> None:
     assert list(log.read(0, 0))[3] == SourceRecord(0, s2, b"c", b"3", ttl=500, event_ts=T0 + 10)
 
 
-def test_full_history_survives_flush_and_compaction_with_retention(db_root: str) -> None:
+def test_full_history_survives_flush_and_compaction_with_retention(db_root: str, open_db) -> None:
     clock = lsm.ManualClock(T0)
-    db = open_db(db_root, clock, history_retention=YEAR, memtable_bytes=1024)
+    db = open_db(clock, history_retention=YEAR, memtable_bytes=1024)
     want = []
     for i in range(300):
         key = b"k%d" % (i % 7)
@@ -89,9 +88,9 @@ def test_full_history_survives_flush_and_compaction_with_retention(db_root: str)
     assert len(db.manifest.runs) >= 1
 
 
-def test_dropped_versions_raise_the_floor_and_reads_below_it_fail(db_root: str) -> None:
+def test_dropped_versions_raise_the_floor_and_reads_below_it_fail(db_root: str, open_db) -> None:
     clock = lsm.ManualClock(T0)
-    db = open_db(db_root, clock)  # no history retention: a flush drops shadowed versions
+    db = open_db(clock)  # no history retention: a flush drops shadowed versions
     s1 = db.put(b"k", b"1")
     s2 = db.put(b"k", b"2")
     s3 = db.put(b"other", b"x", options=lsm.WriteOptions(sync=True))  # durable, with those before it
@@ -114,21 +113,21 @@ def test_dropped_versions_raise_the_floor_and_reads_below_it_fail(db_root: str) 
     db.close()
 
 
-def test_ttl_rewrites_raise_the_floor(tmp_path: Path) -> None:
+def test_ttl_rewrites_raise_the_floor(db_root: str, open_db) -> None:
     clock = lsm.ManualClock(T0)
-    db = open_db(tmp_path, clock)
+    db = open_db(clock)
     s1 = db.put(b"a", b"1", ttl=100)
     db.put(b"b", b"2")
     db.flush()
     db.flush()
-    assert DatabaseLog(tmp_path).floor() == 0
+    assert DatabaseLog(db_root).floor() == 0
     clock.advance(1000)
     db.put(b"c", b"3")
     db.flush()
     db.compact(full=True)  # a expired: the TTL filter drops it, and history at s1 is gone
-    assert DatabaseLog(tmp_path).floor() >= s1
+    assert DatabaseLog(db_root).floor() >= s1
     with pytest.raises(HistoryUnavailableError):
-        DatabaseLog(tmp_path).read(0, s1)
+        DatabaseLog(db_root).read(0, s1)
     db.close()
 
 
@@ -146,16 +145,20 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
+# Not on S3: 40 examples of up to 40 flushes, compactions and reads of the whole history are a minute of
+# requests there, through the code memory:// runs.
+@pytest.mark.parametrize("backend", ["local", "memory"])
+# new_root is function-scoped, but each example opens a root of its own with it
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops, st.sampled_from([0, 30, YEAR]))
 def test_history_is_exact_above_the_floor_or_refused(
-    tmp_path_factory: pytest.TempPathFactory, program: list, retention: int
+    open_db, new_root, tmp_path_factory: pytest.TempPathFactory, backend: str, program: list, retention: int
 ) -> None:
     """Whatever flushes, compactions, TTLs and snapshots did, a read returns exactly the committed rows
     from its start, or raises HistoryUnavailableError, and only when start is at or below the floor."""
-    path = tmp_path_factory.mktemp("up")
+    path = str(tmp_path_factory.mktemp("up")) if backend == "local" else new_root("up")
     clock = lsm.ManualClock(T0)
-    db = open_db(path, clock, history_retention=retention)
+    db = open_db(clock, path=path, history_retention=retention)
     log: list[tuple] = []
     snaps = []
     n = 0
@@ -187,6 +190,7 @@ def test_history_is_exact_above_the_floor_or_refused(
             snaps.append(db.snapshot())
         else:
             snaps.pop(0).close()
+    db.flush_wal()  # every write durable: on an object store unsynced ones wait in a buffer readers miss
     src = DatabaseLog(path)
     with open_view(path) as view:
         floor = view.floor
@@ -205,26 +209,32 @@ def test_history_is_exact_above_the_floor_or_refused(
     db.close()
 
 
-def test_system_rows_are_never_records(tmp_path: Path) -> None:
+def test_system_rows_are_never_records(db_root: str, open_db) -> None:
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path, clock) as db:
+    with open_db(clock) as db:
         db.put(b"a", b"1")
-    m = lsm.DB.open(tmp_path, read_only=True)
+    m = open_db(read_only=True)
     nxt, seq = m.manifest.wal_replay_from, m.seq
     m.close()
-    segment = tmp_path / "wal" / f"{nxt:020d}.wal"  # a commit holding an engine row and a user row
-    segment.write_bytes(
+    # a WAL segment (object) holding a commit with an engine row and a user row, and one with an engine row
+    segment = os.path.basename(_wal.segment_path(db_root, nxt))
+    _store.write(
+        db_root,
+        "wal",
+        segment,
         encode_record(seq + 1, T0 + 5, [(SYSTEM_PREFIX + b"remap", None, b"x"), (b"b", None, b"2")])
-        + encode_record(seq + 2, T0 + 6, [(SYSTEM_PREFIX + b"only", None, b"y")])
+        + encode_record(seq + 2, T0 + 6, [(SYSTEM_PREFIX + b"only", None, b"y")]),
     )
-    log = DatabaseLog(tmp_path)
+    log = DatabaseLog(db_root)
     assert log.end(0) == seq + 3
     assert [(r.offset, r.key) for r in log.read(0, 0)] == [(seq, b"a"), (seq + 1, b"b")]
 
 
-def test_a_torn_wal_tail_is_not_yet_a_record(tmp_path: Path) -> None:
+def test_a_torn_wal_tail_is_not_yet_a_record(tmp_path: Path, db_options) -> None:
+    """A local segment file grows by appends, and a reader may see half of one; a WAL object is written
+    whole: a local directory's mechanic."""
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path, clock) as db:
+    with lsm.DB.open(tmp_path, db_options(clock)) as db:
         db.put(b"a", b"1")
     m = lsm.DB.open(tmp_path, read_only=True)
     nxt, seq = m.manifest.wal_replay_from, m.seq
@@ -239,19 +249,35 @@ def test_a_torn_wal_tail_is_not_yet_a_record(tmp_path: Path) -> None:
     assert log.end(0) == seq + 2 and [r.key for r in log.read(0, 0)] == [b"a", b"b"]
 
 
-def test_not_a_database(tmp_path: Path) -> None:
+def test_not_a_database(tmp_path: Path, db_root: str, open_db) -> None:
     with pytest.raises(NotADatabaseError):
-        DatabaseLog(tmp_path)
+        DatabaseLog(tmp_path)  # a directory, but no database in it
     with pytest.raises(NotADatabaseError):
-        DatabaseLog(tmp_path / "missing")
-    clock = lsm.ManualClock(T0)
-    with open_db(tmp_path / "db", clock):
+        DatabaseLog(db_root)  # nothing there yet
+    with open_db():
         pass
-    log = DatabaseLog(tmp_path / "db")
+    log = DatabaseLog(db_root)
     with pytest.raises(ValueError):
         log.read(0, -1)
     with pytest.raises(TypeError):
         log.end("0")
+
+
+def test_a_copy_or_an_unpickled_log_reads_what_the_original_reads(db_root: str, open_db) -> None:
+    """A bulk load's local task reads its own deepcopy of the source, a Spark task an unpickled one: on an
+    object store too, where the log's tail holds a client that neither copies nor pickles."""
+    db = open_db(history_retention=YEAR)
+    for i in range(20):
+        db.put(b"k%d" % (i % 3), b"%d" % i)
+    db.flush()
+    db.put(b"late", b"x", options=lsm.WriteOptions(sync=True))
+    log = DatabaseLog(db_root)
+    want = records(log)
+    assert len(want) == 21 and log.end(0) == 22
+    for other in (copy.deepcopy(log), pickle.loads(pickle.dumps(log))):
+        assert isinstance(other, DatabaseLog) and other.name == log.name
+        assert records(other) == want and other.end(0) == 22
+    db.close()
 
 
 def test_a_replica_follows_an_upstream_another_process_is_writing(shared_root: str) -> None:
@@ -301,11 +327,12 @@ def test_a_replica_follows_an_upstream_another_process_is_writing(shared_root: s
     assert storage_for(up).list_names(os.path.join(up, "sst"))  # the upstream flushed while we read
 
 
-def test_a_replica_ingesting_a_database_log_matches_the_upstream_at_every_binding(db_root: str) -> None:
+def test_a_replica_ingesting_a_database_log_matches_the_upstream_at_every_binding(open_db, new_root) -> None:
     """db.ingest(DatabaseLog(upstream), ttl_base="event") on a replica: at every binding, the replica
     reads exactly what the upstream read as of the seq below the binding's frontier."""
     clock = lsm.ManualClock(T0)
-    up = open_db(os.path.join(db_root, "up"), clock, history_retention=YEAR, memtable_bytes=2048)
+    up_root = new_root("up")
+    up = open_db(clock, path=up_root, history_retention=YEAR, memtable_bytes=2048)
     for i in range(120):
         key = b"k%d" % (i % 11)
         if i % 7 == 6:
@@ -318,9 +345,9 @@ def test_a_replica_ingesting_a_database_log_matches_the_upstream_at_every_bindin
         if i % 40 == 39:
             up.flush()
             up.compact(full=True)
-    replica = open_db(os.path.join(db_root, "replica"), clock, history_retention=YEAR)
+    replica = open_db(clock, path=new_root("replica"), history_retention=YEAR)
     tick = lambda _s: clock.advance(1)  # noqa: E731 - each batch its own ms: bindings of one ms merge
-    stats = replica.ingest(DatabaseLog(os.path.join(db_root, "up")), name="up", batch_records=9, ttl_base="event", progress=tick)
+    stats = replica.ingest(DatabaseLog(up_root), name="up", batch_records=9, ttl_base="event", progress=tick)
     assert stats.frontier == {0: up.seq + 1}
     bindings = replica.remap("up").bindings()
     assert len(bindings) > 5
@@ -338,36 +365,39 @@ def test_a_replica_ingesting_a_database_log_matches_the_upstream_at_every_bindin
     up.close()
 
 
-def test_ingest_stops_with_history_unavailable_and_writes_nothing(tmp_path: Path) -> None:
+def test_ingest_stops_with_history_unavailable_and_writes_nothing(open_db, new_root) -> None:
     clock = lsm.ManualClock(T0)
-    up = open_db(tmp_path / "up", clock)  # no retention: the flush drops k=1
+    up_root = new_root("up")
+    up = open_db(clock, path=up_root)  # no retention: the flush drops k=1
     up.put(b"k", b"1")
     up.put(b"k", b"2")
     up.flush()
-    replica = open_db(tmp_path / "replica", clock)
+    replica = open_db(clock, path=new_root("replica"))
     with pytest.raises(HistoryUnavailableError):
-        replica.ingest(DatabaseLog(tmp_path / "up"), name="up")
+        replica.ingest(DatabaseLog(up_root), name="up")
     assert list(replica.scan()) == [] and replica.sources() == [] and replica.seq == 0
     replica.close()
     up.close()
 
 
-def test_a_view_opens_only_the_ssts_its_range_needs(tmp_path: Path) -> None:
+def test_a_view_opens_only_the_ssts_its_range_needs(db_root: str, open_db) -> None:
     clock = lsm.ManualClock(T0)
-    with open_db(tmp_path, clock, history_retention=YEAR) as db:
+    with open_db(clock, history_retention=YEAR) as db:
         for i in range(3):  # three L0 SSTs: seqs 1-2, 3-4, 5-6
             db.put(b"a%d" % i, b"1")
             db.put(b"b%d" % i, b"2")
             db.flush()
-        db.put(b"c", b"3")  # seq 7, in the WAL
-        with open_view(tmp_path, 5) as view:
+        # seq 7, in the WAL (synced: on an object store an unsynced write waits in the group commit's
+        # buffer, unseen by another reader)
+        db.put(b"c", b"3", options=lsm.WriteOptions(sync=True))
+        with open_view(db_root, 5) as view:
             assert len(view.readers) == 1 and view.last_seq == 7
             assert [r[1] for r in view.versions(5)] == [5, 6, 7]
             with pytest.raises(ValueError, match="outside the view's range"):
                 view.versions(3)
-        with open_view(tmp_path, 2, 4) as view:
+        with open_view(db_root, 2, 4) as view:
             assert len(view.readers) == 2
             assert [(r[0], r[1]) for r in view.versions(2, 4)] == [(b"b0", 2), (b"a1", 3)]
             with pytest.raises(ValueError):
                 view.versions(2)
-        assert DatabaseLog(tmp_path).floor() == 0
+        assert DatabaseLog(db_root).floor() == 0

@@ -1,5 +1,7 @@
 """Partition files and ids the partitioned log must refuse (not hang on, not overflow on): FIFOs and other
-non-regular files under a partition's name, partition ids a remap cannot store, a database directory."""
+non-regular files under a partition's name, partition ids a remap cannot store, a database directory.
+The logs are local directories (their files are the point); the stores the ingests write to are on every
+backend."""
 
 from __future__ import annotations
 
@@ -92,20 +94,21 @@ def test_partition_ids_are_bounded_by_what_a_remap_stores(tmp_path: Path) -> Non
         log.end(MAX_PARTITION + 1)
 
 
-def test_a_stray_file_with_a_too_large_id_is_a_clear_error_for_ingest(tmp_path: Path) -> None:
+def test_a_stray_file_with_a_too_large_id_is_a_clear_error_for_ingest(tmp_path: Path, open_db) -> None:
     log_dir = tmp_path / "log"
     with LogWriter(log_dir) as w:
         w.append(0, b"k", b"v")
     (log_dir / f"{MAX_PARTITION + 1}.log").write_bytes((log_dir / "0.log").read_bytes())
     with pytest.raises(SourceError, match="18446744073709551616.log: partition id beyond 2\\*\\*64-1"):
         PartitionedLog(log_dir).partitions()
-    with lsm.DB.open(tmp_path / "db") as db:
+    with open_db() as db:
         with pytest.raises(SourceError, match="partition id beyond"):
             db.ingest(PartitionedLog(log_dir), name="s")
         assert list(db.scan()) == []
 
 
 def test_a_log_writer_refuses_a_database_directory(tmp_path: Path) -> None:
+    """A directory's case (an object store's is in test_sources_object_log.py)."""
     db_dir = tmp_path / "db"
     with lsm.DB.open(db_dir) as db:
         db.put(b"a", b"1")
@@ -127,7 +130,7 @@ def test_a_bulk_load_slice_of_a_file_swapped_for_a_fifo_is_refused(tmp_path: Pat
         _in_thread(piece.plain)
 
 
-def test_records_every_ingest_would_refuse_are_refused_when_written(tmp_path: Path) -> None:
+def test_records_every_ingest_would_refuse_are_refused_when_written(tmp_path: Path, open_db) -> None:
     """Issue 32 defect 10: a record with a key in the store's reserved space was appended, and every
     ingest of the log then failed at its offset for good; a negative progress time was accepted."""
     from lsm.syskeys import SYSTEM_PREFIX
@@ -151,5 +154,5 @@ def test_records_every_ingest_would_refuse_are_refused_when_written(tmp_path: Pa
         w.append(0, b"k", b"v", ttl=2**63 - 1, event_ts=-(2**63))  # the limits themselves are stored
         w.advance(0)
     assert [r.key for r in PartitionedLog(log).read(0, 0)] == [b"ok", b"k"]  # nothing else appended
-    with lsm.DB.open(str(tmp_path / "db"), lsm.DbOptions(background_compaction=False)) as db:
+    with open_db() as db:
         assert db.ingest(PartitionedLog(log), "s", ttl_base="event").records == 2

@@ -52,6 +52,7 @@ SLOW = (
     "tests/compaction/test_spark_runtime.py",  # Java probed in subprocesses
     "tests/compaction/test_merge_columnar.py::test_write_stream_writes_the_files_write_writes",
 )
+SPARK_SESSIONS = frozenset({"spark", "spark_cluster", "spark_cli_run"})
 FAST_KEEPS = ("tests/tools/test_cli_sst.py", "tests/tools/test_simulate_spec.py", "tests/tools/test_bench_simulate.py")
 
 
@@ -65,6 +66,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("s3") is not None:  # a quick run covers the object store by memory://
             item.add_marker(pytest.mark.slow)
+        if SPARK_SESSIONS.intersection(getattr(item, "fixturenames", ())):
+            # under pytest-xdist (make test), every test of the shared SparkSession and of the standalone
+            # cluster runs in one worker, so the run starts one JVM session and one cluster, not one each
+            item.add_marker(pytest.mark.xdist_group("spark"))
         if FAST:
             _bound_examples(item)
 

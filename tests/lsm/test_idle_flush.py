@@ -24,7 +24,7 @@ def db_defaults():
     return {"background_flush": False}
 
 
-def keys_on_disk(path, db: lsm.DB) -> set[bytes]:
+def keys_on_disk(path, db: lsm.DB, seen: dict | None = None) -> set[bytes]:
     """Every key stored in any file under sst/ (referenced or not) or in any WAL segment.
 
     On an object store, of the WAL only the records replay would apply (above the manifest's last_seq):
@@ -34,21 +34,28 @@ def keys_on_disk(path, db: lsm.DB) -> set[bytes]:
     cover. Replay skips those records, so the bound holds for what a reader or a reopen can see, not
     for those bytes."""
     keys: set[bytes] = set()
+    seen = {} if seen is None else seen  # an SST never changes: `seen` keeps its keys by name
     for name in _store.names(path, "sst"):
         if name.endswith(".sst"):
-            with open_sst(_store.path(path, "sst", name)) as r:
-                keys.update(row[0] for row in r)
-    return keys | {row[0] for row in wal_rows(path, db)}
+            if name not in seen:
+                with open_sst(_store.path(path, "sst", name)) as r:
+                    seen[name] = {row[0] for row in r}
+            keys |= seen[name]
+    return keys | {row[0] for row in wal_rows(path, db, seen)}
 
 
-def wal_rows(path, db: lsm.DB) -> list[tuple]:
+def wal_rows(path, db: lsm.DB, seen: dict | None = None) -> list[tuple]:
     """The rows of the WAL segments (objects) as `keys_on_disk` counts them: on an object store only
-    the records above the manifest's last_seq."""
-    floor = -1 if _store.store(path).storage.appends else db.manifest.last_seq
+    the records above the manifest's last_seq. A WAL object is written once, so `seen` keeps its records
+    by path (a directory's segment grows: read each time)."""
+    appends = _store.store(path).storage.appends
+    floor = -1 if appends else db.manifest.last_seq
+    seen = {} if seen is None or appends else seen
     rows = []
     for _sid, p in _wal.segments(path):
-        records, _torn = _wal.records(path, p)
-        rows += [row for rec in records if rec.seq > floor for row in rec.rows]
+        if p not in seen:
+            seen[p] = _wal.records(path, p)[0]
+        rows += [row for rec in seen[p] if rec.seq > floor for row in rec.rows]
     return rows
 
 
@@ -133,6 +140,7 @@ def drive(open_db, path, periodic: int | None, seed: int = 3) -> tuple[lsm.DB, l
     clock = lsm.ManualClock(T0)
     db = open_db(clock, periodic_compaction_interval=periodic, memtable_bytes=4096, l0_compaction_threshold=3)
     gone_by: dict[bytes, int] = {}  # key -> time by which it must be off disk
+    seen: dict = {}  # each SST's keys and WAL object's records once read (a GET each on S3, not one a step)
     plain: list[bytes] = []
     violations: list[str] = []
     n = 0
@@ -159,7 +167,7 @@ def drive(open_db, path, periodic: int | None, seed: int = 3) -> tuple[lsm.DB, l
         clock.set(t)
         db.compact()
         if periodic is not None or t >= end - STEP:
-            on_disk = keys_on_disk(path, db)
+            on_disk = keys_on_disk(path, db, seen)
             late = sorted(k for k, due in gone_by.items() if due <= t and k in on_disk)
             if late:
                 violations.append(f"t=+{t - T0}: {len(late)} rows past their bound still on disk: {late[:5]}")

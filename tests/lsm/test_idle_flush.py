@@ -38,8 +38,11 @@ def keys_on_disk(path, db: lsm.DB, seen: dict | None = None) -> set[bytes]:
     for name in _store.names(path, "sst"):
         if name.endswith(".sst"):
             if name not in seen:
-                with open_sst(_store.path(path, "sst", name)) as r:
-                    seen[name] = {row[0] for row in r}
+                try:
+                    with open_sst(_store.path(path, "sst", name)) as r:
+                        seen[name] = {row[0] for row in r}
+                except FileNotFoundError:  # listed, then deleted (a compaction's retired input): gone
+                    continue
             keys |= seen[name]
     return keys | {row[0] for row in wal_rows(path, db, seen)}
 
@@ -54,7 +57,10 @@ def wal_rows(path, db: lsm.DB, seen: dict | None = None) -> list[tuple]:
     rows = []
     for _sid, p in _wal.segments(path):
         if p not in seen:
-            seen[p] = _wal.records(path, p)[0]
+            try:
+                seen[p] = _wal.records(path, p)[0]
+            except FileNotFoundError:  # listed, then retired by a flush: gone
+                continue
         rows += [row for rec in seen[p] if rec.seq > floor for row in rec.rows]
     return rows
 

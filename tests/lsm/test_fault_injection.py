@@ -14,6 +14,10 @@ reopens with the faults disarmed and checks the rule of docs/architecture.md "Fa
 * no two writes share a seq, and the next write after reopen gets a seq above all of them;
 * every error a write raised is `DbFailedError` naming the file and the call;
 * an ingested source is there exactly once up to its stored frontier (`Oracle.check_source`).
+
+The faults are a directory's file calls, so these tests run on one; an object store's request faults
+are in test_object_faults.py. A failure that is not the backend's (an install that fails after the
+commit) runs on every backend.
 """
 
 from __future__ import annotations
@@ -445,10 +449,10 @@ def test_compaction_worker_error_names_the_file(tmp_path):
     assert sorted(p.name for p in (tmp_path / "db" / "sst").iterdir()) == before
 
 
-def test_a_version_published_but_not_installed_keeps_its_sst(tmp_path, monkeypatch):
+def test_a_version_published_but_not_installed_keeps_its_sst(db_root, monkeypatch):
     """The manifest naming a flushed SST is on disk when installing it into the read path fails (its reader
     cannot be opened): the DB fails with published=True and keeps the SST, which the next open reads."""
-    db = lsm.DB.open(tmp_path / "db", opts())
+    db = lsm.DB.open(db_root, opts())
     db.put(b"a", b"1")
 
     def no_reader(m, drop_imm=None):
@@ -461,6 +465,6 @@ def test_a_version_published_but_not_installed_keeps_its_sst(tmp_path, monkeypat
     with pytest.raises(lsm.DbFailedError):
         db.put(b"b", b"2")
     crash(db)
-    with lsm.DB.open(tmp_path / "db", opts()) as db2:
+    with lsm.DB.open(db_root, opts()) as db2:
         assert db2.get(b"a") == b"1" and len(db2.manifest.l0) == 1
-    check_database(str(tmp_path / "db"))
+    check_database(db_root)

@@ -1,5 +1,7 @@
 """The flush worker (compaction/flush.py): L0 SSTs written in a worker process from the WAL segment are
-byte-identical to the in-thread flush's; the worker's failures fall back or fail the store as promised."""
+byte-identical to the in-thread flush's; the worker's failures fall back or fail the store as promised.
+A directory's: the worker rebuilds a memtable from its one WAL segment file, and an object store's
+memtables are flushed in the flush thread (lsm/flusher.py)."""
 
 from __future__ import annotations
 
@@ -24,10 +26,9 @@ def every_flush_in_the_worker(monkeypatch):
     monkeypatch.setattr("lsm.flusher.FLUSH_PROCESS_MIN_BYTES", 0)
 
 
-def opts(**kw) -> lsm.DbOptions:
-    base = dict(clock=lsm.ManualClock(T0), background_compaction=False, memtable_bytes=4096)
-    base.update(kw)
-    return lsm.DbOptions(**base)
+@pytest.fixture
+def db_defaults():
+    return {"memtable_bytes": 4096}
 
 
 def workload(db: lsm.DB, clock: lsm.ManualClock) -> None:
@@ -59,10 +60,10 @@ def l0_bytes(db: lsm.DB, path) -> list[bytes]:
 
 
 @pytest.mark.parametrize("retention", [0, 500])
-def test_worker_flush_writes_the_same_ssts_as_the_thread(tmp_path, retention):
+def test_worker_flush_writes_the_same_ssts_as_the_thread(tmp_path, retention, db_options):
     out = {}
     for proc in (True, False):
-        o = opts(flush_process=proc, history_retention=retention)
+        o = db_options(flush_process=proc, history_retention=retention)
         path = tmp_path / f"db-{proc}"
         with lsm.DB.open(path, o) as db:
             workload(db, o.clock)
@@ -71,8 +72,8 @@ def test_worker_flush_writes_the_same_ssts_as_the_thread(tmp_path, retention):
     assert out[True] == out[False]
 
 
-def test_the_flush_runs_in_the_worker_process(tmp_path):
-    o = opts()
+def test_the_flush_runs_in_the_worker_process(tmp_path, db_options):
+    o = db_options()
     with lsm.DB.open(tmp_path / "db", o) as db:
         for i in range(100):
             db.put(b"k%03d" % i, b"x" * 64)
@@ -81,7 +82,7 @@ def test_the_flush_runs_in_the_worker_process(tmp_path):
     assert flush_mod._worker._proc is not None and flush_mod._worker._proc.poll() is None
 
 
-def test_a_worker_that_cannot_flush_falls_back_to_the_thread(tmp_path, monkeypatch):
+def test_a_worker_that_cannot_flush_falls_back_to_the_thread(tmp_path, monkeypatch, db_options):
     def dies(job):
         # a half-written output of the dead worker is cleaned up before the thread flushes
         open(os.path.join(job.output.directory, job.output.prefix + "-0000.sst"), "wb").write(b"half")
@@ -89,21 +90,21 @@ def test_a_worker_that_cannot_flush_falls_back_to_the_thread(tmp_path, monkeypat
 
     monkeypatch.setattr("lsm.flusher.run_flush_in_worker", dies)
     path = tmp_path / "db"
-    with lsm.DB.open(path, opts()) as db:
+    with lsm.DB.open(path, db_options()) as db:
         for i in range(200):
             db.put(b"k%03d" % i, b"x" * 64)
         db.flush()
         assert db.failure is None
         names = {e.name for e in db.manifest.l0}
         assert set(os.listdir(path / "sst")) == names
-    with lsm.DB.open(path, opts()) as db:
+    with lsm.DB.open(path, db_options()) as db:
         assert dict(db.scan()) == {b"k%03d" % i: b"x" * 64 for i in range(200)}
     check_database(str(path))
 
 
-def test_an_io_error_in_the_worker_fails_the_store_and_the_plan_reaches_it(tmp_path):
+def test_an_io_error_in_the_worker_fails_the_store_and_the_plan_reaches_it(tmp_path, db_options):
     path = tmp_path / "db"
-    db = lsm.DB.open(path, opts())
+    db = lsm.DB.open(path, db_options())
     try:
         db.put(b"a", b"1")
         with fileio.faults("eio", 1, ops={"write"}, path="/sst/") as plan:
@@ -115,13 +116,13 @@ def test_an_io_error_in_the_worker_fails_the_store_and_the_plan_reaches_it(tmp_p
             db.put(b"b", b"2")
     finally:
         db.close()
-    with lsm.DB.open(path, opts()) as db:
+    with lsm.DB.open(path, db_options()) as db:
         assert db.get(b"a") == b"1"  # acknowledged: replayed from the WAL
 
 
-def test_flush_job_checks_the_segment_holds_the_memtable(tmp_path):
+def test_flush_job_checks_the_segment_holds_the_memtable(tmp_path, db_options):
     path = tmp_path / "db"
-    with lsm.DB.open(path, opts(memtable_bytes=1 << 20)) as db:
+    with lsm.DB.open(path, db_options(memtable_bytes=1 << 20)) as db:
         for i in range(50):
             db.put(b"k%02d" % (i % 20), b"v%d" % i)
         mem = db.engine.versions.state.mem
@@ -140,11 +141,11 @@ def test_flush_job_checks_the_segment_holds_the_memtable(tmp_path):
             FlushJob(str(tmp_path / "gone.wal"), rows, max_seq, spec, T0).run()
 
 
-def test_small_memtables_are_flushed_in_the_thread(tmp_path, monkeypatch):
+def test_small_memtables_are_flushed_in_the_thread(tmp_path, monkeypatch, db_options):
     monkeypatch.setattr("lsm.flusher.FLUSH_PROCESS_MIN_BYTES", 1 << 20)
     calls = []
     monkeypatch.setattr("lsm.flusher.run_flush_in_worker", lambda job: calls.append(job))
-    with lsm.DB.open(tmp_path / "db", opts()) as db:
+    with lsm.DB.open(tmp_path / "db", db_options()) as db:
         for i in range(100):
             db.put(b"k%03d" % i, b"x" * 64)
         db.flush()
@@ -152,7 +153,7 @@ def test_small_memtables_are_flushed_in_the_thread(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["enospc", "eio", "short"])
-def test_fault_sweep_of_worker_flushes(tmp_path, kind):
+def test_fault_sweep_of_worker_flushes(tmp_path, kind, db_options):
     """Every I/O call of flushes run in the worker fails in turn (the plan travels to the worker):
     the store fails cleanly, and after a crash every acknowledged write is there and lsm check passes."""
 
@@ -169,7 +170,7 @@ def test_fault_sweep_of_worker_flushes(tmp_path, kind):
         return acked
 
     path = tmp_path / "count"
-    with lsm.DB.open(path, opts(memtable_bytes=1024)) as db:
+    with lsm.DB.open(path, db_options(memtable_bytes=1024)) as db:
         with fileio.faults(kind, 0, ops=fileio.WRITE_OPS if kind == "short" else None, path="/sst/") as plan:
             workload(db)
     total = plan.calls
@@ -177,7 +178,7 @@ def test_fault_sweep_of_worker_flushes(tmp_path, kind):
     fired = 0
     for nth in range(1, total + 1):
         path = tmp_path / f"{kind}-{nth}"
-        db = lsm.DB.open(path, opts(memtable_bytes=1024))
+        db = lsm.DB.open(path, db_options(memtable_bytes=1024))
         with fileio.faults(kind, nth, ops=fileio.WRITE_OPS if kind == "short" else None, path="/sst/") as plan:
             acked = workload(db)
             if plan.fired:
@@ -185,7 +186,7 @@ def test_fault_sweep_of_worker_flushes(tmp_path, kind):
                     db.flush()
         fired += plan.fired
         db.engine.crash()  # drop the handle as kill -9 would
-        with lsm.DB.open(path, opts()) as db2:
+        with lsm.DB.open(path, db_options()) as db2:
             for k, v in acked.items():
                 assert db2.get(k) == v, (nth, k)
         check_database(str(path))

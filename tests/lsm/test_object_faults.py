@@ -11,9 +11,7 @@ import time
 import pytest
 
 import lsm
-from lsm.wal_object import claim
 from storage import objstore, register
-from storage.paths import open_store
 from tests.lsm import _wal
 from tests.s3proxy import FaultProxy
 
@@ -385,13 +383,3 @@ def test_a_compaction_read_that_outlasts_the_retries_is_the_failed_state(s3_serv
     db = open_db(url, s3_server)
     assert [db.get(b"k%d" % i) for i in range(3)] == [b"v0", b"v1", b"v2"]
     db.close()
-
-
-def test_two_claims_of_one_wal_id_do_not_both_win(s3_server) -> None:
-    # two openers claim the id after the last WAL object with the same empty object: the second is
-    # refused (and claims the next id), although the bytes there are the same as its own
-    url = s3_server.new_url()
-    store = open_store(url, s3_server.options())
-    claim(store, 5)
-    with pytest.raises(FileExistsError):
-        claim(store, 5)

@@ -1,6 +1,7 @@
-"""The WAL of an object-store database (lsm.wal_object) against the S3 test server, in one process:
-group commit, sync=True durable on return, fencing by WAL object id, replay from the replay point.
-(Real process kills are in test_object_wal_crash.py.)"""
+"""The WAL of an object-store database (lsm.wal_object), on obstore's memory store and moto's S3 server, in
+one process: group commit, sync=True durable on return, fencing by WAL object id and its claims. What
+every backend's WAL does (replay from the replay point, recovery modes) is in test_wal_recovery.py; real
+process kills in test_crash.py."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import pytest
 import lsm
 from formats.fileio import FileOpError
 from lsm.events import EventListener
-from lsm.wal_object import CLOCK_MARGIN_MS, WalBound
+from lsm.wal_object import CLOCK_MARGIN_MS, WalBound, claim
 from storage import PublishUnknownError, storage_for
+from storage.paths import open_store
 from tests.lsm import _wal
 
 SYNC = lsm.WriteOptions(sync=True)
@@ -25,12 +27,19 @@ SYNC = lsm.WriteOptions(sync=True)
 NEVER = 600_000
 
 
+@pytest.fixture(params=["memory", pytest.param("s3", marks=pytest.mark.s3)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """This module's stores: the two object stores (a directory's WAL is a segment file appended in place,
+    with nothing buffered: test_wal_recovery.py and test_fencing.py run there too)."""
+    return request.param
+
+
 def opts(**kw) -> lsm.DbOptions:
     return lsm.DbOptions(background_compaction=False, **kw)
 
 
-def wal_ids(url: str) -> list[int]:
-    return [i for i, _ in _wal.segments(url)]
+def wal_ids(root: str) -> list[int]:
+    return [i for i, _ in _wal.segments(root)]
 
 
 def visible(url: str) -> dict[bytes, bytes]:
@@ -38,19 +47,19 @@ def visible(url: str) -> dict[bytes, bytes]:
         return dict(db.scan())
 
 
-def test_sync_write_is_in_an_object_when_it_returns(s3_url):
-    db = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER))
+def test_sync_write_is_in_an_object_when_it_returns(db_root):
+    db = lsm.DB.open(db_root, opts(wal_flush_interval_ms=NEVER))
     try:
         db.put(b"a", b"1")  # buffered: no object yet
-        assert visible(s3_url) == {}
+        assert visible(db_root) == {}
         db.put(b"b", b"2", options=SYNC)  # its object holds the buffered write too, in order
-        assert visible(s3_url) == {b"a": b"1", b"b": b"2"}
+        assert visible(db_root) == {b"a": b"1", b"b": b"2"}
     finally:
         db.close()
 
 
-def test_unsynced_writes_are_group_committed_within_the_interval(s3_url):
-    db = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=200))
+def test_unsynced_writes_are_group_committed_within_the_interval(db_root):
+    db = lsm.DB.open(db_root, opts(wal_flush_interval_ms=200))
     try:
         before = db.object_store_stats()["put"]
         t0 = time.monotonic()
@@ -58,9 +67,9 @@ def test_unsynced_writes_are_group_committed_within_the_interval(s3_url):
             db.put(b"k%03d" % i, b"v")
         elapsed = time.monotonic() - t0
         deadline = time.monotonic() + 5
-        while len(visible(s3_url)) < 300 and time.monotonic() < deadline:
+        while len(visible(db_root)) < 300 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(visible(s3_url)) == 300  # durable within the interval, without a sync or a close
+        assert len(visible(db_root)) == 300  # durable within the interval, without a sync or a close
         puts = db.object_store_stats()["put"] - before
         # one object per interval (plus the one that was due when the loop ended), not one per write
         assert puts <= elapsed / 0.2 + 2, (puts, elapsed)
@@ -68,22 +77,22 @@ def test_unsynced_writes_are_group_committed_within_the_interval(s3_url):
         db.close()
 
 
-def test_a_full_buffer_is_written_at_once(s3_url):
-    db = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER, wal_flush_bytes=4096))
+def test_a_full_buffer_is_written_at_once(db_root):
+    db = lsm.DB.open(db_root, opts(wal_flush_interval_ms=NEVER, wal_flush_bytes=4096))
     try:
         for i in range(40):
             db.put(b"k%03d" % i, b"x" * 200)  # ~8 KiB in all: the buffer filled at least once
-        assert len(visible(s3_url)) >= 15
+        assert len(visible(db_root)) >= 15
     finally:
         db.close()
 
 
-def test_a_fenced_writer_fails_at_its_next_object_and_its_buffered_writes_never_appear(s3_url):
-    a = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER))
+def test_a_fenced_writer_fails_at_its_next_object_and_its_buffered_writes_never_appear(db_root):
+    a = lsm.DB.open(db_root, opts(wal_flush_interval_ms=NEVER))
     try:
         a.put(b"acked", b"1", options=SYNC)
         a.put(b"buffered", b"2")  # acknowledged, still in a's buffer
-        b = lsm.DB.open(s3_url, opts())  # claims the id after a's last object: a is fenced
+        b = lsm.DB.open(db_root, opts())  # claims the id after a's last object: a is fenced
         try:
             with pytest.raises(lsm.FencedError):
                 a.put(b"refused", b"3", options=SYNC)
@@ -98,20 +107,20 @@ def test_a_fenced_writer_fails_at_its_next_object_and_its_buffered_writes_never_
         with pytest.raises(lsm.FencedError, match="lost"):
             a.close()
     assert a.closed
-    assert visible(s3_url) == {b"acked": b"1", b"new owner": b"5"}
+    assert visible(db_root) == {b"acked": b"1", b"new owner": b"5"}
 
 
-def test_a_fenced_writers_close_writes_nothing(s3_url):
-    a = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER))
+def test_a_fenced_writers_close_writes_nothing(db_root):
+    a = lsm.DB.open(db_root, opts(wal_flush_interval_ms=NEVER))
     a.put(b"acked", b"1", options=SYNC)
     a.put(b"buffered", b"2")
-    b = lsm.DB.open(s3_url, opts())
+    b = lsm.DB.open(db_root, opts())
     b.close()
     # its final object finds its id taken: fenced, so close releases everything and says "buffered" is lost
     with pytest.raises(lsm.FencedError, match="1 WAL record"):
         a.close()
     assert a.closed
-    assert visible(s3_url) == {b"acked": b"1"}
+    assert visible(db_root) == {b"acked": b"1"}
 
 
 class _BlockFirstFlush(EventListener):
@@ -127,16 +136,16 @@ class _BlockFirstFlush(EventListener):
             assert self.go.wait(30)
 
 
-def test_close_after_a_flush_lost_to_a_new_owner_releases_the_handle(s3_url):
+def test_close_after_a_flush_lost_to_a_new_owner_releases_the_handle(db_root):
     # the flush of a's frozen memtable finds b's manifest (FencedError); a's next WAL still buffers a
     # write whose object id b claimed. close() must release the handle, keep that write invisible, and
     # say it is lost.
     gate = _BlockFirstFlush()
-    a = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER, memtable_bytes=1024, event_listeners=[gate]))
+    a = lsm.DB.open(db_root, opts(wal_flush_interval_ms=NEVER, memtable_bytes=1024, event_listeners=[gate]))
     a.put(b"big", b"x" * 2048, options=SYNC)  # fills the memtable: rotated, its flush held at the gate
     assert gate.started.wait(30)
     a.put(b"buffered", b"2")  # in the new memtable's WAL buffer
-    b = lsm.DB.open(s3_url, opts())  # replays a's objects and claims the next id
+    b = lsm.DB.open(db_root, opts())  # replays a's objects and claims the next id
     b.close()
     gate.go.set()
     deadline = time.monotonic() + 30
@@ -148,53 +157,35 @@ def test_close_after_a_flush_lost_to_a_new_owner_releases_the_handle(s3_url):
     assert a.engine.closed
     with pytest.raises(lsm.ClosedError):
         a.get(b"big")
-    assert visible(s3_url) == {b"big": b"x" * 2048}
+    assert visible(db_root) == {b"big": b"x" * 2048}
 
 
-def test_an_idle_writer_reads_the_manifest_before_writing_again(s3_url, monkeypatch):
+def test_an_idle_writer_reads_the_manifest_before_writing_again(db_root, monkeypatch):
     # a recheck window of 0 (lsm.wal_object.WalBound): every object write of a writer idle for any time
     # first checks the manifest's writer epoch
     monkeypatch.setattr("lsm.wal_manager.wal_bound", lambda options: WalBound(10**9, 10**9 + CLOCK_MARGIN_MS))
-    a = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER))
+    a = lsm.DB.open(db_root, opts(wal_flush_interval_ms=NEVER))
     try:
         a.put(b"acked", b"1", options=SYNC)
-        b = lsm.DB.open(s3_url, opts())
+        b = lsm.DB.open(db_root, opts())
         b.close()
         # the claim b wrote is gone (its grace is over): only the manifest tells a it is fenced
-        claim = _wal.segment_path(s3_url, wal_ids(s3_url)[-1])
-        storage_for(s3_url).delete(claim)
+        claim = _wal.segment_path(db_root, wal_ids(db_root)[-1])
+        storage_for(db_root).delete(claim)
         time.sleep(0.01)
         with pytest.raises(lsm.FencedError):
             a.put(b"refused", b"2", options=SYNC)
     finally:
         a.close()
-    assert visible(s3_url) == {b"acked": b"1"}
+    assert visible(db_root) == {b"acked": b"1"}
 
 
-def test_recovery_replays_the_objects_from_the_replay_point_only(s3_url):
-    db = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER))
-    try:
-        db.put(b"flushed", b"1", options=SYNC)
-        db.flush()
-        first_live = db.manifest.wal_replay_from
-        db.put(b"after", b"2", options=SYNC)
-        db.put(b"after2", b"3", options=SYNC)
-        assert len([i for i in wal_ids(s3_url) if i >= first_live]) == 2
-        # below the replay point: an object no recovery may read (it would not decode)
-        junk = _wal.segment_path(s3_url, first_live - 1)
-        storage_for(s3_url).write_file(junk, (b"junk",))
-        # a read-only open recovers as a writable one does, in memory: the SST, then the live objects
-        assert visible(s3_url) == {b"flushed": b"1", b"after": b"2", b"after2": b"3"}
-    finally:
-        db.close()
-
-
-def test_a_wal_object_write_that_failed_in_the_background_fails_the_handle(s3_url, monkeypatch):
+def test_a_wal_object_write_that_failed_in_the_background_fails_the_handle(db_root, monkeypatch):
     # the group commit's PUT fails (persistently, or with an unknown outcome): the records it held may
     # or may not be in the store, so nothing may go on from that id: the next write, flush or close
     # reports the failed state instead of starting the next WAL at the same id
-    db = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=20))
-    store = storage_for(s3_url)
+    db = lsm.DB.open(db_root, opts(wal_flush_interval_ms=20))
+    store = storage_for(db_root)
     real = store.put_if_absent
 
     def failing(path: str, data: bytes) -> bool:
@@ -211,41 +202,42 @@ def test_a_wal_object_write_that_failed_in_the_background_fails_the_handle(s3_ur
     with pytest.raises(lsm.DbFailedError):
         db.put(b"b", b"2")
     db.close()
-    with lsm.DB.open(s3_url, opts()) as db2:  # what the store holds is a prefix: here, nothing or a
+    with lsm.DB.open(db_root, opts()) as db2:  # what the store holds is a prefix: here, nothing or a
         assert dict(db2.scan()) in ({}, {b"a": b"1"})
         db2.put(b"c", b"3", options=SYNC)  # and the next owner writes on
-    assert visible(s3_url)[b"c"] == b"3"
+    assert visible(db_root)[b"c"] == b"3"
 
 
-def test_of_two_openers_claiming_one_wal_id_the_older_is_fenced_at_open(s3_url, monkeypatch):
+def test_of_two_openers_claiming_one_wal_id_the_older_is_fenced_at_open(db_root, monkeypatch):
     # an empty claim has the same bytes whoever writes it, so an opener whose claim finds the id taken
     # by an equal claim cannot tell it from its own lost response: both would believe they own the WAL.
     # Here a's claim is held until b (the newer epoch) has opened and claimed the same id.
-    lsm.DB.open(s3_url, opts()).close()
-    store = storage_for(s3_url)
+    lsm.DB.open(db_root, opts()).close()
+    store = storage_for(db_root)
     real = store.put_if_absent
     newer: list[lsm.DB] = []
 
     def claim_after_b(path: str, data: bytes) -> bool:
         if "/wal/" in path and not data and not newer:
             monkeypatch.setattr(store, "put_if_absent", real)
-            newer.append(lsm.DB.open(s3_url, opts()))  # publishes a newer epoch, claims the same id
+            newer.append(lsm.DB.open(db_root, opts()))  # publishes a newer epoch, claims the same id
         return real(path, data)
 
     monkeypatch.setattr(store, "put_if_absent", claim_after_b)
     with pytest.raises(lsm.FencedError):
-        lsm.DB.open(s3_url, opts())
+        lsm.DB.open(db_root, opts())
     (b,) = newer
     try:
         b.put(b"owner", b"b", options=SYNC)  # the newer handle keeps the WAL
     finally:
         b.close()
-    assert visible(s3_url) == {b"owner": b"b"}
+    assert visible(db_root) == {b"owner": b"b"}
 
 
-def test_a_process_that_exits_without_closing_still_writes_its_buffer(s3_url, tmp_path):
-    # a normal exit is no crash: what the group commit still buffers is written on the way out
-    # (a killed process loses it: test_object_wal_crash.py)
+def test_a_process_that_exits_without_closing_still_writes_its_buffer(shared_root, tmp_path):
+    # a normal exit is no crash: what the group commit still buffers is written on the way out (a killed
+    # process loses it: test_crash.py). Another process's store: a directory (whose write(2) keeps it
+    # anyway) or S3, not memory://
     script = tmp_path / "exit_without_close.py"
     script.write_text(
         "import sys\n"
@@ -256,16 +248,28 @@ def test_a_process_that_exits_without_closing_still_writes_its_buffer(s3_url, tm
     )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root}
-    done = subprocess.run([sys.executable, str(script), s3_url], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, str(script), shared_root], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert visible(s3_url) == {b"unsynced": b"1"}
+    assert visible(shared_root) == {b"unsynced": b"1"}
 
 
-def test_sync_writes_of_concurrent_threads_share_objects(s3_url):
+def test_sync_writes_of_concurrent_threads_share_objects(db_root, backend, monkeypatch):
     # each sync write returns once durable, but the writes that arrive while an object is being written
     # wait for the next one together instead of one object (and one PUT) each
     threads, per_thread = 8, 15
-    db = lsm.DB.open(s3_url, opts(wal_flush_interval_ms=NEVER))
+    if backend == "memory":
+        # a memory PUT takes microseconds: no write would arrive while one is in flight. Each WAL PUT
+        # takes a few milliseconds here, as one to S3 does, so both stores are asked the same
+        store = open_store(db_root).storage  # the backend the database will be opened on
+        real = store.put_if_absent
+
+        def slow(path: str, data: bytes) -> bool:
+            if "/wal/" in path:
+                time.sleep(0.003)
+            return real(path, data)
+
+        monkeypatch.setattr(store, "put_if_absent", slow)
+    db = lsm.DB.open(db_root, opts(wal_flush_interval_ms=NEVER))
     try:
         before = db.object_store_stats()["put"]
         start = threading.Barrier(threads)
@@ -281,9 +285,18 @@ def test_sync_writes_of_concurrent_threads_share_objects(s3_url):
         for th in pool:
             th.join()
         puts = db.object_store_stats()["put"] - before
-        assert len(visible(s3_url)) == threads * per_thread  # every acknowledged write is in an object
+        assert len(visible(db_root)) == threads * per_thread  # every acknowledged write is in an object
         # one PUT per write without sharing; how many share depends on the scheduler (a loaded 2-core
         # machine shares least), so the bound only asks that a good part of them did
         assert puts < threads * per_thread * 0.85, puts
     finally:
         db.close()
+
+
+def test_two_claims_of_one_wal_id_do_not_both_win(db_root):
+    # two openers claim the id after the last WAL object with the same empty object: the second is
+    # refused (and claims the next id), although the bytes there are the same as its own
+    store = open_store(db_root)
+    claim(store, 5)
+    with pytest.raises(FileExistsError):
+        claim(store, 5)

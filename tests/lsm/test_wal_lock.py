@@ -1,6 +1,7 @@
 """The idle release of the writer's WAL segment lock (lsm/wal_lock.py): the lock is given up after a
 tick without a commit, taken again by the next write and given up again, and an idle handle's thread
-sleeps instead of waking every tick."""
+sleeps instead of waking every tick. A directory's: an object store's WAL is written as objects, with
+no segment file to lock."""
 
 from __future__ import annotations
 

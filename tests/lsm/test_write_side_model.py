@@ -22,6 +22,9 @@ and nothing else. Everything runs in the test's thread (``background_flush=False
 so an example replays exactly.
 
 Examples: 40 in ``make test`` (about 10 s); ``LSM_MODEL_EXAMPLES=500`` runs more (docs/reliability.md).
+
+On a directory: its faults are a directory's file calls. An object store's faults and interleavings are
+the simulation's (tests/lsm/test_dst.py) and test_object_faults.py's.
 """
 
 from __future__ import annotations

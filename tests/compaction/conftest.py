@@ -19,8 +19,3 @@ def tmp_path() -> Iterator[Path]:
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
-
-@pytest.fixture
-def db_dir(tmp_path):
-    """A database path in a fresh directory (in /dev/shm when possible), removed afterwards."""
-    return str(tmp_path / "db")

@@ -1,31 +1,35 @@
 """The DB's side of compaction (lsm/compactor.py, lsm/db.py): compact(), stats, write amplification,
-background compaction, the lifetime of input files, atomic installs, gc(), and a stateful model test.
+background compaction, the lifetime of input files, atomic installs, gc(), and a stateful model test; each
+on a local directory, a memory store and S3 (the `open_db` and `db_root` fixtures of tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import gc as pygc
-import os
-import shutil
+import itertools
 import threading
 import time
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import lsm
 from compaction import scheduler
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision
-from storage import storage_for
 from storage.ssts import open_sst
-from tests.compaction._util import fast_tmp, open_db
+from tests import _store
 
 
 def sst_files(db):
-    sst_dir = os.path.join(db.path, "sst")
-    return sorted(n for n in storage_for(sst_dir).list_names(sst_dir) if n.endswith(".sst"))
+    return [n for n in _store.names(db.path, "sst") if n.endswith(".sst")]
 
 
 def rows_on_disk(db):
@@ -68,8 +72,8 @@ def fill(db, rounds, keys=60, flush=True, model=None, first=0):
 # -- compact() ---------------------------------------------------------------------------------------------
 
 
-def test_compact_runs_until_nothing_is_due(db_root):
-    with open_db(db_root, l0_compaction_threshold=2, size_ratio=1.5) as db:
+def test_compact_runs_until_nothing_is_due(open_db):
+    with open_db(l0_compaction_threshold=2, size_ratio=1.5) as db:
         model = fill(db, 9)
         assert len(db.manifest.l0) == 9
         stats = db.compact()
@@ -82,8 +86,8 @@ def test_compact_runs_until_nothing_is_due(db_root):
         assert db.compact().jobs == 0
 
 
-def test_compact_runs_several_jobs_when_one_leaves_more_due(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2, size_ratio=4.0) as db:
+def test_compact_runs_several_jobs_when_one_leaves_more_due(open_db):
+    with open_db(l0_compaction_threshold=2, size_ratio=4.0) as db:
         model = {}
         for i in range(4):  # build several runs: each compact() turns 2 L0 SSTs into a run
             fill(db, 2, model=model, first=2 * i)
@@ -95,8 +99,8 @@ def test_compact_runs_several_jobs_when_one_leaves_more_due(db_dir):
         assert dict(db.scan()) == model
 
 
-def test_full_compaction_leaves_one_run(db_root):
-    with open_db(db_root, l0_compaction_threshold=2, target_sst_bytes=1024) as db:
+def test_full_compaction_leaves_one_run(open_db):
+    with open_db(l0_compaction_threshold=2, target_sst_bytes=1024) as db:
         model = fill(db, 6, keys=200)
         db.compact()
         fill(db, 1, keys=200, model=model, first=6)
@@ -111,18 +115,18 @@ def test_full_compaction_leaves_one_run(db_root):
         assert sorted(sst_files(db)) == sorted(e.name for e in run)
         # one row per live key: shadowed versions and tombstones are gone
         assert len(rows_on_disk(db)) == len(model)
-    with open_db(db_root) as db:
+    with open_db() as db:
         assert dict(db.scan()) == model
 
 
-def test_full_compaction_on_empty_db_is_a_no_op(db_root):
-    with open_db(db_root) as db:
+def test_full_compaction_on_empty_db_is_a_no_op(open_db):
+    with open_db() as db:
         assert db.compact(full=True).jobs == 0
         assert db.compact().jobs == 0
 
 
-def test_unknown_executor_is_refused(db_dir):
-    with open_db(db_dir) as db:
+def test_unknown_executor_is_refused(open_db):
+    with open_db() as db:
         with pytest.raises(ValueError, match="executor"):
             db.compact(executor="gpu")
 
@@ -130,19 +134,19 @@ def test_unknown_executor_is_refused(db_dir):
 # -- stats and write amplification --------------------------------------------------------------------
 
 
-def test_compaction_stats_are_accurate_and_accumulate(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2) as db:
+def test_compaction_stats_are_accurate_and_accumulate(open_db):
+    with open_db(l0_compaction_threshold=2) as db:
         fill(db, 4)
         in_entries = db.manifest.all_ssts()
         in_rows = sum(e.info.num_rows for e in in_entries)
         in_tombstones = sum(e.info.num_tombstones for e in in_entries)
-        in_disk = sum(os.path.getsize(db.sst_path(e.name)) for e in in_entries)
+        in_disk = sum(_store.size(db.path, "sst", e.name) for e in in_entries)
         stats = db.compact(full=True)
         out_entries = db.manifest.all_ssts()
         assert stats.jobs == 1
         assert stats.bytes_in == sum(e.info.file_size for e in in_entries) == in_disk
         assert stats.bytes_out == sum(e.info.file_size for e in out_entries)
-        assert stats.bytes_out == sum(os.path.getsize(db.sst_path(e.name)) for e in out_entries)
+        assert stats.bytes_out == sum(_store.size(db.path, "sst", e.name) for e in out_entries)
         assert stats.rows_in == in_rows
         assert stats.rows_out == sum(e.info.num_rows for e in out_entries) == len(rows_on_disk(db))
         assert stats.tombstones_dropped > 0 and stats.versions_dropped > 0
@@ -171,9 +175,9 @@ class DropDFactory(CompactionFilterFactory):
         return _DropD()
 
 
-def test_every_input_row_is_accounted_for(db_root):
+def test_every_input_row_is_accounted_for(open_db):
     clock = lsm.ManualClock(0)
-    with open_db(db_root, clock, compaction_filters=[DropDFactory()]) as db:
+    with open_db(clock, compaction_filters=[DropDFactory()]) as db:
         for r in range(3):
             for i in range(40):
                 k = b"abcd"[i % 4 : i % 4 + 1] + b"%02d" % i
@@ -192,8 +196,8 @@ def test_every_input_row_is_accounted_for(db_root):
         assert s.rows_out == len(rows_on_disk(db)) == len(list(db.scan()))
 
 
-def test_write_amplification_grows_above_one_with_compactions(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2) as db:
+def test_write_amplification_grows_above_one_with_compactions(open_db):
+    with open_db(l0_compaction_threshold=2) as db:
         assert db.write_amplification() == 0.0
         fill(db, 3)
         before = db.write_amplification()
@@ -210,8 +214,8 @@ def test_write_amplification_grows_above_one_with_compactions(db_dir):
 # -- background compaction ------------------------------------------------------------------------------
 
 
-def test_background_compaction_eventually_compacts_l0(db_root):
-    with open_db(db_root, background_compaction=True, l0_compaction_threshold=3) as db:
+def test_background_compaction_eventually_compacts_l0(open_db):
+    with open_db(background_compaction=True, l0_compaction_threshold=3) as db:
         model = fill(db, 5)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -241,7 +245,7 @@ class _CheckInputs(CompactionFilter):
             live = {e.name: e.info for e in db.manifest.all_ssts()}
             for info in self.ctx.inputs:
                 names = [n for n, i in live.items() if i == info]
-                self.owner.seen.append(bool(names) and all(storage_for(db.path).exists(db.sst_path(n)) for n in names))
+                self.owner.seen.append(bool(names) and all(db.store.storage.exists(db.sst_path(n)) for n in names))
         return Decision.KEEP
 
 
@@ -256,9 +260,9 @@ class CheckInputsFactory(CompactionFilterFactory):
         return _CheckInputs(self, ctx)
 
 
-def test_inputs_stay_until_the_job_commits(db_root):
+def test_inputs_stay_until_the_job_commits(open_db):
     f = CheckInputsFactory()
-    with open_db(db_root, l0_compaction_threshold=2, compaction_filters=[f]) as db:
+    with open_db(l0_compaction_threshold=2, compaction_filters=[f]) as db:
         f.db = db
         fill(db, 4)
         inputs = sst_files(db)
@@ -267,8 +271,8 @@ def test_inputs_stay_until_the_job_commits(db_root):
         assert not set(inputs) & set(sst_files(db))  # deleted once committed (no reader holds them)
 
 
-def test_inputs_outlive_an_open_iterator(db_root):
-    with open_db(db_root, l0_compaction_threshold=2) as db:
+def test_inputs_outlive_an_open_iterator(open_db):
+    with open_db(l0_compaction_threshold=2) as db:
         model = fill(db, 4, keys=300)
         inputs = set(sst_files(db))
         it = db.scan()
@@ -285,8 +289,8 @@ def test_inputs_outlive_an_open_iterator(db_root):
         assert set(sst_files(db)) == {e.name for e in db.manifest.all_ssts()}
 
 
-def test_closing_a_partly_read_iterator_releases_its_files(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2) as db:
+def test_closing_a_partly_read_iterator_releases_its_files(open_db):
+    with open_db(l0_compaction_threshold=2) as db:
         fill(db, 3)
         inputs = set(sst_files(db))
         it = db.scan(reverse=True)
@@ -303,8 +307,8 @@ def test_closing_a_partly_read_iterator_releases_its_files(db_dir):
         snap.close()
 
 
-def test_an_iterator_dropped_before_its_first_row_does_not_pin_files(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2) as db:
+def test_an_iterator_dropped_before_its_first_row_does_not_pin_files(open_db):
+    with open_db(l0_compaction_threshold=2) as db:
         fill(db, 3)
         inputs = set(sst_files(db))
         it = db.scan()
@@ -325,8 +329,9 @@ def test_an_iterator_dropped_before_its_first_row_does_not_pin_files(db_dir):
         assert not before & set(sst_files(db))
 
 
-def test_readers_never_see_a_half_applied_compaction(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2, target_sst_bytes=1024, size_ratio=4.0) as db:
+def test_readers_never_see_a_half_applied_compaction(open_db, backend):
+    rounds = 8 if backend == "s3" else 16  # each of a reader's scans is many requests on S3
+    with open_db(l0_compaction_threshold=2, target_sst_bytes=1024, size_ratio=4.0) as db:
         model = fill(db, 4, keys=120)
         deleted = [b"key%03d" % i for i in range(120) if b"key%03d" % i not in model]
         stop = threading.Event()
@@ -352,7 +357,7 @@ def test_readers_never_see_a_half_applied_compaction(db_dir):
         t = threading.Thread(target=reader)
         t.start()
         try:
-            for r in range(16):
+            for r in range(rounds):
                 # rewrite the same contents: new versions and tombstones, the model does not change
                 for k in list(model)[r % 4 :: 4]:
                     db.put(k, model[k])
@@ -370,44 +375,61 @@ def test_readers_never_see_a_half_applied_compaction(db_dir):
 
 
 # -- gc of unreferenced files ---------------------------------------------------------------------------
+# gc ages a file by the store's clock (Storage.now) against the file's modification time. An object's time
+# is the server's and cannot be set back, so these tests move the store's clock instead of the files' times.
 
 
-def _age(path, seconds):
-    t = time.time() - seconds
-    os.utime(path, (t, t))
+def _store_clock_at(monkeypatch, db, seconds):
+    """Stop the clock `db`'s store ages its files by at `seconds` since the epoch."""
+    monkeypatch.setattr(db.store.storage, "now", lambda: seconds)
 
 
-def test_gc_removes_old_unreferenced_files_and_never_a_referenced_one(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2) as db:
+def _mtimes(db):
+    return db.store.storage.list_mtimes(db.store.paths.sst_dir)
+
+
+def _write_newer(db, name, data, than):
+    """Write sst/`name` until the store stamps it at least 50 ms after `than` (seconds since the epoch):
+    time stamps have a resolution of the store's own (a whole second on some object stores). Returns the
+    file's modification time."""
+    deadline = time.monotonic() + 10
+    while True:
+        _store.write(db.path, "sst", name, data)
+        mtime = _mtimes(db)[name]
+        if mtime >= than + 0.05:
+            return mtime
+        assert time.monotonic() < deadline, f"the store stamps {name} at {mtime}, not after {than}"
+        time.sleep(0.05)
+
+
+def test_gc_removes_old_unreferenced_files_and_never_a_referenced_one(open_db, monkeypatch):
+    with open_db(l0_compaction_threshold=2) as db:
         model = fill(db, 4)
         db.compact()
         fill(db, 1, model=model, first=4)
         live = {e.name for e in db.manifest.all_ssts()}
-        sdir = os.path.join(db.path, "sst")
-        some = sorted(live)[0]
-        shutil.copy(db.sst_path(some), os.path.join(sdir, "leftover-old.sst"))
-        shutil.copy(db.sst_path(some), os.path.join(sdir, "leftover-new.sst"))
-        with open(os.path.join(sdir, "notes.txt"), "w") as fh:
-            fh.write("not an sst")
-        for name in os.listdir(sdir):
-            if name != "leftover-new.sst":
-                _age(os.path.join(sdir, name), 3_600)  # everything old, referenced files too
-        removed = db.gc(grace_ms=60_000)
+        some = _store.read(db.path, "sst", sorted(live)[0])
+        _store.write(db.path, "sst", "leftover-old.sst", some)
+        _store.write(db.path, "sst", "notes.txt", b"not an sst")
+        old = max(_mtimes(db).values())  # everything old, referenced files too
+        now = _write_newer(db, "leftover-new.sst", some, old)
+        _store_clock_at(monkeypatch, db, now)
+        removed = db.gc(grace_ms=int((now - old) * 1000) // 2)  # older than the grace: all but leftover-new
         assert removed == ["leftover-old.sst"]
         assert set(sst_files(db)) == live | {"leftover-new.sst"}
-        assert os.path.exists(os.path.join(sdir, "notes.txt"))
+        assert "notes.txt" in _store.names(db.path, "sst")
         # the default grace period (DbOptions.gc_grace_ms) spares a fresh file
         assert db.gc() == []
         # with no grace at all, still only unreferenced files go
         assert db.gc(grace_ms=0) == ["leftover-new.sst"]
         assert set(sst_files(db)) == live
         assert dict(db.scan()) == model
-    with open_db(db_dir) as db:
+    with open_db() as db:
         assert dict(db.scan()) == model
 
 
-def test_gc_spares_files_an_open_iterator_still_reads(db_dir):
-    with open_db(db_dir, l0_compaction_threshold=2) as db:
+def test_gc_spares_files_an_open_iterator_still_reads(open_db):
+    with open_db(l0_compaction_threshold=2) as db:
         model = fill(db, 3)
         inputs = set(sst_files(db))
         it = db.scan()
@@ -419,9 +441,9 @@ def test_gc_spares_files_an_open_iterator_still_reads(db_dir):
         assert not inputs & set(sst_files(db))
 
 
-def test_gc_cleans_up_outputs_of_a_job_that_died_before_commit(db_dir):
+def test_gc_cleans_up_outputs_of_a_job_that_died_before_commit(open_db, monkeypatch):
     """A crash between writing outputs and committing leaves unreferenced files: gc removes them."""
-    with open_db(db_dir, l0_compaction_threshold=2) as db:
+    with open_db(l0_compaction_threshold=2) as db:
         model = fill(db, 3)
         live = set(sst_files(db))
         m = db.manifest
@@ -431,8 +453,7 @@ def test_gc_cleans_up_outputs_of_a_job_that_died_before_commit(db_dir):
 
         orphans = {n for n, _ in run_job(job).outputs}
         assert orphans and set(sst_files(db)) == live | orphans
-        for n in orphans:
-            _age(db.sst_path(n), 3_600)
+        _store_clock_at(monkeypatch, db, max(_mtimes(db).values()) + 3_600)  # every file an hour old
         assert sorted(db.gc(grace_ms=1_000)) == sorted(orphans)
         assert set(sst_files(db)) == live
         assert dict(db.scan()) == model
@@ -449,9 +470,9 @@ class CompactionMachine(RuleBasedStateMachine):
     The model maps key -> (value, expire_ts); a row is visible while now <= expire_ts. Snapshots keep a
     copy of the model; their reads judge expiry at the current time, as the engine does."""
 
-    def __init__(self):
+    def __init__(self, root):
         super().__init__()
-        self.dir = fast_tmp("lsm-model-")
+        self.root = root
         self.clock = lsm.ManualClock(10_000)
         self.opts = lsm.DbOptions(
             clock=self.clock,
@@ -460,7 +481,7 @@ class CompactionMachine(RuleBasedStateMachine):
             memtable_bytes=1024,
             target_sst_bytes=1024,
         )
-        self.db = lsm.DB.open(os.path.join(self.dir, "db"), self.opts)
+        self.db = lsm.DB.open(root, self.opts)
         self.model: dict[bytes, tuple[bytes, int | None]] = {}
         self.snaps: list[tuple[lsm.Snapshot, dict]] = []
 
@@ -468,7 +489,6 @@ class CompactionMachine(RuleBasedStateMachine):
         for s, _ in self.snaps:
             s.close()
         self.db.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def _visible(self, model):
         now = self.clock.now()
@@ -525,7 +545,7 @@ class CompactionMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self):
         self.db.close()
-        self.db = lsm.DB.open(os.path.join(self.dir, "db"), self.opts)
+        self.db = lsm.DB.open(self.root, self.opts)
 
     @invariant()
     def reads_match_model(self):
@@ -545,10 +565,17 @@ class CompactionMachine(RuleBasedStateMachine):
         assert sst_files(self.db) == sorted(e.name for e in self.db.manifest.all_ssts())
 
 
-CompactionMachine.TestCase.settings = settings(
-    max_examples=30,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-TestCompactionModel = CompactionMachine.TestCase
+def test_compaction_model(backend, new_root):
+    """The machine on the test's backend, each example on a store of its own (fewer examples on S3,
+    where an example takes ~2 s of requests)."""
+    fresh = (f"model{n}" for n in itertools.count())
+    examples = 5 if backend == "s3" else 30
+    run_state_machine_as_test(
+        lambda: CompactionMachine(new_root(next(fresh))),
+        settings=settings(
+            max_examples=min(examples, settings.default.max_examples),  # the fast profile's bound, if loaded
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )

@@ -1,9 +1,9 @@
-"""The FIFO policy: expired SSTs leave by a manifest edit, the oldest beyond fifo_max_bytes too."""
+"""The FIFO policy: expired SSTs leave by a manifest edit, the oldest beyond fifo_max_bytes too (the
+databases on every backend: the `open_db` fixture)."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 
@@ -14,7 +14,8 @@ from compaction.filter import Reason
 from compaction.scheduler import apply_plan
 from formats.manifest import Manifest, SortedRun, SstEntry
 from lsm.inspect import check_database
-from tests.compaction._util import fake_sst, open_db
+from tests import _store
+from tests.compaction._util import fake_sst
 
 
 def _sst(first: bytes, last: bytes, max_exp: int | None, *, rows: int = 10, size: int = 100, seq: int = 1) -> SstEntry:
@@ -75,10 +76,10 @@ def _ttl_writes(db: lsm.DB, clock: lsm.ManualClock, batches: int, rows: int, ttl
     return last
 
 
-def test_fifo_ttl_workload_writes_once_and_purges_within_one_pass(tmp_path) -> None:
+def test_fifo_ttl_workload_writes_once_and_purges_within_one_pass(open_db, db_root) -> None:
     clock = lsm.ManualClock(1_000)
-    path = str(tmp_path / "db")
-    db = open_db(path, clock, compaction_policy="fifo", l0_compaction_threshold=2)
+    path = db_root
+    db = open_db(clock, compaction_policy="fifo", l0_compaction_threshold=2)
     last = _ttl_writes(db, clock, batches=6, rows=50, ttl=1_000)
     assert db.compact().jobs == 0  # nothing expired: FIFO never merges
     names = [e.name for e in reversed(db.manifest.l0)]  # oldest first
@@ -90,7 +91,7 @@ def test_fifo_ttl_workload_writes_once_and_purges_within_one_pass(tmp_path) -> N
         stats = db.compact()
         assert stats.dropped_files == 1 and stats.expired_dropped == 50
         assert [e.name for e in reversed(db.manifest.l0)] == names[k + 1 :]
-        assert not os.path.exists(os.path.join(path, "sst", names[k]))
+        assert names[k] not in _store.names(path, "sst")
         assert check_database(path).ssts == len(names) - k - 1
     assert db.compaction_stats.bytes_out == 0 and db.compaction_stats.rows_in == 300
     assert db.write_amplification() == db.flush_bytes_written / db.user_bytes_written  # flushes only
@@ -98,17 +99,17 @@ def test_fifo_ttl_workload_writes_once_and_purges_within_one_pass(tmp_path) -> N
     db.close()
 
 
-def test_fifo_size_cap_and_reads(tmp_path) -> None:
+def test_fifo_size_cap_and_reads(open_db, db_root) -> None:
     clock = lsm.ManualClock(1_000)
-    path = str(tmp_path / "db")
-    db = open_db(path, clock, compaction_policy="fifo")
+    path = db_root
+    db = open_db(clock, compaction_policy="fifo")
     for b in range(4):
         for i in range(100):
             db.put(b"k%04d" % i, b"%d" % b * 30)  # no TTL: only the cap takes them
         db.flush()
     sizes = [e.size for e in db.manifest.l0]
     db.close()
-    db = open_db(path, clock, compaction_policy="fifo", fifo_max_bytes=sum(sizes[:2]))
+    db = open_db(clock, compaction_policy="fifo", fifo_max_bytes=sum(sizes[:2]))
     stats = db.compact()
     assert stats.dropped_files == 2 and stats.evicted_rows == 200 and stats.bytes_out == 0
     assert len(db.manifest.l0) == 2
@@ -117,10 +118,10 @@ def test_fifo_size_cap_and_reads(tmp_path) -> None:
     db.close()
 
 
-def test_fifo_with_periodic_compaction_still_purges_deletes(tmp_path) -> None:
+def test_fifo_with_periodic_compaction_still_purges_deletes(open_db, db_root) -> None:
     clock = lsm.ManualClock(1_000)
-    path = str(tmp_path / "db")
-    db = open_db(path, clock, compaction_policy="fifo", periodic_compaction_interval=1_000)
+    path = db_root
+    db = open_db(clock, compaction_policy="fifo", periodic_compaction_interval=1_000)
     db.put(b"a", b"1")
     db.put(b"b", b"2")
     db.flush()
@@ -140,7 +141,7 @@ def test_bad_fifo_max_bytes() -> None:
         lsm.DbOptions(fifo_max_bytes=0)
 
 
-def test_a_drop_is_reported_as_a_job_with_the_drop_executor(tmp_path) -> None:
+def test_a_drop_is_reported_as_a_job_with_the_drop_executor(open_db) -> None:
     from lsm.events import EventListener
 
     seen = []
@@ -150,7 +151,7 @@ def test_a_drop_is_reported_as_a_job_with_the_drop_executor(tmp_path) -> None:
             seen.append(info)
 
     clock = lsm.ManualClock(1_000)
-    db = open_db(str(tmp_path / "db"), clock, compaction_policy="fifo", event_listeners=[Listener()])
+    db = open_db(clock, compaction_policy="fifo", event_listeners=[Listener()])
     db.put(b"a", b"1", ttl=10)
     db.flush()
     name = db.manifest.l0[0].name
@@ -163,11 +164,11 @@ def test_a_drop_is_reported_as_a_job_with_the_drop_executor(tmp_path) -> None:
     db.close()
 
 
-def test_background_compaction_drops_expired_ssts_without_a_flush(tmp_path) -> None:
+def test_background_compaction_drops_expired_ssts_without_a_flush(open_db) -> None:
     import time
 
     clock = lsm.ManualClock(1_000)
-    db = open_db(str(tmp_path / "db"), clock, compaction_policy="fifo", background_compaction=True)
+    db = open_db(clock, compaction_policy="fifo", background_compaction=True)
     assert db.engine.compactor.policy.poll_seconds() == 1.0
     db.put(b"a", b"1", ttl=10)
     db.flush()

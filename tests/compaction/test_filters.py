@@ -1,12 +1,11 @@
 """User compaction filters end to end through the DB (compaction/filter.py, merge.py, lsm/compactor.py).
 
 Each test opens a DB with ``compaction_filters=[SomeFactory()]``, writes, flushes, compacts and reads
-back; files on disk are read with formats.sst.SstReader where the test is about what is stored.
+back, on every backend (the `open_db` fixture); files are read with formats.sst.SstReader where the test is
+about what is stored.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -20,14 +19,13 @@ from compaction.filter import (
     Reason,
 )
 from storage.ssts import open_sst
-from tests.compaction._util import open_db
+from tests import _store
 
 
 def rows_on_disk(db):
     out = []
-    d = os.path.join(db.path, "sst")
-    for name in sorted(os.listdir(d)):
-        with open_sst(os.path.join(d, name)) as r:
+    for name in _store.names(db.path, "sst"):
+        with open_sst(db.sst_path(name)) as r:
             out += list(r)
     return out
 
@@ -131,8 +129,8 @@ class RaiseOnFactory(CompactionFilterFactory):
 # -- CHANGE_VALUE and REMOVE end to end ----------------------------------------------------------------
 
 
-def test_change_value_filter_rewrites_values(db_dir):
-    with open_db(db_dir, compaction_filters=[UpperFactory()]) as db:
+def test_change_value_filter_rewrites_values(open_db):
+    with open_db(compaction_filters=[UpperFactory()]) as db:
         for i in range(20):
             db.put(b"k%02d" % i, b"value-%02d" % i)
         db.flush()
@@ -144,12 +142,12 @@ def test_change_value_filter_rewrites_values(db_dir):
         assert {r[4] for r in rows_on_disk(db)} == {b"VALUE-%02d" % i for i in range(20)}
         e = db.get_entry(b"k03")
         assert e.value == b"VALUE-03" and e.seq == 4  # the row keeps its seq
-    with open_db(db_dir, compaction_filters=[UpperFactory()]) as db:  # durable
+    with open_db(compaction_filters=[UpperFactory()]) as db:  # durable
         assert db.get(b"k19") == b"VALUE-19"
 
 
-def test_remove_filter_deletes_a_key_prefix(db_dir):
-    with open_db(db_dir, compaction_filters=[RemovePrefixFactory(b"tmp:")]) as db:
+def test_remove_filter_deletes_a_key_prefix(open_db):
+    with open_db(compaction_filters=[RemovePrefixFactory(b"tmp:")]) as db:
         for i in range(10):
             db.put(b"tmp:%d" % i, b"scratch")
             db.put(b"keep:%d" % i, b"data")
@@ -164,10 +162,10 @@ def test_remove_filter_deletes_a_key_prefix(db_dir):
         assert not [r for r in rows_on_disk(db) if r[0].startswith(b"tmp:")]
 
 
-def test_remove_keeps_a_tombstone_when_not_into_the_oldest_run(db_dir):
+def test_remove_keeps_a_tombstone_when_not_into_the_oldest_run(open_db):
     """REMOVE in a job above older runs leaves a tombstone, so an older version cannot resurface."""
     f = ByValueFactory(b"v2", Decision.REMOVE)
-    with open_db(db_dir, compaction_filters=[f], l0_compaction_threshold=2) as db:
+    with open_db(compaction_filters=[f], l0_compaction_threshold=2) as db:
         seq_v2 = _old_version_in_oldest_run(db)
         stats = db.compact()
         assert stats.filters["ByValue"].removed == 1
@@ -199,9 +197,9 @@ def _old_version_in_oldest_run(db):
     return seq_v2
 
 
-def test_drop_lets_an_older_version_in_a_run_outside_the_job_resurface(db_dir):
+def test_drop_lets_an_older_version_in_a_run_outside_the_job_resurface(open_db):
     f = ByValueFactory(b"v2", Decision.DROP)
-    with open_db(db_dir, compaction_filters=[f], l0_compaction_threshold=2) as db:
+    with open_db(compaction_filters=[f], l0_compaction_threshold=2) as db:
         _old_version_in_oldest_run(db)
         base = db.manifest.runs[0].id
         stats = db.compact()
@@ -215,10 +213,10 @@ def test_drop_lets_an_older_version_in_a_run_outside_the_job_resurface(db_dir):
 # -- what the factory is told ----------------------------------------------------------------------------
 
 
-def test_context_carries_tick_last_run_reason_and_inputs(db_dir):
+def test_context_carries_tick_last_run_reason_and_inputs(open_db):
     clock = lsm.ManualClock(50_000)
     rec = RecordingFactory()
-    with open_db(db_dir, clock, compaction_filters=[rec], l0_compaction_threshold=2,
+    with open_db(clock, compaction_filters=[rec], l0_compaction_threshold=2,
                  periodic_compaction_interval=10_000) as db:
         # manual full compaction
         db.put(b"a", b"1", ttl=1_000_000)
@@ -260,7 +258,7 @@ def test_context_carries_tick_last_run_reason_and_inputs(db_dir):
         assert all(i.creation_timestamp <= 50_015 for i in rec.contexts[n].inputs)
 
 
-def test_factory_creates_a_fresh_filter_per_job(db_dir):
+def test_factory_creates_a_fresh_filter_per_job(open_db):
     made = []
 
     class Counting(CompactionFilterFactory):
@@ -269,7 +267,7 @@ def test_factory_creates_a_fresh_filter_per_job(db_dir):
             made.append(f)
             return f
 
-    with open_db(db_dir, compaction_filters=[Counting()]) as db:
+    with open_db(compaction_filters=[Counting()]) as db:
         db.put(b"a", b"x")
         db.flush()
         db.compact(full=True)
@@ -282,12 +280,12 @@ def test_factory_creates_a_fresh_filter_per_job(db_dir):
 # -- order and counts ----------------------------------------------------------------------------------
 
 
-def test_filters_run_in_order_after_ttl(db_dir):
+def test_filters_run_in_order_after_ttl(open_db):
     clock = lsm.ManualClock(1_000)
     log = []
     first = RecordingFactory("first", lambda e: Decision.change_value(e.value + b"+1"), log)
     second = RecordingFactory("second", lambda e: Decision.change_value(e.value + b"+2"), log)
-    with open_db(db_dir, clock, compaction_filters=[first, second]) as db:
+    with open_db(clock, compaction_filters=[first, second]) as db:
         db.put(b"live", b"v")
         db.put(b"short", b"gone soon", ttl=10)
         db.flush()
@@ -310,8 +308,8 @@ def test_filters_run_in_order_after_ttl(db_dir):
         assert total["ttl"].removed == 1
 
 
-def test_filters_do_not_touch_versions_a_snapshot_sees(db_dir):
-    with open_db(db_dir, compaction_filters=[UpperFactory()]) as db:
+def test_filters_do_not_touch_versions_a_snapshot_sees(open_db):
+    with open_db(compaction_filters=[UpperFactory()]) as db:
         db.put(b"a", b"old")
         db.put(b"pinned", b"p")
         snap = db.snapshot()
@@ -330,21 +328,19 @@ def test_filters_do_not_touch_versions_a_snapshot_sees(db_dir):
 
 
 def _db_state(db):
-    mdir = os.path.join(db.path, "manifest")
-    sdir = os.path.join(db.path, "sst")
     return (
-        sorted(os.listdir(mdir)),
+        _store.names(db.path, "manifest"),
         db.manifest,
-        sorted(os.listdir(sdir)),
+        _store.names(db.path, "sst"),
         list(db.scan()),
         [db.get(b"k%03d" % i) for i in range(0, 120, 7)],
     )
 
 
 @pytest.mark.parametrize("full", [True, False])
-def test_raising_filter_aborts_the_job_and_leaves_the_db_as_it_was(db_dir, full):
+def test_raising_filter_aborts_the_job_and_leaves_the_db_as_it_was(open_db, full):
     f = RaiseOnFactory(b"k100")  # late in key order: output files may already exist when it raises
-    with open_db(db_dir, compaction_filters=[f], l0_compaction_threshold=3, target_sst_bytes=1024) as db:
+    with open_db(compaction_filters=[f], l0_compaction_threshold=3, target_sst_bytes=1024) as db:
         for part in range(3):
             for i in range(part, 120, 3):
                 db.put(b"k%03d" % i, b"v%d" % part * 20)
@@ -363,13 +359,11 @@ def test_raising_filter_aborts_the_job_and_leaves_the_db_as_it_was(db_dir, full)
         assert db.compaction_stats.jobs >= 1
 
 
-def test_raising_filter_in_background_compaction_leaves_the_db_as_it_was(db_dir):
+def test_raising_filter_in_background_compaction_leaves_the_db_as_it_was(open_db):
     import time
 
     f = RaiseOnFactory(b"k001")
-    with open_db(
-        db_dir, compaction_filters=[f], l0_compaction_threshold=2, background_compaction=True
-    ) as db:
+    with open_db(compaction_filters=[f], l0_compaction_threshold=2, background_compaction=True) as db:
         db.put(b"k001", b"a")
         db.flush()
         db.put(b"k002", b"b")
@@ -379,7 +373,7 @@ def test_raising_filter_in_background_compaction_leaves_the_db_as_it_was(db_dir)
             time.sleep(0.01)
         assert isinstance(db.compaction_error, Boom)
         assert len(db.manifest.l0) == 2 and db.manifest.runs == ()
-        assert sorted(os.listdir(os.path.join(db.path, "sst"))) == sorted(e.name for e in db.manifest.l0)
+        assert _store.names(db.path, "sst") == sorted(e.name for e in db.manifest.l0)
         assert dict(db.scan()) == {b"k001": b"a", b"k002": b"b"}
         with pytest.raises(Boom):
             db.compact()  # the caller gets the error afresh

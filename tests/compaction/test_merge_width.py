@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import lsm
 from compaction.scheduler import SchedulerOptions, pick_size_tiered
 from formats.manifest import SortedRun
-from tests.compaction._util import fake_sst, open_db
+from tests.compaction._util import fake_sst
 
 
 def run(rid: int, *sizes: int) -> SortedRun:
@@ -108,7 +108,7 @@ def test_options_validate_the_width():
         lsm.DbOptions(min_merge_width=5, max_merge_inputs=4)
 
 
-def test_db_gathers_runs_before_merging(db_dir):
+def test_db_gathers_runs_before_merging(open_db, new_root):
     def l0_job(db, r):
         for n in range(2):
             for i in range(r * 7 + n, 300, 3):  # overlapping flushes: merged, never moved
@@ -117,14 +117,14 @@ def test_db_gathers_runs_before_merging(db_dir):
         db.compact()
 
     small = dict(target_sst_bytes=1024)  # the width applies to jobs of at least target_sst_bytes
-    with open_db(db_dir, l0_compaction_threshold=2, min_merge_width=3, size_ratio=4.0, **small) as db:
+    with open_db(l0_compaction_threshold=2, min_merge_width=3, size_ratio=4.0, **small) as db:
         l0_job(db, 0)
         l0_job(db, 1)
         assert len(db.manifest.runs) == 2  # w = 3: a second run of the same size waits
         l0_job(db, 2)
         assert len(db.manifest.runs) == 1  # L0 + two runs: one merge
         assert dict(db.scan())[b"k0014"] == b"r2"
-    with open_db(db_dir + "2", l0_compaction_threshold=2, min_merge_width=2, size_ratio=4.0, **small) as db:
+    with open_db(path=new_root("db2"), l0_compaction_threshold=2, min_merge_width=2, size_ratio=4.0, **small) as db:
         l0_job(db, 0)
         l0_job(db, 1)
         assert len(db.manifest.runs) == 1  # w = 2: the pair merges at once

@@ -3,13 +3,13 @@
 Scheduler unit tests build LSM shapes from SsTableInfo records with chosen creation_timestamps. The end
 to end test drives a DB on a ManualClock with background compaction off, calling ``db.compact()`` as
 "one scheduler pass" every time the clock moves, and checks after every pass that no SST file on disk
-holds a row that expired more than the interval (plus one pass) ago.
+holds a row that expired more than the interval (plus one pass) ago, on every backend (the `open_db`
+fixture).
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import random
 
 import pytest
@@ -19,6 +19,7 @@ from compaction.filter import CompactionFilter, CompactionFilterFactory, Reason
 from compaction.scheduler import SchedulerOptions, is_due, pick, pick_periodic
 from formats.manifest import SortedRun, SstEntry
 from storage.ssts import open_sst
+from tests import _store
 from tests.compaction._util import fake_sst
 
 P = 1_000  # the periodic interval (ms) of the unit tests
@@ -209,25 +210,18 @@ class ReasonRecorder(CompactionFilterFactory):
 
 def _rows_on_disk(db):
     rows = []
-    sst_dir = os.path.join(db.path, "sst")
-    for name in os.listdir(sst_dir):
+    for name in _store.names(db.path, "sst"):
         if name.endswith(".sst"):
-            with open_sst(os.path.join(sst_dir, name)) as r:
+            with open_sst(db.sst_path(name)) as r:
                 rows += [(name, r.info.creation_timestamp, row) for row in r]
     return rows
 
 
-def test_periodic_compaction_picks_old_ssts_end_to_end(db_dir):
+def test_periodic_compaction_picks_old_ssts_end_to_end(open_db):
     clock = lsm.ManualClock(1_000_000)
     rec = ReasonRecorder()
-    o = lsm.DbOptions(
-        clock=clock,
-        background_compaction=False,
-        periodic_compaction_interval=10_000,
-        l0_compaction_threshold=8,
-        compaction_filters=[rec],
-    )
-    with lsm.DB.open(db_dir, o) as db:
+    o = dict(periodic_compaction_interval=10_000, l0_compaction_threshold=8, compaction_filters=[rec])
+    with open_db(clock, **o) as db:
         db.put(b"old", b"1", ttl=1_000_000)
         db.flush()
         old_name = db.lsm_shape()["l0"][0]
@@ -249,13 +243,11 @@ def test_periodic_compaction_picks_old_ssts_end_to_end(db_dir):
         assert db.get(b"old") == b"1" and db.get(b"fresh") == b"2"
 
 
-def _simulate(db_dir, *, seed, interval, step, steps, threshold, jitter=0.0, max_bytes=None):
+def _simulate(open_db, *, seed, interval, step, steps, threshold, jitter=0.0, max_bytes=None):
     rng = random.Random(seed)
     clock = lsm.ManualClock(10_000_000)
     rec = ReasonRecorder()
-    o = lsm.DbOptions(
-        clock=clock,
-        background_compaction=False,
+    o = dict(
         periodic_compaction_interval=interval,
         periodic_compaction_jitter=jitter,
         periodic_compaction_max_bytes=max_bytes,
@@ -270,7 +262,7 @@ def _simulate(db_dir, *, seed, interval, step, steps, threshold, jitter=0.0, max
     # largest jitter) with no slack: a row still on disk after the pass at `now` must have
     # expire_ts + P >= now. A pass every `step` ms thus purges within expire_ts + P + step.
     bound = interval + int(interval * jitter)
-    with lsm.DB.open(db_dir, o) as db:
+    with open_db(clock, **o) as db:
         # a big oldest run of rows without TTL: size-tiered jobs stay above it, so only periodic
         # jobs reach the bottom where expired rows and tombstones can be dropped
         for i in range(600):
@@ -310,18 +302,24 @@ def _simulate(db_dir, *, seed, interval, step, steps, threshold, jitter=0.0, max
     return rec, purged_seen
 
 
+SIMULATIONS = [
+    (1, 2_000, 250, 4, 0.0, None),
+    (2, 1_000, 400, 3, 0.0, None),
+    (3, 3_000, 500, 6, 0.3, None),
+    (4, 1_500, 300, 4, 0.0, 20_000),  # capped: in-place windows of the oldest run
+]
+
+
+# every simulation on the directory and the memory store; on S3 (seconds of requests each: every pass reads
+# every SST) the capped one, whose in-place windows write and delete the most objects
 @pytest.mark.parametrize(
-    ("seed", "interval", "step", "threshold", "jitter", "max_bytes"),
-    [
-        (1, 2_000, 250, 4, 0.0, None),
-        (2, 1_000, 400, 3, 0.0, None),
-        (3, 3_000, 500, 6, 0.3, None),
-        (4, 1_500, 300, 4, 0.0, 20_000),  # capped: in-place windows of the oldest run
-    ],
+    ("backend", "seed", "interval", "step", "threshold", "jitter", "max_bytes"),
+    [(b, *sim) for b in ("local", "memory") for sim in SIMULATIONS]
+    + [pytest.param("s3", *SIMULATIONS[3], marks=pytest.mark.s3)],
 )
-def test_expired_rows_are_gone_from_disk_within_interval(db_dir, seed, interval, step, threshold, jitter, max_bytes):
+def test_expired_rows_are_gone_from_disk_within_interval(open_db, seed, interval, step, threshold, jitter, max_bytes):
     rec, purged_seen = _simulate(
-        db_dir,
+        open_db,
         seed=seed,
         interval=interval,
         step=step,
@@ -335,18 +333,16 @@ def test_expired_rows_are_gone_from_disk_within_interval(db_dir, seed, interval,
     assert purged_seen > 0  # some expired rows did sit on disk for a while
 
 
-def test_partial_periodic_window_keeps_runs_valid_and_purges(db_dir):
+def test_partial_periodic_window_keeps_runs_valid_and_purges(open_db):
     """With a byte cap, in-place rewrites of the oldest run purge expired rows without breaking reads."""
     clock = lsm.ManualClock(1_000)
-    o = lsm.DbOptions(
-        clock=clock,
-        background_compaction=False,
+    o = dict(
         periodic_compaction_interval=1_000,
         periodic_compaction_max_bytes=1_500,
         target_sst_bytes=1024,
         l0_compaction_threshold=16,
     )
-    with lsm.DB.open(db_dir, o) as db:
+    with open_db(clock, **o) as db:
         for i in range(200):
             db.put(b"k%04d" % i, b"v" * 30, ttl=500 if i % 2 else None)
         db.flush()
@@ -362,19 +358,13 @@ def test_partial_periodic_window_keeps_runs_valid_and_purges(db_dir):
         assert all(a.info.last_key < b.info.first_key for a, b in itertools.pairwise(run))
 
 
-def test_deleted_value_leaves_disk_despite_steady_writes(db_dir):
+def test_deleted_value_leaves_disk_despite_steady_writes(open_db):
     """Steady writes keep size-tiered jobs rewriting the runs above the oldest one. A delete's tombstone
     rides along in those rewrites; the value it deletes, in the oldest run, must still be physically
     gone within the periodic interval (plus a pass), not survive as long as writes keep coming."""
     clock = lsm.ManualClock(1_000_000)
     interval, step = 2_000, 200
-    o = lsm.DbOptions(
-        clock=clock,
-        background_compaction=False,
-        periodic_compaction_interval=interval,
-        l0_compaction_threshold=2,
-    )
-    with lsm.DB.open(db_dir, o) as db:
+    with open_db(clock, periodic_compaction_interval=interval, l0_compaction_threshold=2) as db:
         for i in range(300):
             db.put(b"base%04d" % i, b"b" * 60)
         db.put(b"secret", b"the deleted value")
@@ -396,12 +386,11 @@ def test_deleted_value_leaves_disk_despite_steady_writes(db_dir):
             assert db.get(b"secret") is None
 
 
-def test_row_flushed_after_it_expired_is_purged_by_its_age_not_the_flush_time(db_dir):
+def test_row_flushed_after_it_expired_is_purged_by_its_age_not_the_flush_time(open_db):
     """A memtable flushed long after its rows expired: the new L0 SST is due by its oldest row, so the
     expired rows do not sit on disk for another full interval."""
     clock = lsm.ManualClock(1_000)
-    o = lsm.DbOptions(clock=clock, background_compaction=False, periodic_compaction_interval=1_000)
-    with lsm.DB.open(db_dir, o) as db:
+    with open_db(clock, periodic_compaction_interval=1_000) as db:
         db.put(b"keep", b"k")
         db.flush()
         db.compact(full=True)

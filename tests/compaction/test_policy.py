@@ -1,4 +1,5 @@
-"""The compaction policy seam: the registry, the option, and a policy added from outside."""
+"""The compaction policy seam: the registry, the option, and a policy added from outside (used by a
+database on every backend)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from compaction.policy import POLICIES, BasePolicy, make_policy
 from compaction.scheduler import Plan
 from compaction.tiered import TieredPolicy
 from formats.manifest import Manifest, SortedRun
-from tests.compaction._util import fake_sst, open_db
+from tests.compaction._util import fake_sst
 
 
 def test_default_policy_is_tiered_and_picks_what_the_scheduler_picks() -> None:
@@ -41,9 +42,9 @@ class NeverPolicy(BasePolicy):
         return None
 
 
-def test_a_registered_policy_is_used_by_the_db(tmp_path, monkeypatch) -> None:
+def test_a_registered_policy_is_used_by_the_db(open_db, monkeypatch) -> None:
     monkeypatch.setitem(POLICIES, "never", f"{__name__}:NeverPolicy")
-    db = open_db(str(tmp_path / "db"), compaction_policy="never", l0_compaction_threshold=2)
+    db = open_db(compaction_policy="never", l0_compaction_threshold=2)
     for i in range(3):
         db.put(b"k%d" % i, b"v")
         db.flush()
@@ -51,6 +52,6 @@ def test_a_registered_policy_is_used_by_the_db(tmp_path, monkeypatch) -> None:
     assert stats.jobs == 0 and NeverPolicy.picks >= 1
     assert len(db.manifest.l0) == 3  # tiered would have made a run of them
     db.close()
-    db = open_db(str(tmp_path / "db"), l0_compaction_threshold=2)  # the same store, the default policy
+    db = open_db(l0_compaction_threshold=2)  # the same store, the default policy
     assert db.compact().jobs == 1 and db.get(b"k2") == b"v"
     db.close()

@@ -1,6 +1,7 @@
 """Purge lag as compactions count it: every expired row and tombstone the oldest-run step drops is
 recorded ``tick - expire_ts`` (or ``tick - ts`` for a delete) ms after it stopped being visible, through
-the resolver, run_job, the worker process and the DB (CompactionStats and the manifest)."""
+the resolver, run_job, the worker process and the DB (CompactionStats and the manifest; the DB on every
+backend, the `open_db` fixture)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from compaction.local import run_in_worker
 from compaction.merge import CompactionStats, Resolver
 from compaction.purge_lag import PurgeLag, bucket_lower
 from formats.manifest import decode, encode
-from tests.compaction._util import open_db
 from tests.compaction.test_ttl_compaction import build_oldest_run
 from tests.compaction.test_worker import _job
 
@@ -56,9 +56,9 @@ def test_nothing_counted_outside_the_oldest_run_or_for_rows_without_ts():
     assert stats.tombstones_dropped == 1 and stats.purge_lag.count == 0
 
 
-def test_forced_compaction_at_known_tick_puts_rows_in_the_right_buckets(db_dir):
+def test_forced_compaction_at_known_tick_puts_rows_in_the_right_buckets(open_db):
     clock = lsm.ManualClock(T0)
-    with open_db(db_dir, clock) as db:
+    with open_db(clock) as db:
         for i in range(10):
             db.put(b"exp%02d" % i, b"v", ttl=1_000)  # expire_ts = T0 + 1000
         db.put(b"keep", b"forever")
@@ -76,7 +76,7 @@ def test_forced_compaction_at_known_tick_puts_rows_in_the_right_buckets(db_dir):
         # the same histogram is committed to the manifest, handle stats agree, and it survives a reopen
         assert db.manifest.purge_lag == lag.to_dict()
         assert db.compaction_stats.purge_lag == lag == db.purge_lag
-    with open_db(db_dir, clock) as db:
+    with open_db(clock) as db:
         assert db.purge_lag == lag
         clock.advance(10)
         db.put(b"exp00", b"again", ttl=1)
@@ -88,9 +88,9 @@ def test_forced_compaction_at_known_tick_puts_rows_in_the_right_buckets(db_dir):
         assert total == PurgeLag().merge(lag).merge(db.compaction_stats.purge_lag)
 
 
-def test_ttl_tombstone_made_above_the_oldest_run_is_counted_from_its_expiry(db_dir):
+def test_ttl_tombstone_made_above_the_oldest_run_is_counted_from_its_expiry(open_db):
     clock = lsm.ManualClock(T0)
-    with open_db(db_dir, clock, l0_compaction_threshold=2) as db:
+    with open_db(clock, l0_compaction_threshold=2) as db:
         build_oldest_run(db)  # big: size-tiered jobs over L0 leave it out
         clock.advance(1_000)
         t1 = clock.now()

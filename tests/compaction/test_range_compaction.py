@@ -1,5 +1,5 @@
 """Range compaction (RocksDB's CompactRange): `compaction.scheduler.pick_range` on plain manifests, and
-``DB.compact(start=, end=)`` on a real store, local and on S3.
+``DB.compact(start=, end=)`` on a real store, on every backend (the `open_db` fixture).
 
 Rules under test: every SST overlapping [start, end) is an input, and so is every SST overlapping the
 inputs' key span, until none left out does (else an output in the oldest run would overlap an SST kept
@@ -80,14 +80,12 @@ def _fill(db: lsm.DB, clock: lsm.ManualClock, rnd: random.Random, model: dict, n
     db.flush()
 
 
-def test_range_compaction_rewrites_the_range_only_and_reads_the_same(db_root):
+def test_range_compaction_rewrites_the_range_only_and_reads_the_same(open_db, db_root):
     clock = lsm.ManualClock(1_700_000_000_000)
-    opts = lsm.DbOptions(
-        clock=clock, background_compaction=False, target_sst_bytes=2048, l0_compaction_threshold=100
-    )
+    opts = dict(target_sst_bytes=2048, l0_compaction_threshold=100)
     rnd = random.Random(7)
     model: dict[bytes, bytes] = {}
-    with lsm.DB.open(db_root, opts) as db:
+    with open_db(clock, **opts) as db:
         _fill(db, clock, rnd, model, 1500, range(1000))
         db.compact(full=True)  # one run of many small SSTs
         _fill(db, clock, rnd, model, 200, range(300, 400))  # L0 that stays within [k0300, k0400)
@@ -110,12 +108,12 @@ def test_range_compaction_rewrites_the_range_only_and_reads_the_same(db_root):
         }
         assert kept and all(b"k0250" < e.info.first_key and e.info.last_key < b"k0450" for e in kept)
     check_database(db_root)
-    with lsm.DB.open(db_root, opts, read_only=True) as db:
+    with open_db(clock, read_only=True, **opts) as db:
         assert dict(db.scan()) == expected
 
 
-def test_range_compaction_arguments(tmp_path):
-    with lsm.DB.open(tmp_path / "db", lsm.DbOptions(background_compaction=False)) as db:
+def test_range_compaction_arguments(open_db):
+    with open_db() as db:
         db.put(b"a", b"1")
         db.flush()
         assert db.compact(start=b"x").jobs == 0  # nothing stored at or after x

@@ -1,29 +1,19 @@
 """TTL, tombstones and snapshots through compaction, end to end on a ManualClock.
 
 What is stored is checked by reading every SST file in the database's sst/ directory with
-formats.sst.SstReader; what is visible, through get/scan/snapshots.
+formats.sst.SstReader; what is visible, through get/scan/snapshots. Every test runs on each backend (the
+`open_db` fixture).
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
 import lsm
 from formats.row import RowFeature
-from storage import storage_for
 from storage.ssts import open_sst
-
-T0 = 1_700_000_000_000
-
-
-
-
-@pytest.fixture
-def db_dir(db_root):
-    """Every test here runs on a local directory and on the S3 test server."""
-    return db_root
+from tests import _store
+from tests.conftest import T0
 
 
 @pytest.fixture
@@ -31,17 +21,11 @@ def clock():
     return lsm.ManualClock(T0)
 
 
-def open_db(path, clock, **kw):
-    kw.setdefault("background_compaction", False)
-    return lsm.DB.open(path, lsm.DbOptions(clock=clock, **kw))
-
-
 def files(db):
     """{file name: [rows]} of every SST file on disk."""
-    d = os.path.join(db.path, "sst")
     out = {}
-    for name in sorted(storage_for(d).list_names(d)):
-        with open_sst(os.path.join(d, name)) as r:
+    for name in _store.names(db.path, "sst"):
+        with open_sst(db.sst_path(name)) as r:
             out[name] = list(r)
     return out
 
@@ -72,8 +56,8 @@ def two_l0_ssts(db, writes):
 # -- TTL ------------------------------------------------------------------------------------------------
 
 
-def test_expired_rows_invisible_at_once_and_gone_from_disk_after_compaction_into_oldest_run(db_dir, clock):
-    with open_db(db_dir, clock) as db:
+def test_expired_rows_invisible_at_once_and_gone_from_disk_after_compaction_into_oldest_run(open_db, clock):
+    with open_db(clock) as db:
         for i in range(50):
             db.put(b"s%02d" % i, b"session", ttl=30_000)
             db.put(b"p%02d" % i, b"permanent")
@@ -98,12 +82,12 @@ def test_expired_rows_invisible_at_once_and_gone_from_disk_after_compaction_into
         assert stats.filters["ttl"].removed == 50
         assert stats.tombstones_dropped == 50  # TTL tombstones into the oldest run are dropped too
         assert db.get_entry(b"s07", lsm.ReadOptions(include_expired=True)) is None
-    with open_db(db_dir, clock) as db:
+    with open_db(clock) as db:
         assert db.get(b"s07") is None and db.get(b"p07") == b"permanent"
 
 
-def test_scheduled_l0_job_with_nothing_beneath_purges_expired_rows(db_dir, clock):
-    with open_db(db_dir, clock, l0_compaction_threshold=2, default_ttl=1_000) as db:
+def test_scheduled_l0_job_with_nothing_beneath_purges_expired_rows(open_db, clock):
+    with open_db(clock, l0_compaction_threshold=2, default_ttl=1_000) as db:
         db.put(b"a", b"1")
         db.flush()
         db.put(b"b", b"2", ttl=lsm.NO_TTL)
@@ -114,8 +98,8 @@ def test_scheduled_l0_job_with_nothing_beneath_purges_expired_rows(db_dir, clock
         assert [r[0] for rows in files(db).values() for r in rows] == [b"b"]
 
 
-def test_expired_row_becomes_tombstone_keeping_ts_when_not_into_oldest_run(db_dir, clock):
-    with open_db(db_dir, clock, l0_compaction_threshold=2) as db:
+def test_expired_row_becomes_tombstone_keeping_ts_when_not_into_oldest_run(open_db, clock):
+    with open_db(clock, l0_compaction_threshold=2) as db:
         build_oldest_run(db)
         db.put(b"base0007", b"old value without ttl")  # an older version below would resurface
         db.flush()
@@ -143,10 +127,10 @@ def test_expired_row_becomes_tombstone_keeping_ts_when_not_into_oldest_run(db_di
         assert rows_of(db, b"base0007") == []
 
 
-def test_ttl_tombstone_output_sst_metadata(db_dir, clock):
+def test_ttl_tombstone_output_sst_metadata(open_db, clock):
     """An output whose only expiring row became a tombstone counts it as a tombstone that still carries
     its expire_ts (kept so the purge lag is measured from the expiry), and no live TTL row."""
-    with open_db(db_dir, clock, l0_compaction_threshold=2) as db:
+    with open_db(clock, l0_compaction_threshold=2) as db:
         build_oldest_run(db)
         written = clock.now()
         two_l0_ssts(db, [lambda: db.put(b"t", b"x", ttl=10)])
@@ -158,8 +142,8 @@ def test_ttl_tombstone_output_sst_metadata(db_dir, clock):
         assert RowFeature.Timestamp in info.row_features
 
 
-def test_overwrite_without_ttl_survives_the_old_expiry(db_dir, clock):
-    with open_db(db_dir, clock, default_ttl=1_000) as db:
+def test_overwrite_without_ttl_survives_the_old_expiry(open_db, clock):
+    with open_db(clock, default_ttl=1_000) as db:
         db.put(b"k", b"temporary")
         db.flush()
         db.put(b"k", b"forever", ttl=lsm.NO_TTL)
@@ -170,8 +154,8 @@ def test_overwrite_without_ttl_survives_the_old_expiry(db_dir, clock):
         assert rows_of(db, b"k")[0][3] is None
 
 
-def test_history_retention_keeps_rows_that_expired_inside_the_window(db_dir, clock):
-    with open_db(db_dir, clock, history_retention=10_000) as db:
+def test_history_retention_keeps_rows_that_expired_inside_the_window(open_db, clock):
+    with open_db(clock, history_retention=10_000) as db:
         db.put(b"k", b"v", ttl=100)
         db.flush()
         clock.advance(200)
@@ -186,8 +170,8 @@ def test_history_retention_keeps_rows_that_expired_inside_the_window(db_dir, clo
 # -- tombstones ------------------------------------------------------------------------------------------
 
 
-def test_tombstones_survive_compactions_above_the_oldest_run_and_go_in_one_into_it(db_dir, clock):
-    with open_db(db_dir, clock, l0_compaction_threshold=2) as db:
+def test_tombstones_survive_compactions_above_the_oldest_run_and_go_in_one_into_it(open_db, clock):
+    with open_db(clock, l0_compaction_threshold=2) as db:
         build_oldest_run(db)
         seqs = {}
         two_l0_ssts(db, [lambda k=k: seqs.setdefault(k, db.delete(k)) for k in (b"base0001", b"base0002")])
@@ -212,8 +196,8 @@ def test_tombstones_survive_compactions_above_the_oldest_run_and_go_in_one_into_
 # -- snapshots --------------------------------------------------------------------------------------------
 
 
-def test_snapshot_keeps_old_versions_until_released(db_dir, clock):
-    with open_db(db_dir, clock, l0_compaction_threshold=2) as db:
+def test_snapshot_keeps_old_versions_until_released(open_db, clock):
+    with open_db(clock, l0_compaction_threshold=2) as db:
         db.put(b"k", b"v1")
         db.put(b"gone", b"here")
         db.flush()
@@ -235,8 +219,8 @@ def test_snapshot_keeps_old_versions_until_released(db_dir, clock):
         assert dict(db.scan()) == {b"k": b"v2"}
 
 
-def test_snapshot_reads_stay_correct_across_many_compactions(db_dir, clock):
-    with open_db(db_dir, clock, l0_compaction_threshold=2) as db:
+def test_snapshot_reads_stay_correct_across_many_compactions(open_db, clock):
+    with open_db(clock, l0_compaction_threshold=2) as db:
         model = {}
         snaps = []
         for round_ in range(6):
@@ -263,9 +247,9 @@ def test_snapshot_reads_stay_correct_across_many_compactions(db_dir, clock):
         assert len([r for rows in files(db).values() for r in rows]) == len(model)
 
 
-def test_expired_version_pinned_by_no_one_is_dropped_despite_a_snapshot(db_dir, clock):
+def test_expired_version_pinned_by_no_one_is_dropped_despite_a_snapshot(open_db, clock):
     """9:b 5:E [7] into the oldest run -> 9:b: an expired row is invisible to the snapshot too."""
-    with open_db(db_dir, clock) as db:
+    with open_db(clock) as db:
         db.put(b"k", b"short", ttl=10)
         snap = db.snapshot()
         db.put(b"k", b"b")

@@ -1,4 +1,7 @@
-"""The compaction worker process: same results as in-process, errors come back, deaths are survived."""
+"""The compaction worker process: same results as in-process, errors come back, deaths are survived.
+
+The jobs here read and write SSTs in a local directory: the process is the subject, not the store. The
+embedding script's database runs on each store another process can open (`shared_root`)."""
 
 from __future__ import annotations
 
@@ -126,16 +129,26 @@ def test_unpicklable_filters_run_in_process(tmp_path):
     assert all(v is None or v == v.upper() for *_, v in _rows(res.outputs, tmp_path / "h"))
 
 
-def test_embedding_script_without_main_guard_runs_once(tmp_path):
-    """A worker started with multiprocessing's spawn would re-run an unguarded main module."""
+def test_embedding_script_without_main_guard_runs_once(tmp_path, shared_root):
+    """A worker started with multiprocessing's spawn would re-run an unguarded main module. The script's
+    background compaction runs in the worker process, which opens the store itself: a directory or S3 (a
+    memory store is compacted in the calling process)."""
     script = tmp_path / "app.py"
     script.write_text(
         textwrap.dedent(
             f"""
             import lsm
+            from lsm.events import EventListener
+
+            class Executors(EventListener):
+                def on_compaction_end(self, info):
+                    if info.error is None:
+                        print("executor", info.executor, flush=True)
+
             print("main ran", flush=True)
-            db = lsm.DB.open({str(tmp_path / "db")!r}, lsm.DbOptions(memtable_bytes=4096, l0_compaction_threshold=2))
-            for i in range(3000):
+            options = lsm.DbOptions(memtable_bytes=4096, l0_compaction_threshold=2, event_listeners=[Executors()])
+            db = lsm.DB.open({shared_root!r}, options)
+            for i in range(600):  # ~40 KiB through 4 KiB memtables: L0 over its threshold
                 db.put(b"k%05d" % i, b"v" * 50)
             db.flush()
             import time
@@ -152,6 +165,7 @@ def test_embedding_script_without_main_guard_runs_once(tmp_path):
     assert out.stdout.count("main ran") == 1
     jobs = int(out.stdout.split("jobs")[1].split()[0])
     assert jobs >= 1
+    assert "executor worker" in out.stdout  # the worker process read and wrote the store
 
 
 def test_an_orphaned_worker_exits_quietly(tmp_path):

@@ -50,6 +50,16 @@ def register(root: str, options: dict[str, Any] | None = None, clock: RealTime |
             return have
         from storage.objstore import ObjectStorage  # obstore is imported only by object-store users
 
+        if have is None and not options:
+            # a database under a root registered with its configuration (a bucket registered with its
+            # credentials) is reached as that root is, with counters of its own; under an attached
+            # root, by the attached backend itself
+            parent, parent_root = _longest_prefix(root)
+            if parent is not None and parent_root in _attached:
+                return parent
+            if parent is not None:
+                options = getattr(parent, "options", None)
+                clock = clock if clock is not None else parent.clock
         if clock is None:
             clock = have.clock if have is not None else REAL_TIME
         st = ObjectStorage(root, options, clock=clock)
@@ -104,14 +114,21 @@ def storage_for(path: str | os.PathLike[str]) -> Storage:
     p = os.fspath(path)
     if URL_MARK not in p:
         return LOCAL
-    best: Storage | None = None
-    best_len = -1
-    for root, st in list(_registry.items()):
-        if (p == root or p.startswith(root + "/")) and len(root) > best_len:
-            best, best_len = st, len(root)
+    best, _root = _longest_prefix(p, proper=False)
     if best is not None:
         return best
     return register(_root_of(p))
+
+
+def _longest_prefix(path: str, *, proper: bool = True) -> tuple[Storage | None, str]:
+    """The registered backend with the longest root that `path` lies under (or is, unless `proper`)."""
+    best: Storage | None = None
+    best_root = ""
+    for root, st in list(_registry.items()):
+        under = path.startswith(root + "/") or (not proper and path == root)
+        if under and len(root) > len(best_root):
+            best, best_root = st, root
+    return best, best_root
 
 
 def path_kind(path: str | os.PathLike[str]) -> str | None:

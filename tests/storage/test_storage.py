@@ -284,3 +284,23 @@ def test_a_worker_process_builds_a_store_as_its_parent_did(s3_server, monkeypatc
         assert w.run(_ReadObject(f"{root}/o")) == b"x"
     finally:
         w.close()
+
+
+def test_a_database_under_a_root_registered_with_options_is_reached_with_them(s3_server, monkeypatch) -> None:
+    """A bucket registered with its configuration (a test's, a Spark driver's credentials) serves the
+    databases under it with that configuration, each with counters of its own; a root opened without
+    options took the environment's instead (here an endpoint where nothing listens)."""
+    from lsm.inspect import is_database_dir
+    from storage.paths import open_store
+
+    bucket = s3_server.new_url("registered")
+    register(bucket, s3_server.options())
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    db = open_store(bucket + "/db")
+    db.storage.write_file(db.paths.manifest_dir + "/x", (b"1",))
+    assert is_database_dir(bucket + "/db") and not is_database_dir(bucket + "/other")
+    assert db.storage is not storage_for(bucket) and db.storage.stats()["put"] == 1
+    assert storage_for(bucket).stats()["put"] == 0
+    detach(bucket)
+    detach(bucket + "/db")
+    detach(bucket + "/other")

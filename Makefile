@@ -23,17 +23,22 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 demo: check-java $(VENV)/.installed
 	$(PY) -m tools.demo $(if $(KEEP),--keep)
 
+# TEST_WORKERS: pytest-xdist processes (the tests of the one SparkSession stay in one of them); 0 runs
+# the suite in this process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 test: check-java $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(PY) ci/wheel_check.py
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
 
 # A contributor's quick run: ruff and the tests not marked spark or slow, each property test bounded to
 # 10 examples (tests/conftest.py says which tests are slow and how). No Java needed. `make test` is the
 # whole suite, and what must pass.
 test-fast: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
-	LSM_TEST_FAST=1 $(PY) -m pytest -m "not spark and not slow"
+	LSM_TEST_FAST=1 $(PY) -m pytest $(XDIST) -m "not spark and not slow"
 
 # The wheel as a user gets it: built from a copy of the tree, installed into a fresh virtualenv (its own
 # dependencies, no source tree on the path), then imported and driven through `lsm` (~15 s with pip's

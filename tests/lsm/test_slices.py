@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from formats.errors import CorruptionError
@@ -12,6 +10,7 @@ from lsm.bulk import cut_slices
 from lsm.sources import LogWriter, PartitionedLog
 from lsm.sources.partitioned_log import CHUNK
 from lsm.sources.slices import SourceSlice
+from storage import storage_for
 
 FIELDS = ("partition", "offset", "key", "value", "ttl", "event_ts", "tx", "tx_end")
 
@@ -66,23 +65,27 @@ def test_runs_give_the_records_of_every_slice(backend, new_root) -> None:
                 assert _flat(generic.runs())[0] == recs
 
 
-def test_runs_raise_on_a_damaged_record(tmp_path) -> None:
-    d = str(tmp_path / "log")
+@pytest.mark.parametrize("backend", ["local", "memory"])
+def test_runs_raise_on_a_damaged_record(backend, new_root) -> None:
+    """A byte of a record damaged in the partition file of a local log, or in a segment object of a log on
+    memory:// (replaced whole: objects are immutable), after the slice was planned."""
+    d = new_root("log")
     _write(d)
     log = PartitionedLog(d)
     (sl,) = cut_slices(log, 0, 0, log.end(0), 10_000)
-    path = sl.path
-    at = sl.byte_start + 6000
-    with open(path, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)
-        f.seek(at)
-        f.write(bytes([b[0] ^ 0xFF]))
+    if backend == "local":
+        path, at = sl.path, sl.byte_start + 6000
+    else:
+        path, at = sl.segments[0][2], 6000
+    storage = storage_for(path)
+    data = bytearray(storage.read(path))
+    data[at] ^= 0xFF
+    storage.write_file(path, [bytes(data)])
     with pytest.raises(CorruptionError):
         list(sl.records())
     with pytest.raises(CorruptionError):
         list(sl.runs())
-    assert os.path.exists(path)
+    assert storage.exists(path)
 
 
 def test_any_batch_source_gets_its_fast_paths_used(tmp_path, open_db, new_root) -> None:

@@ -113,15 +113,15 @@ def test_a_stray_file_with_a_too_large_id_is_a_clear_error_for_ingest(tmp_path: 
         assert list(db.scan()) == []
 
 
-def test_a_log_writer_refuses_a_database_directory(tmp_path: Path) -> None:
-    """A directory's case (an object store's is in test_sources_object_log.py)."""
-    db_dir = tmp_path / "db"
-    with lsm.DB.open(db_dir) as db:
+def test_a_log_writer_refuses_a_database(db_root: str) -> None:
+    """A database's directory, or its prefix on an object store: its files would sit among the store's."""
+    with lsm.DB.open(db_root) as db:
         db.put(b"a", b"1")
-    before = sorted(os.listdir(db_dir))
-    with pytest.raises(SourceError, match="an lsm-sim database directory, not a partitioned log"):
-        LogWriter(db_dir)
-    assert sorted(os.listdir(db_dir)) == before
+    listed = lambda: sorted(storage_for(db_root).list_entries(db_root))  # noqa: E731
+    before = listed()
+    with pytest.raises(SourceError, match="an lsm-sim database( directory)?, not a partitioned log"):
+        LogWriter(db_root)
+    assert listed() == before
 
 
 def test_a_bulk_load_slice_of_a_file_swapped_for_a_fifo_is_refused(tmp_path: Path) -> None:

@@ -7,8 +7,6 @@ on real SST files; a hypothesis property checks that resolution never changes wh
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,6 +27,7 @@ from compaction.merge import (
     run_job,
 )
 from formats.sst import SstWriter, write_sst
+from storage.registry import storage_for
 from storage.ssts import open_sst
 from tests import _store
 
@@ -283,6 +282,21 @@ def test_resolve_preserves_every_readers_view(versions, snapshots, tick_extra, r
 
 
 # -- run_job on real SSTs ---------------------------------------------------------------------------
+# A job's input SSTs are local files (they are input); its outputs go to a database's sst/ on the test's
+# backend, as a compaction's, a Spark task's or a bulk load's do.
+
+
+@pytest.fixture
+def out_dir(db_root):
+    """The sst/ directory of a fresh database root on the test's backend."""
+    store = _store.store(db_root)
+    store.storage.makedirs(store.paths.sst_dir)
+    return store.paths.sst_dir
+
+
+def _listed(directory):
+    """Every name in `directory` (temporaries too), through the backend that serves it."""
+    return sorted(storage_for(directory).list_names(directory))
 
 
 def _sst(path, rows, creation=0):
@@ -290,8 +304,8 @@ def _sst(path, rows, creation=0):
 
 
 def _job(tmp_path, sources_rows, *, last, snapshots=(), filters=(), target=None, tick=TICK, outdir=None):
-    """Write each source's rows to an SST under tmp/in and build a job with outputs to tmp/out (or to
-    `outdir`, a directory or URL that exists)."""
+    """Write each source's rows to an SST under tmp/in and build a job with outputs to `outdir` (a
+    directory or URL that exists; default tmp/out)."""
     indir = tmp_path / "in"
     indir.mkdir(exist_ok=True)
     if outdir is None:
@@ -319,7 +333,7 @@ def _out_rows(job, result):
     rows = []
     for name, info in result.outputs:
         assert info.creation_timestamp == job.tick
-        with open_sst(os.path.join(job.output.directory, name)) as r:
+        with open_sst(f"{job.output.directory}/{name}") as r:
             rows += list(r)
     return rows
 
@@ -335,22 +349,22 @@ def _out_rows(job, result):
         ([expired(9)], [val(1, b"z", ts=5)], [], False, [(K, 9, 90, 95, None)]),
     ],
 )
-def test_worked_examples_through_run_job(tmp_path, newer, older, snapshots, last, expected):
-    job = _job(tmp_path, [newer, older], last=last, snapshots=snapshots)
+def test_worked_examples_through_run_job(tmp_path, out_dir, newer, older, snapshots, last, expected):
+    job = _job(tmp_path, [newer, older], last=last, snapshots=snapshots, outdir=out_dir)
     result = run_job(job)
     assert _out_rows(job, result) == expected
     assert result.stats.rows_in == len(newer) + len(older)
     assert result.stats.rows_out == len(expected)
     assert result.stats.bytes_in == sum(i.file_size for i in job.inputs)
     if not expected:
-        assert result.outputs == [] and os.listdir(job.output.directory) == []
+        assert result.outputs == [] and _listed(job.output.directory) == []
 
 
-def test_run_job_merges_many_keys_across_sources(tmp_path):
+def test_run_job_merges_many_keys_across_sources(tmp_path, out_dir):
     older = [(b"k%03d" % i, 1 + i, 10, None, b"old") for i in range(0, 100, 2)]
     newer = [(b"k%03d" % i, 200 + i, 20, None, b"new") for i in range(0, 100, 3)]
     newer = sorted(newer)
-    job = _job(tmp_path, [newer, older], last=True)
+    job = _job(tmp_path, [newer, older], last=True, outdir=out_dir)
     rows = _out_rows(job, run_job(job))
     expect = {r[0]: r for r in older}
     expect.update({r[0]: r for r in newer})
@@ -369,16 +383,16 @@ def _many_versions_rows():
     return rows
 
 
-def test_sst_output_splits_at_target_and_never_splits_a_key(tmp_path):
+def test_sst_output_splits_at_target_and_never_splits_a_key(tmp_path, out_dir):
     target = 1024
-    spec = OutputSpec(directory=str(tmp_path), prefix="o", target_bytes=target, sync=False)
+    spec = OutputSpec(directory=out_dir, prefix="o", target_bytes=target, sync=False)
     rows = _many_versions_rows()
     outputs = SstOutput(spec, creation_timestamp=77).write(iter(rows))
     assert len(outputs) > 3
     files = []
     for name, info in outputs:
         assert info.creation_timestamp == 77
-        with open_sst(tmp_path / name) as r:
+        with open_sst(f"{out_dir}/{name}") as r:
             files.append(list(r))
     # all rows, in order, nothing lost or duplicated
     assert [row for f in files for row in f] == rows
@@ -388,31 +402,32 @@ def test_sst_output_splits_at_target_and_never_splits_a_key(tmp_path):
     # each file but the last was cut at the first key boundary once it reached the target
     for f in files[:-1]:
         last_key = f[-1][0]
-        w_all, w_less = SstWriter(tmp_path / "probe1"), SstWriter(tmp_path / "probe2")
+        w_all, w_less = SstWriter(tmp_path / "probe1"), SstWriter(tmp_path / "probe2")  # sizes only
         for row in f:
             w_all.add(row)
             if row[0] != last_key:
                 w_less.add(row)
         assert w_less.estimated_size < target <= w_all.estimated_size
     names = sorted(n for n, _ in outputs)
-    assert sorted(os.listdir(tmp_path)) == names
+    assert _listed(out_dir) == names
 
 
-def test_sst_output_without_target_writes_one_file(tmp_path):
-    spec = OutputSpec(directory=str(tmp_path), prefix="o", target_bytes=None, sync=False)
+def test_sst_output_without_target_writes_one_file(out_dir):
+    spec = OutputSpec(directory=out_dir, prefix="o", target_bytes=None, sync=False)
     outputs = SstOutput(spec, creation_timestamp=1).write(iter(_many_versions_rows()))
     assert len(outputs) == 1
+    assert _listed(out_dir) == [outputs[0][0]]
 
 
-def test_sst_output_one_key_bigger_than_target_stays_in_one_file(tmp_path):
-    spec = OutputSpec(directory=str(tmp_path), prefix="o", target_bytes=1024, sync=False)
+def test_sst_output_one_key_bigger_than_target_stays_in_one_file(out_dir):
+    spec = OutputSpec(directory=out_dir, prefix="o", target_bytes=1024, sync=False)
     rows = [(b"a", 1, 1, None, b"a")]
     rows += [(b"big", 1000 - j, 1, None, b"y" * 100) for j in range(50)]  # ~6.6 KiB of one key
     rows += [(b"c", 1, 1, None, b"c")]
     outputs = SstOutput(spec, creation_timestamp=1).write(iter(rows))
     holding_big = [n for n, i in outputs if i.first_key <= b"big" <= i.last_key]
     assert len(holding_big) == 1
-    with open_sst(tmp_path / holding_big[0]) as r:
+    with open_sst(f"{out_dir}/{holding_big[0]}") as r:
         assert sum(1 for row in r if row[0] == b"big") == 50
 
 
@@ -458,12 +473,12 @@ def test_failing_job_leaves_no_output_files(tmp_path, db_root):
     assert len(listed()) > 5
 
 
-def test_failing_factory_leaves_no_output_files(tmp_path):
+def test_failing_factory_leaves_no_output_files(tmp_path, out_dir):
     class Bad(CompactionFilterFactory):
         def create(self, ctx):
             raise _Boom("create")
 
-    job = _job(tmp_path, [[val(1, b"a")]], last=False, filters=[Bad()])
+    job = _job(tmp_path, [[val(1, b"a")]], last=False, filters=[Bad()], outdir=out_dir)
     with pytest.raises(_Boom):
         run_job(job)
-    assert os.listdir(job.output.directory) == []
+    assert _listed(out_dir) == []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import os
 import weakref
 
 import pytest
@@ -34,8 +33,9 @@ from compaction.merge import (
     run_job,
 )
 from formats.errors import CorruptionError
-from formats.sst import SstReader, SstWriter
-from storage.ssts import open_sst
+from formats.sst import SstReader
+from storage.ssts import open_sst, write_sst
+from tests import _store
 
 TICK = 10_000
 
@@ -137,14 +137,17 @@ def test_write_batches_writes_the_files_write_writes(tmp_path_factory, n, target
             assert fa.read() == fb.read()
 
 
-def _job(tmp_path, srcs_paths, last=True) -> CompactionJob:
+def _job(tmp_path, srcs_paths, last=True, out=None) -> CompactionJob:
+    """A job over the SSTs at `srcs_paths` (local files or a store's), its outputs to `out` (a directory
+    or URL that exists; default tmp/out)."""
     infos = []
     for paths in srcs_paths:
         for p in paths:
-            with SstReader(p) as r:  # local files: the codec maps them itself
+            with open_sst(p) as r:
                 infos.append(r.info)
-    out = tmp_path / "out"
-    out.mkdir(exist_ok=True)
+    if out is None:
+        out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
     return CompactionJob(
         sources=tuple(tuple(p) for p in srcs_paths),
         inputs=tuple(infos),
@@ -155,24 +158,35 @@ def _job(tmp_path, srcs_paths, last=True) -> CompactionJob:
     )
 
 
-def _runs(tmp_path, nruns=3, files=4, per_file=50) -> list[list[str]]:
+def _runs(where, nruns=3, files=4, per_file=50) -> list[list[str]]:
+    """`nruns` sorted runs of `files` SSTs each, written to `where` (a directory or URL that exists)."""
     srcs = []
     for r in range(nruns):
         paths = []
         for f in range(files):
-            p = str(tmp_path / f"r{r}-{f}.sst")
-            w = SstWriter(p, sync=False)
+            p = f"{where}/r{r}-{f}.sst"
+            rows = []
             for i in range(per_file):
                 k = b"k%06d" % ((f * per_file + i) * nruns + r)
-                w.add((k, 1000 - r, 10, None, b"v" * 20))
-            w.finish()
+                rows.append((k, 1000 - r, 10, None, b"v" * 20))
+            write_sst(p, rows, sync=False)
             paths.append(p)
         srcs.append(paths)
     return srcs
 
 
-def test_full_compaction_opens_one_sst_per_source_at_a_time(tmp_path, monkeypatch):
-    srcs = _runs(tmp_path)
+@pytest.fixture
+def sst_dir(db_root) -> str:
+    """The sst/ of a fresh database on the test's backend: where a compaction's inputs and outputs are."""
+    store = _store.store(db_root)
+    store.storage.makedirs(store.paths.sst_dir)
+    return store.paths.sst_dir
+
+
+def test_full_compaction_opens_one_sst_per_source_at_a_time(tmp_path, sst_dir, monkeypatch):
+    """Inputs and outputs in a database's sst/, on every backend."""
+    srcs = _runs(sst_dir)
+    job = _job(tmp_path, srcs, out=sst_dir)  # its input metadata read before, as the manifest holds it
     live = {"now": 0, "max": 0, "opened": 0}
 
     class Counting(SstReader):
@@ -187,22 +201,24 @@ def test_full_compaction_opens_one_sst_per_source_at_a_time(tmp_path, monkeypatc
             super().close()
 
     monkeypatch.setattr(storage.ssts, "SstReader", Counting)  # what open_sst builds
-    result = run_job(_job(tmp_path, srcs))
+    result = run_job(job)
     assert live["now"] == 0
     assert live["opened"] == sum(map(len, srcs))  # each of the 12 input files opened exactly once
     assert live["max"] <= len(srcs)  # at most one per source at a time, never all 12 at once
     assert result.stats.rows_in == result.stats.rows_out == 3 * 4 * 50
     rows = []
     for name, _ in result.outputs:
-        with open_sst(os.path.join(tmp_path / "out", name)) as r:
+        with open_sst(f"{sst_dir}/{name}") as r:
             rows += list(r)
     assert [r[0] for r in rows] == sorted(r[0] for r in rows)
 
 
-def test_input_readers_are_freed_without_the_cyclic_collector(tmp_path, monkeypatch):
+def test_input_readers_are_freed_without_the_cyclic_collector(tmp_path, sst_dir, monkeypatch):
     """The collector is paused during a merge: a reader caught in a reference cycle would keep its index
-    and filter in memory until the job ends. Each must be freed by reference counting alone."""
-    srcs = _runs(tmp_path, nruns=2, files=3, per_file=20)
+    and filter in memory until the job ends. Each must be freed by reference counting alone, also over
+    an object store's views (inputs in a database's sst/ on every backend)."""
+    srcs = _runs(sst_dir, nruns=2, files=3, per_file=20)
+    job = _job(tmp_path, srcs, out=sst_dir)  # its input metadata read before, as the manifest holds it
     refs = []
 
     class Tracked(SstReader):
@@ -213,7 +229,7 @@ def test_input_readers_are_freed_without_the_cyclic_collector(tmp_path, monkeypa
     monkeypatch.setattr(storage.ssts, "SstReader", Tracked)  # what open_sst builds
     gc.disable()
     try:
-        run_job(_job(tmp_path, srcs))
+        run_job(job)
         assert len(refs) == 6
         assert [r() for r in refs] == [None] * 6
     finally:

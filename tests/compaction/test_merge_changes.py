@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +21,7 @@ from compaction.merge import (
     run_job,
 )
 from storage.ssts import open_sst
+from tests import _store
 from tests.compaction.test_merge import TICK, _job, expired, key_history, tomb, val
 from tests.compaction.test_merge_batches import blocks, resolver_kwargs
 from tests.compaction.test_merge_batches import sources as batch_sources
@@ -55,15 +55,18 @@ def test_reporter_keeps_what_the_resolver_keeps_and_names_the_newest_change(vers
 def _rows(job, result):
     rows = []
     for name, _info in result.outputs:
-        with open_sst(os.path.join(job.output.directory, name)) as r:
+        with open_sst(f"{job.output.directory}/{name}") as r:
             rows += list(r)
     return rows
 
 
-def test_run_job_reports_only_when_asked_and_writes_the_same_rows(tmp_path):
+def test_run_job_reports_only_when_asked_and_writes_the_same_rows(tmp_path, db_root):
+    """The outputs go to a database's sst/ on every backend (the inputs are local files: input)."""
+    store = _store.store(db_root)
+    store.storage.makedirs(store.paths.sst_dir)
     newer = [(b"a", 9, 90, None, None), (b"b", 8, 80, 85, b"e"), (b"c", 7, 70, None, b"c7")]
     older = [(b"a", 2, 20, None, b"a2"), (b"c", 3, 30, None, b"c3"), (b"d", 4, 40, None, b"d4")]
-    job = _job(tmp_path, [newer, older], last=True)
+    job = _job(tmp_path, [newer, older], last=True, outdir=store.paths.sst_dir)
     plain = run_job(job)
     assert plain.stats.changed_rows is None
     asked = dataclasses.replace(job, report_changes=True, output=dataclasses.replace(job.output, prefix="asked"))

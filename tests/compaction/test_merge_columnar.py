@@ -24,6 +24,7 @@ from compaction.filter import Reason
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from compaction.output import SstOutput
 from formats.sst import SstWriter
+from storage import storage_for
 from storage.ssts import open_sst
 from tests.formats._records import records_of
 
@@ -80,19 +81,35 @@ def write_sources(root: str, srcs: list[list[list[tuple]]], block_bytes: int) ->
 
 
 def run_both(root: str, job: CompactionJob) -> tuple:
-    """Run `job` on the columnar and the row path into two directories: (files, stats) of each."""
+    """Run `job` on the columnar and the row path into two directories under `root` (a path or a URL):
+    (files, stats) of each."""
     results = []
+    storage = storage_for(root)
     for name, columnar in (("col", True), ("row", False)):
-        d = os.path.join(root, name)
-        os.makedirs(d)
+        d = f"{root}/{name}"
+        storage.makedirs(d)
         j = dataclasses.replace(job, output=dataclasses.replace(job.output, directory=d))
         res = run_job(j, columnar=columnar)
-        files = []
-        for fname, info in res.outputs:
-            with open(os.path.join(d, fname), "rb") as f:
-                files.append((fname, f.read(), info))
+        files = [(fname, storage.read(f"{d}/{fname}"), info) for fname, info in res.outputs]
         results.append((files, res.stats))
     return results
+
+
+def _bytes(directory: str, name: str) -> bytes:
+    return storage_for(directory).read(f"{directory}/{name}")
+
+
+# the tests below write into a directory or an object store (SstOutput puts each file through the store):
+# local and memory://, the object store's writing path at memory speed
+ON_A_STORE = pytest.mark.parametrize("backend", ["local", "memory"])
+
+
+@pytest.fixture
+def out_root(new_root) -> str:
+    """A fresh root for outputs on the test's backend (made, where a directory must exist)."""
+    root = new_root("out")
+    storage_for(root).makedirs(root)
+    return root
 
 
 def comparable(stats) -> dict:
@@ -156,9 +173,11 @@ def _alike_run(root: str, name: str, keys: range, seq: int, exp_every: int = 0) 
     return p
 
 
-def test_alike_inputs_take_the_columnar_path(tmp_path, monkeypatch):
+@ON_A_STORE
+def test_alike_inputs_take_the_columnar_path(tmp_path, out_root, monkeypatch):
     """Rows all alike (one key and value length, no tombstone) are resolved by `resolve_round`, not row
-    by row; the files are still those of the row path."""
+    by row; the files are still those of the row path. The inputs are local files, the outputs go to
+    `out_root`."""
     root = str(tmp_path)
     new = _alike_run(root, "new.sst", range(0, 6000, 3), 200, exp_every=7)
     old = _alike_run(root, "old.sst", range(6000), 100, exp_every=5)
@@ -185,15 +204,12 @@ def test_alike_inputs_take_the_columnar_path(tmp_path, monkeypatch):
         reason=Reason.MANUAL,
         output=OutputSpec(root, "c", target_bytes=40_000, sync=False),
     )
-    d = tmp_path / "col"
-    d.mkdir()
-    res = run_job(dataclasses.replace(job, output=dataclasses.replace(job.output, directory=str(d))))
+    res = run_job(dataclasses.replace(job, output=dataclasses.replace(job.output, directory=out_root)))
     assert calls["rounds"] > 0
     assert res.stats.versions_dropped == 2000
     assert res.stats.tombstones_dropped > 0  # expired rows: TTL tombstones, then purged
     monkeypatch.undo()
-    (tmp_path / "both").mkdir()
-    (col_files, col_stats), (row_files, row_stats) = run_both(str(tmp_path / "both"), job)
+    (col_files, col_stats), (row_files, row_stats) = run_both(f"{out_root}/both", job)
     assert [b for _, b, _ in col_files] == [b for _, b, _ in row_files]
     assert len(col_files) > 1
     assert comparable(col_stats) == comparable(row_stats)
@@ -239,32 +255,34 @@ def test_write_stream_writes_the_files_write_writes(tmp_path_factory, n, target,
         assert (d / na).read_bytes() == (d / nb).read_bytes()
 
 
-def test_write_stream_holds_a_files_pending_records_in_buffers_kept_from_file_to_file(tmp_path):
+@ON_A_STORE
+def test_write_stream_holds_a_files_pending_records_in_buffers_kept_from_file_to_file(out_root):
     """The record pieces of the file being filled are copied into kept buffers, not held as the rounds'
     own arrays: writing forty files takes the buffers one file needs, and every file is the one `write`
     makes from the same rows."""
     rows = [(b"k%05d" % i, 9, i, None, b"x" * 40) for i in range(4000)]
     target = 8000  # about a hundred rows a file
-    a = SstOutput(OutputSpec(str(tmp_path), "row", target_bytes=target, sync=False), 7).write(iter(rows))
+    a = SstOutput(OutputSpec(out_root, "row", target_bytes=target, sync=False), 7).write(iter(rows))
     chunks = [records_of(rows[i : i + 37], vlen=40) for i in range(0, len(rows), 37)]
-    out = SstOutput(OutputSpec(str(tmp_path), "stream", target_bytes=target, sync=False), 7)
+    out = SstOutput(OutputSpec(out_root, "stream", target_bytes=target, sync=False), 7)
     with mock.patch.object(output_mod._HeldRecords, "SLAB", 2048):
         b = out.write_stream(chunks)
     assert len(b) == len(a) >= 40
     for (na, _), (nb, _) in zip(a, b, strict=True):
-        assert (tmp_path / na).read_bytes() == (tmp_path / nb).read_bytes()
+        assert _bytes(out_root, na) == _bytes(out_root, nb)
     itemsize = chunks[0].dtype.itemsize
     per_file = max(i.num_rows for _, i in b) * itemsize
     assert len(out._held._slabs) <= per_file // (2048 // itemsize * itemsize) + 2, len(out._held._slabs)
 
 
-def test_write_stream_joins_each_run_of_one_layout_apart(tmp_path):
+@ON_A_STORE
+def test_write_stream_joins_each_run_of_one_layout_apart(out_root):
     """A file's records join per run of one layout, each run in its own kept buffer: a second run (a
     smaller one, of the other layout) must not land on the first."""
     rows = [(b"k%04d" % i, 9, i, None if i < 60 or i % 2 else 5000 + i, b"x" * 12) for i in range(100)]
-    a = SstOutput(OutputSpec(str(tmp_path), "row", target_bytes=None, sync=False), 7).write(iter(rows))
+    a = SstOutput(OutputSpec(out_root, "row", target_bytes=None, sync=False), 7).write(iter(rows))
     cuts = [(0, 30), (30, 60), (60, 75), (75, 90), (90, 100)]
     chunks = [records_of(rows[i:j], vlen=12, ttl=i >= 60) for i, j in cuts]
-    b = SstOutput(OutputSpec(str(tmp_path), "stream", target_bytes=None, sync=False), 7).write_stream(chunks)
+    b = SstOutput(OutputSpec(out_root, "stream", target_bytes=None, sync=False), 7).write_stream(chunks)
     assert len(a) == len(b) == 1
-    assert (tmp_path / b[0][0]).read_bytes() == (tmp_path / a[0][0]).read_bytes()
+    assert _bytes(out_root, b[0][0]) == _bytes(out_root, a[0][0])

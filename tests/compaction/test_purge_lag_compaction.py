@@ -5,12 +5,15 @@ backend, the `open_db` fixture)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import lsm
 from compaction.filter import TtlFilter
 from compaction.local import run_in_worker
 from compaction.merge import CompactionStats, Resolver
 from compaction.purge_lag import PurgeLag, bucket_lower
 from formats.manifest import decode, encode
+from tests import _store
 from tests.compaction.test_ttl_compaction import build_oldest_run
 from tests.compaction.test_worker import _job
 
@@ -109,14 +112,24 @@ def test_ttl_tombstone_made_above_the_oldest_run_is_counted_from_its_expiry(open
         assert clock.now() - t1 == 3_100
 
 
-def test_worker_process_reports_the_same_purge_lag_as_in_process(tmp_path):
+def _into_store(job, root: str, prefix: str):
+    """`job` with its outputs going to the sst/ of the database at `root`, named `prefix`-..."""
+    store = _store.store(root)
+    store.storage.makedirs(store.paths.sst_dir)
+    return dataclasses.replace(job, output=dataclasses.replace(job.output, directory=store.paths.sst_dir, prefix=prefix))
+
+
+def test_worker_process_reports_the_same_purge_lag_as_in_process(tmp_path, shared_root):
+    """The outputs go to a store the worker process opens too: a local directory and S3 (the inputs are
+    local files: they are input)."""
     from compaction.merge import run_job
 
-    a = run_job(_job(tmp_path, "a"))
-    b = run_in_worker(_job(tmp_path, "b"))
+    a = run_job(_into_store(_job(tmp_path, "a"), shared_root, "a"))
+    b = run_in_worker(_into_store(_job(tmp_path, "b"), shared_root, "b"))
     assert a.stats.purge_lag.count > 0
     assert b.stats.purge_lag == a.stats.purge_lag
     assert a.stats.purge_lag.max == 10_000 - 5_000  # the job's tick minus the rows' expire_ts
+    assert _store.names(shared_root, "sst") == sorted(n for r in (a, b) for n, _ in r.outputs)
 
 
 def test_manifest_without_purges_encodes_as_before_and_with_one_round_trips():

@@ -16,10 +16,9 @@ import lsm
 from compaction.filter import CompactionFilter, CompactionFilterFactory, Decision, Reason
 from compaction.scheduler import Plan
 from compaction.trivial_move import DistinctKeys, movable, sst_has_distinct_keys
-from formats.sst import write_sst
 from lsm.events import EventListener
 from lsm.inspect import check_database
-from storage.ssts import open_sst
+from storage.ssts import open_sst, write_sst
 from tests import _store
 from tests.compaction._util import fake_sst
 
@@ -108,15 +107,18 @@ def test_an_sst_with_several_versions_of_a_key_is_merged():
     assert check(st_plan(), [[entry(b"a", b"b")]], distinct=False) is None
 
 
-def test_distinct_keys_reads_the_sst(tmp_path):
+def test_distinct_keys_reads_the_sst(db_root):
+    """It reads an SST of a database's sst/, where a compaction finds its inputs: on every backend."""
+    store = _store.store(db_root)
+    store.storage.makedirs(store.paths.sst_dir)
     one = [(b"k%04d" % i, 5, 1, None, b"v") for i in range(300)]
-    p = str(tmp_path / "one.sst")
+    p = _store.path(db_root, "sst", "one.sst")
     write_sst(p, one, creation_timestamp=1, block_bytes=256)
     assert sst_has_distinct_keys(p)
     # a key's two versions inside one block, and straddling two blocks
     for at in (10, 150):
         rows = sorted(one + [(b"k%04d" % at, 3, 1, None, b"old")], key=lambda r: (r[0], -r[1]))
-        q = str(tmp_path / f"two{at}.sst")
+        q = _store.path(db_root, "sst", f"two{at}.sst")
         write_sst(q, rows, creation_timestamp=1, block_bytes=64 if at == 150 else 4096)
         assert not sst_has_distinct_keys(q)
     calls = []

@@ -1,10 +1,12 @@
 """The compaction worker process: same results as in-process, errors come back, deaths are survived.
 
-The jobs here read and write SSTs in a local directory: the process is the subject, not the store. The
-embedding script's database runs on each store another process can open (`shared_root`)."""
+The jobs here read SSTs in a local directory: the process is the subject, not the store; where what a job
+leaves in its output directory is checked, that is a database's sst/ on each store another process can
+open (`shared_root`: a directory and S3), as is the embedding script's database."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -17,7 +19,9 @@ from compaction.filter import CompactionFilter, CompactionFilterFactory, Decisio
 from compaction.merge import CompactionJob, OutputSpec, run_job
 from compaction.worker import Worker, WorkerDied
 from formats.sst import write_sst
+from storage import storage_for
 from storage.ssts import open_sst
+from tests import _store
 
 
 class Boom(CompactionFilter):
@@ -71,30 +75,40 @@ def _job(tmp_path, name: str, filters=()) -> CompactionJob:
 def _rows(outputs, directory) -> list[tuple]:
     rows = []
     for name, _info in outputs:
-        with open_sst(os.path.join(directory, name)) as r:
+        with open_sst(f"{directory}/{name}") as r:
             rows += list(r)
     return rows
 
 
-def test_worker_output_equals_in_process(tmp_path):
-    a = run_job(_job(tmp_path, "a", (UpperFactory(),)))
+def _into(job: CompactionJob, root: str, name: str) -> CompactionJob:
+    """`job` with its outputs going to the sst/ of a database `name` beside `root` (a path or URL)."""
+    store = _store.store(f"{root}-{name}")
+    store.storage.makedirs(store.paths.sst_dir)
+    return dataclasses.replace(job, output=dataclasses.replace(job.output, directory=store.paths.sst_dir))
+
+
+def test_worker_output_equals_in_process(tmp_path, shared_root):
+    a_job = _into(_job(tmp_path, "a", (UpperFactory(),)), shared_root, "a")
+    a = run_job(a_job)
     w = Worker()
     try:
-        b = w.run(_job(tmp_path, "b", (UpperFactory(),)))
+        b_job = _into(_job(tmp_path, "b", (UpperFactory(),)), shared_root, "b")
+        b = w.run(b_job)
     finally:
         w.close()
     assert [n for n, _ in a.outputs] == [n for n, _ in b.outputs]
-    assert _rows(a.outputs, tmp_path / "a") == _rows(b.outputs, tmp_path / "b")
+    assert _rows(a.outputs, a_job.output.directory) == _rows(b.outputs, b_job.output.directory)
     assert a.stats.rows_out == b.stats.rows_out
     assert a.stats.filters["ttl"].removed == b.stats.filters["ttl"].removed > 0
 
 
-def test_filter_error_comes_back_with_its_type_and_leaves_no_files(tmp_path):
+def test_filter_error_comes_back_with_its_type_and_leaves_no_files(tmp_path, shared_root):
     w = Worker()
     try:
+        job = _into(_job(tmp_path, "c", (BoomFactory(),)), shared_root, "c")
         with pytest.raises(KeyError, match="boom"):
-            w.run(_job(tmp_path, "c", (BoomFactory(),)))
-        assert os.listdir(tmp_path / "c") == []
+            w.run(job)
+        assert storage_for(job.output.directory).list_names(job.output.directory) == []  # temporaries too
         assert w.run(_job(tmp_path, "d")).stats.rows_out > 0  # the worker is still usable
     finally:
         w.close()

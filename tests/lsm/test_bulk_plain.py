@@ -2,15 +2,17 @@
 and a value or a delete, no TTL, event time or transaction) resolved with numpy and `dict`, against the
 general record path and streaming ingest; and the driver's plan from the record headers alone
 (`PartitionedLog.plan_end`), with damaged payloads still caught by the task that reads them. The stores
-are on every backend; the logs they load are local directories."""
+are on every backend; the logs they load are local directories, but for the column path of one slice,
+checked on a local log and on a log of segments on memory://."""
 
 from __future__ import annotations
 
 import os
 import random
+import uuid
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lsm
@@ -78,7 +80,9 @@ def test_plain_slices_load_like_streaming_and_like_the_record_path(
     assert len(want["rows"]) > 20
 
 
-@settings(max_examples=25, deadline=None)
+# the column path of a slice of a local log (LogSlice) and of a log on memory:// (SegmentSlice)
+@pytest.mark.parametrize("backend", ["local", "memory"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
         st.tuples(st.binary(min_size=1, max_size=4), st.one_of(st.none(), st.binary(max_size=3))),
@@ -86,8 +90,8 @@ def test_plain_slices_load_like_streaming_and_like_the_record_path(
         max_size=60,
     )
 )
-def test_column_rows_equal_the_record_path_rows(tmp_path_factory, recs) -> None:
-    log = str(tmp_path_factory.mktemp("log"))
+def test_column_rows_equal_the_record_path_rows(new_root, recs) -> None:
+    log = new_root(f"log-{uuid.uuid4().hex[:8]}")  # a fresh log for each example
     with LogWriter(log) as w:
         for k, v in recs:
             w.append(0, k, v)
@@ -105,8 +109,9 @@ def test_column_rows_equal_the_record_path_rows(tmp_path_factory, recs) -> None:
     assert (count, nbytes) == (len(recs), want_bytes)
 
 
-def test_a_slice_with_any_other_record_takes_the_record_path(tmp_path) -> None:
-    log = str(tmp_path / "log")
+@pytest.mark.parametrize("backend", ["local", "memory"])
+def test_a_slice_with_any_other_record_takes_the_record_path(new_root) -> None:
+    log = new_root("log")
     with LogWriter(log) as w:
         w.append(0, b"a", b"1")
         w.append(0, b"b", b"2", ttl=5)

@@ -209,8 +209,9 @@ def test_a_replayed_week_of_cdc_history_lands_in_the_source_time(tmp_path, open_
         db.close()
 
 
-def test_verify_source_checks_the_progress_markers(tmp_path) -> None:
-    log = str(tmp_path / "log")
+def test_verify_source_checks_the_progress_markers(new_root) -> None:
+    """A log in a local directory and one of segment objects on an object store (markers in each)."""
+    log = new_root("log")
     with LogWriter(log) as w:
         w.append(0, b"a", b"1", event_ts=5)
         w.advance(10)
@@ -219,7 +220,7 @@ def test_verify_source_checks_the_progress_markers(tmp_path) -> None:
         "partition 0 offset 2: event_ts 7 below the progress 10 before it"
     ]
 
-    class Liar(PartitionedLog):
+    class Liar(type(PartitionedLog(log))):  # a local log's class or an object-store log's
         def progress(self, partition, start=0, stop=None):
             return [(0, 1), (0, 2)]  # a repeated offset, and a record's
 

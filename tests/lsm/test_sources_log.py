@@ -1,14 +1,20 @@
-"""PartitionedLog and LogWriter (lsm/sources/partitioned_log.py) on real files, with a real second process."""
+"""PartitionedLog and LogWriter (lsm/sources/partitioned_log.py) on real files, with a real second process.
+
+What is about offsets, ordering, reading and refusals runs on a local directory and on an object store
+(`log_dir`: the same API over segment objects, lsm/sources/object_log.py); what is about a partition
+file's bytes (torn tails, damage in place, truncation, file locks, read chunks, the index's stamps, another
+process appending) is local."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from formats import fileio
@@ -17,6 +23,7 @@ from lsm.sources import LogWriter, PartitionedLog, Source, SourceRecord
 from lsm.sources import partitioned_log as plog
 from lsm.sources.partitioned_log import partition_path
 from lsm.syskeys import is_system
+from storage import storage_for
 
 PRODUCER = str(Path(__file__).with_name("_log_producer.py"))
 
@@ -32,8 +39,26 @@ def producer(*args: object) -> subprocess.Popen:
     )
 
 
-def test_append_and_read(tmp_path: Path) -> None:
-    d = tmp_path / "log"
+@pytest.fixture
+def log_dir(new_root) -> str:
+    """Where a fresh log goes on the test's backend: a local directory (LogWriter makes it) or a URL."""
+    return new_root("log")
+
+
+def fresh_log(new_root) -> str:
+    """Another fresh log on the test's backend, for each example of a property test."""
+    return new_root(f"log-{uuid.uuid4().hex[:8]}")
+
+
+# the property tests read after every few appends: local and memory, not one S3 request per read
+MEMORY_SPEED = pytest.mark.parametrize("backend", ["local", "memory"])
+# each example of a property test takes a fresh log from the function-scoped `new_root`
+def examples(n: int) -> settings:
+    return settings(max_examples=n, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def test_append_and_read(log_dir: str) -> None:
+    d = log_dir
     with LogWriter(d) as w:
         assert w.append(0, b"a", b"1") == 0
         assert w.append(0, b"b", None, ttl=10, event_ts=5) == 1
@@ -57,19 +82,19 @@ def _keys(max_size: int) -> st.SearchStrategy[bytes]:
     return st.binary(min_size=1, max_size=max_size).filter(lambda k: not is_system(k))
 
 
-@settings(max_examples=30, deadline=None)
+@MEMORY_SPEED
+@examples(30)
 @given(st.lists(st.tuples(st.integers(0, 3), _keys(8)), max_size=60), st.data())
-def test_read_ranges_match_a_model(
-    tmp_path_factory: pytest.TempPathFactory, ops: list, data: st.DataObject
-) -> None:
-    d = tmp_path_factory.mktemp("log")
+def test_read_ranges_match_a_model(new_root, ops: list, data: st.DataObject) -> None:
+    d = fresh_log(new_root)
     model: dict[int, list[bytes]] = {}
-    log = PartitionedLog(d)
     with LogWriter(d) as w:
+        log = PartitionedLog(d)  # (an object-store log exists once a writer has made its marker)
         for i, (p, key) in enumerate(ops):
             assert w.append(p, key, b"%d" % i) == len(model.setdefault(p, []))
             model[p].append(key)
             if data.draw(st.booleans()):  # read while the producer is still appending
+                w.flush()  # an object-store writer publishes its buffered records as a segment here
                 q = data.draw(st.sampled_from(sorted(model)))
                 start = data.draw(st.integers(0, len(model[q]) + 1))
                 stop = data.draw(st.none() | st.integers(0, len(model[q]) + 1))
@@ -83,6 +108,7 @@ def test_read_ranges_match_a_model(
 
 
 def test_records_larger_than_the_read_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local file is read in CHUNK pieces (an object-store segment is read whole)."""
     monkeypatch.setattr(plog, "CHUNK", 64)
     values = [bytes([i]) * n for i, n in enumerate((10, 500, 3, 64, 65, 1000, 1))]
     with LogWriter(tmp_path) as w:
@@ -145,18 +171,22 @@ def test_a_reader_racing_a_producer_process_sees_only_complete_prefixes(tmp_path
     assert sum(seen.values()) == count
 
 
-def test_partitions_may_appear_at_any_time(tmp_path: Path) -> None:
-    log = PartitionedLog(tmp_path)
-    assert log.partitions() == [] and log.end(0) == 0
-    with LogWriter(tmp_path) as w:
+def test_partitions_may_appear_at_any_time(backend: str, log_dir: str) -> None:
+    with LogWriter(log_dir) as w:
+        log = PartitionedLog(log_dir)
+        assert log.partitions() == [] and log.end(0) == 0
         w.append(1, b"a", b"1")
+        w.flush()  # (an object-store writer publishes here; a local append is visible at once)
         assert log.partitions() == [1]
         w.append(10, b"b", b"2")
         w.append(0, b"c", b"3")
+        w.flush()
         assert log.partitions() == [0, 1, 10]
-    (tmp_path / "01.log").write_bytes(b"")  # not a partition name: leading zero
-    (tmp_path / ".3.log.99.tmp").write_bytes(b"")  # a writer's temporary file
-    (tmp_path / "notes.txt").write_bytes(b"")
+    storage = storage_for(log_dir)
+    # names that are no partition: a leading zero, a local writer's temporary file, anything else
+    junk = ("01.log", ".3.log.99.tmp", "notes.txt") if backend == "local" else ("01/0.seg", "notes.txt")
+    for name in junk:
+        storage.write_file(f"{log_dir}/{name}", [b""])
     assert log.partitions() == [0, 1, 10]
 
 
@@ -257,10 +287,16 @@ def test_one_writer_per_partition(tmp_path: Path) -> None:
         w2.append(0, b"d", b"4")
 
 
-def test_bad_arguments(tmp_path: Path) -> None:
-    with pytest.raises(SourceError, match="not a directory"):
-        PartitionedLog(tmp_path / "missing")
-    log = PartitionedLog(tmp_path)
+def test_bad_arguments(log_dir: str) -> None:
+    with LogWriter(log_dir) as w:
+        with pytest.raises(ValueError):
+            w.append(-1, b"k", b"v")
+        with pytest.raises(TypeError):
+            w.append(0, "k", b"v")
+        with pytest.raises(ValueError):
+            w.append(0, b"k", b"v", tx_end=True)
+        assert w.append(0, b"k", b"v") == 0  # nothing was written by the refused appends
+    log = PartitionedLog(log_dir)
     for args, exc in (
         ((-1, 0), ValueError),
         ((0, -1), ValueError),
@@ -271,14 +307,14 @@ def test_bad_arguments(tmp_path: Path) -> None:
             log.read(*args)
     with pytest.raises(ValueError):
         log.read(0, 0, -2)
-    with LogWriter(tmp_path) as w:
-        with pytest.raises(ValueError):
-            w.append(-1, b"k", b"v")
-        with pytest.raises(TypeError):
-            w.append(0, "k", b"v")
-        with pytest.raises(ValueError):
-            w.append(0, b"k", b"v", tx_end=True)
-        assert w.append(0, b"k", b"v") == 0  # nothing was written by the refused appends
+    assert [(r.offset, r.key) for r in log.read(0, 0)] == [(0, b"k")]
+
+
+def test_a_missing_directory_and_bad_partition_files_are_refused(tmp_path: Path) -> None:
+    """A local log's directory and the header of its partition files."""
+    with pytest.raises(SourceError, match="not a directory"):
+        PartitionedLog(tmp_path / "missing")
+    log = PartitionedLog(tmp_path)
     (tmp_path / "5.log").write_bytes(b"LSMP\x00\x09")
     with pytest.raises(FormatVersionError):
         log.end(5)
@@ -419,7 +455,8 @@ def test_a_file_appended_to_is_verified_again_by_read(tmp_path: Path, monkeypatc
         assert ei.value.offset == 6
 
 
-@settings(max_examples=30, deadline=None)
+@MEMORY_SPEED
+@examples(30)
 @given(
     st.lists(st.tuples(_keys(300), st.none() | st.binary(max_size=300)), max_size=30),
     st.lists(st.booleans(), max_size=30),
@@ -427,10 +464,11 @@ def test_a_file_appended_to_is_verified_again_by_read(tmp_path: Path, monkeypatc
     st.none() | st.integers(0, 35),
 )
 def test_read_runs_are_the_records_of_read(
-    tmp_path_factory: pytest.TempPathFactory, kvs: list, txs: list, start: int, stop: int | None
+    backend: str, new_root, kvs: list, txs: list, start: int, stop: int | None
 ) -> None:
-    d = tmp_path_factory.mktemp("log")
-    with LogWriter(d) as w:
+    d = fresh_log(new_root)
+    # several runs: a local file read in 256-byte chunks (below), an object-store log in small segments
+    with LogWriter(d) if backend == "local" else LogWriter(d, segment_bytes=256) as w:
         for i, (k, v) in enumerate(kvs):
             tx = i if i < len(txs) and txs[i] else None
             w.append(0, k, v, tx=tx, tx_end=tx is not None)

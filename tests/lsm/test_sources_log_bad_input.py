@@ -1,7 +1,7 @@
 """Partition files and ids the partitioned log must refuse (not hang on, not overflow on): FIFOs and other
 non-regular files under a partition's name, partition ids a remap cannot store, a database directory.
-The logs are local directories (their files are the point); the stores the ingests write to are on every
-backend."""
+The logs are local directories (their files are the point) but for the bound on partition ids, which holds
+on every backend, as do the stores the ingests write to."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import pytest
 import lsm
 from lsm import SourceError
 from lsm.sources import LogWriter, PartitionedLog
+from lsm.sources.object_log import MARKER
 from lsm.sources.partitioned_log import partition_path
+from storage import storage_for
 
 MAX_PARTITION = 2**64 - 1  # the largest partition id a remap binding stores (msgpack uint64)
 
@@ -82,13 +84,17 @@ def test_a_regular_file_swapped_for_a_fifo_after_indexing_is_refused_by_read(tmp
         _in_thread(lambda: list(log._records(0, *span)))
 
 
-def test_partition_ids_are_bounded_by_what_a_remap_stores(tmp_path: Path) -> None:
-    with LogWriter(tmp_path) as w:
+def test_partition_ids_are_bounded_by_what_a_remap_stores(backend: str, new_root) -> None:
+    """On a local directory and an object store (a log of segment objects under one prefix per partition)."""
+    where = new_root("log")
+    with LogWriter(where) as w:
         with pytest.raises(ValueError, match="at most 2\\*\\*64-1"):
             w.append(MAX_PARTITION + 1, b"k", b"v")
         assert w.append(MAX_PARTITION, b"k", b"v") == 0
-    assert sorted(os.listdir(tmp_path)) == [f"{MAX_PARTITION}.log"]  # nothing written for the refused id
-    log = PartitionedLog(tmp_path)
+    # nothing written for the refused id: one partition file, or one partition prefix beside the marker
+    listed = sorted(n for n in storage_for(where).list_entries(where) if not n.startswith("."))
+    assert listed == ([f"{MAX_PARTITION}.log"] if backend == "local" else sorted([str(MAX_PARTITION), MARKER]))
+    log = PartitionedLog(where)
     assert log.partitions() == [MAX_PARTITION] and log.end(MAX_PARTITION) == 1
     with pytest.raises(ValueError, match="at most 2\\*\\*64-1"):
         log.end(MAX_PARTITION + 1)
@@ -107,15 +113,15 @@ def test_a_stray_file_with_a_too_large_id_is_a_clear_error_for_ingest(tmp_path: 
         assert list(db.scan()) == []
 
 
-def test_a_log_writer_refuses_a_database_directory(tmp_path: Path) -> None:
-    """A directory's case (an object store's is in test_sources_object_log.py)."""
-    db_dir = tmp_path / "db"
-    with lsm.DB.open(db_dir) as db:
+def test_a_log_writer_refuses_a_database(db_root: str) -> None:
+    """A database's directory, or its prefix on an object store: its files would sit among the store's."""
+    with lsm.DB.open(db_root) as db:
         db.put(b"a", b"1")
-    before = sorted(os.listdir(db_dir))
-    with pytest.raises(SourceError, match="an lsm-sim database directory, not a partitioned log"):
-        LogWriter(db_dir)
-    assert sorted(os.listdir(db_dir)) == before
+    listed = lambda: sorted(storage_for(db_root).list_entries(db_root))  # noqa: E731
+    before = listed()
+    with pytest.raises(SourceError, match="an lsm-sim database( directory)?, not a partitioned log"):
+        LogWriter(db_root)
+    assert listed() == before
 
 
 def test_a_bulk_load_slice_of_a_file_swapped_for_a_fifo_is_refused(tmp_path: Path) -> None:

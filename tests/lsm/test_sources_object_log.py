@@ -1,8 +1,8 @@
 """A partitioned log on an object store (lsm.sources.object_log): ``PartitionedLog(url)`` and
 ``LogWriter(url)`` keep the local log's records, offsets, progress markers, checks and exactly-once
-ingest, as chains of immutable segment objects. Most tests run on ``memory://`` (the same object-store
-code, in process), the equivalence with a local log on both object stores, the fault test on the S3
-server; the exactly-once ingest writes to stores on every backend."""
+ingest, as chains of immutable segment objects. The tests run on both object stores, ``memory://`` (the
+same object-store code, in process) and the S3 server; the fault test on the S3 server only; the
+exactly-once ingest writes to stores on every backend."""
 
 from __future__ import annotations
 
@@ -23,6 +23,16 @@ from tests.lsm._bulk_util import contents, write_log
 
 def mem_url() -> str:
     return f"memory://objlog-{uuid.uuid4().hex[:8]}/log"
+
+
+# a log of segment objects is a log on an object store: memory:// and S3, no local directory
+OBJECT_STORES = pytest.mark.parametrize("backend", ["memory", pytest.param("s3", marks=pytest.mark.s3)])
+
+
+@pytest.fixture
+def log_url(new_root) -> str:
+    """Where a fresh log goes on the test's object store."""
+    return new_root("log")
 
 
 def same_source(a: PartitionedLog, b: PartitionedLog) -> None:
@@ -64,8 +74,9 @@ def test_the_same_log_on_an_object_store_and_on_disk(
     assert list(itertools.islice(PartitionedLog(url).read(1, 0), 3)) == list(itertools.islice(local.read(1, 0), 3))
 
 
-def test_progress_markers_and_transactions(tmp_path) -> None:
-    url = mem_url()
+@OBJECT_STORES
+def test_progress_markers_and_transactions(tmp_path, log_url) -> None:
+    url = log_url
     for where in (str(tmp_path / "log"), url):
         with LogWriter(where) as w:
             w.append(0, b"a", b"1", event_ts=5)
@@ -77,8 +88,9 @@ def test_progress_markers_and_transactions(tmp_path) -> None:
     assert PartitionedLog(url).progress(0) == [(1, 10)]
 
 
-def test_slices_read_what_the_log_holds(tmp_path) -> None:
-    url = mem_url()
+@OBJECT_STORES
+def test_slices_read_what_the_log_holds(log_url) -> None:
+    url = log_url
     with LogWriter(url, segment_bytes=1500) as w:  # plain records (a key, a value or a delete): columns
         for i in range(600):
             w.append(i % 2, b"k%03d" % (i * 7 % 200), None if i % 9 == 0 else b"v%d" % i * (i % 4))
@@ -100,8 +112,9 @@ def test_slices_read_what_the_log_holds(tmp_path) -> None:
             assert values == [r.value for r in recs]
 
 
-def test_a_writer_continues_at_the_end_and_offsets_stay(tmp_path) -> None:
-    url = mem_url()
+@OBJECT_STORES
+def test_a_writer_continues_at_the_end_and_offsets_stay(log_url) -> None:
+    url = log_url
     with LogWriter(url) as w:
         assert [w.append(0, b"k%d" % i, b"v") for i in range(3)] == [0, 1, 2]
     before = list(PartitionedLog(url).read(0, 0))
@@ -111,8 +124,9 @@ def test_a_writer_continues_at_the_end_and_offsets_stay(tmp_path) -> None:
     assert after[:3] == before and [r.offset for r in after] == [0, 1, 2, 3]
 
 
-def test_records_are_visible_once_published(tmp_path) -> None:
-    url = mem_url()
+@OBJECT_STORES
+def test_records_are_visible_once_published(log_url) -> None:
+    url = log_url
     w = LogWriter(url)
     w.append(0, b"a", b"1")
     log = PartitionedLog(url)
@@ -127,8 +141,9 @@ def test_records_are_visible_once_published(tmp_path) -> None:
     assert len(storage_for(url).list_names(partition_dir(url, 0))) == 2
 
 
-def test_two_writers_never_give_one_offset_two_records() -> None:
-    url = mem_url()
+@OBJECT_STORES
+def test_two_writers_never_give_one_offset_two_records(log_url) -> None:
+    url = log_url
     a, b = LogWriter(url), LogWriter(url)
     a.append(0, b"from-a", b"1")
     b.append(0, b"from-b", b"2")  # both think the next offset is 0
@@ -143,32 +158,30 @@ def test_two_writers_never_give_one_offset_two_records() -> None:
         assert c.append(0, b"from-c", b"3") == 2
 
 
-def test_what_is_not_a_log_is_refused(tmp_path) -> None:
-    url = mem_url()
+@OBJECT_STORES
+def test_what_is_not_a_log_is_refused(new_root) -> None:
+    url = new_root("log")
     with pytest.raises(lsm.SourceError, match="no partitioned log here"):
         PartitionedLog(url)
     st = storage_for(url)
     st.write_file(os.path.join(url, "other"), [b"x"])
     with pytest.raises(lsm.SourceError, match="holds objects but no partitioned log"):
         LogWriter(url)
-    db_url = mem_url()
-    lsm.DB.open(db_url).close()
-    with pytest.raises(lsm.SourceError, match="an lsm-sim database, not a partitioned log"):
-        LogWriter(db_url)
+    # (a database's prefix: test_sources_log_bad_input.py, on every backend)
     with pytest.raises(ValueError, match="segment_bytes"):
-        LogWriter(mem_url(), segment_bytes=0)
+        LogWriter(new_root("other"), segment_bytes=0)
 
 
-def _one_segment_log(records: int = 4) -> tuple[str, str]:
-    url = mem_url()
+def _one_segment_log(url: str, records: int = 4) -> tuple[str, str]:
     with LogWriter(url) as w:
         for i in range(records):
             w.append(0, b"k%d" % i, b"v%d" % i)
     return url, os.path.join(partition_dir(url, 0), segment_name(0))
 
 
-def test_damaged_segments_are_refused() -> None:
-    url, seg = _one_segment_log()
+@OBJECT_STORES
+def test_damaged_segments_are_refused(new_root) -> None:
+    url, seg = _one_segment_log(new_root("log1"))
     st = storage_for(seg)
     data = bytearray(st.read(seg))
     data[-1] ^= 0xFF  # the last record's payload
@@ -177,21 +190,22 @@ def test_damaged_segments_are_refused() -> None:
         list(PartitionedLog(url).read(0, 0))
     assert seg in str(e.value)
 
-    url, seg = _one_segment_log()  # a header that lies about its first offset
+    url, seg = _one_segment_log(new_root("log2"))  # a header that lies about its first offset
     st = storage_for(seg)
     st.write_file(seg, [encode_header(7, 4) + st.read(seg)[HEADER.size :]])
     with pytest.raises(CorruptionError, match="header says first offset 7, its name 0"):
         PartitionedLog(url).end(0)
 
-    url, seg = _one_segment_log()  # a segment cut short: fewer whole records than its header says
+    url, seg = _one_segment_log(new_root("log3"))  # a segment cut short: fewer whole records than its header says
     st = storage_for(seg)
     st.write_file(seg, [st.read(seg)[:-3]])
     with pytest.raises(CorruptionError, match="holds 3 whole records, its header says 4"):
         list(PartitionedLog(url).read(0, 0))
 
 
-def test_a_gap_in_the_chain_is_refused() -> None:
-    url = mem_url()
+@OBJECT_STORES
+def test_a_gap_in_the_chain_is_refused(log_url) -> None:
+    url = log_url
     w = LogWriter(url, sync=True)
     for i in range(3):
         w.append(0, b"k%d" % i, b"v")

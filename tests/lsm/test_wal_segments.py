@@ -4,16 +4,16 @@ On every backend: a directory's segment files and an object store's WAL objects 
 
 from __future__ import annotations
 
-import shutil
+import uuid
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lsm
 from lsm.wal_replay import live_segments
 from storage.paths import open_store, wal_ids
 from tests import _store
-from tests.compaction._util import fast_tmp
 
 
 def make_segments(root: str, ids) -> None:
@@ -43,16 +43,16 @@ def test_a_missing_wal_directory_has_no_segments(db_root):
     assert live(db_root, 1) == []
 
 
-@settings(max_examples=40, deadline=None)
+# a directory and memory:// (forty examples; the listing's S3 variant is the test above); a fresh root per
+# example from the function-scoped `new_root`
+@pytest.mark.parametrize("backend", ["local", "memory"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ids=st.sets(st.integers(1, 10**6), max_size=8), replay_from=st.integers(0, 10**6 + 1))
-def test_exactly_the_segments_at_or_after_the_replay_point(ids, replay_from):
-    d = fast_tmp("lsm-wal-segments-")
-    try:
-        make_segments(d, ids)
-        got = live(d, replay_from)
-        assert got == [(i, open_store(d).paths.wal(i)) for i in sorted(ids) if i >= replay_from]
-    finally:
-        shutil.rmtree(d)
+def test_exactly_the_segments_at_or_after_the_replay_point(new_root, ids, replay_from):
+    d = new_root(f"db-{uuid.uuid4().hex[:8]}")
+    make_segments(d, ids)
+    got = live(d, replay_from)
+    assert got == [(i, open_store(d).paths.wal(i)) for i in sorted(ids) if i >= replay_from]
 
 
 def test_a_flushed_segment_is_not_live(open_db, db_root):

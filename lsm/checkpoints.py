@@ -98,6 +98,25 @@ def edit_store(store: DbStore, edit: Callable[[Manifest], Manifest]) -> Manifest
     raise CheckpointError(f"{store.root}: the manifest kept changing under the checkpoint edit")
 
 
+def checkpoint_usage(store: DbStore, m: Manifest, now: int) -> dict[str, int]:
+    """What the live checkpoints of manifest `m` (the newest) hold beyond it: their count, and the files
+    and bytes of the store's own SSTs that only checkpoints keep (named by some checkpoint's version and
+    not by `m`), which `lsm du` reports. One GET per checkpoint version."""
+    from lsm.manifest import ManifestStore
+
+    ms = ManifestStore(store)
+    current = {e.name for e in m.all_ssts()}
+    only: dict[str, int] = {}
+    cps = live(m, now)
+    for cp in cps:
+        v = ms.read(cp.manifest_id)
+        own = set(external_roots(v))
+        for e in v.all_ssts():
+            if e.name not in current and e.name not in own:
+                only[e.name] = e.size
+    return {"checkpoints": len(cps), "files": len(only), "bytes": sum(only.values())}
+
+
 class Checkpoints:
     """The checkpoints of one open handle: create, list, delete (module docstring)."""
 
@@ -167,4 +186,4 @@ class Checkpoints:
             vs.retire_files(names)
 
 
-__all__ = ["Checkpoints", "check_request", "edit_store", "external_roots", "find", "kept_paths", "live", "sst_path"]
+__all__ = ["Checkpoints", "check_request", "checkpoint_usage", "edit_store", "external_roots", "find", "kept_paths", "live", "sst_path"]

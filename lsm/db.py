@@ -37,6 +37,7 @@ from lsm.approx import ApproximateSize, approximate_size
 from lsm.checkpoints import Checkpoints
 from lsm.clock import MonotonicClock
 from lsm.clock_repair import ClockRepair, RepairSurvey
+from lsm.clone import clone, release_sources
 from lsm.compactor import DbCompactor
 from lsm.engine import Engine
 from lsm.errors import CheckpointError, FencedError
@@ -96,8 +97,6 @@ class DB:
         """A new writable store at `dst` starting from `src`'s state, or its checkpoint `checkpoint`
         (`src` a path or an open writable handle; see lsm.clone and docs/checkpoints.md): on an object
         store no SST is copied, locally they are hard-linked. Returns the clone, open."""
-        from lsm.clone import clone
-
         return clone(src, dst, checkpoint, options)
 
     def __init__(self, store: DbStore, options: DbOptions, read_only: bool = False,
@@ -413,6 +412,7 @@ class DB:
         names. A fenced handle raises FencedError and deletes nothing (docs/reliability.md)."""
         self._writer.check_writable()
         self._checkpoints.drop_expired()
+        release_sources(self._versions, self._clock.read(), self.options.object_store_options)
         return self._compactor.gc(grace_ms)
 
     @property

@@ -94,3 +94,29 @@ def test_bad_input_is_one_line_and_writes_nothing(where, tmp_path):
     for args in (("checkpoint", "list", missing), ("checkpoint", "create", missing)):
         one_line_error(run_lsm(*args), 2)
     assert not os.path.exists(missing)
+
+
+def test_clone(where, tmp_path):
+    root = where[0]
+    make_db(root)
+    dst = root + "-clone"
+    made = lsm_(where, "clone", root, dst, "--json")
+    assert made.code == 0, made.err
+    rep = made.json()
+    assert rep["seq"] == 20 and rep["ssts"] >= 1
+    s3 = where[1] is not None
+    assert rep["external_ssts"] == (rep["ssts"] if s3 else 0)  # no copy on S3; links between directories
+    if s3:
+        assert names(dst, "sst") == []
+    with lsm.DB.open(dst, lsm.DbOptions()) as c:
+        assert c.get(b"k05") == b"first" * 10
+        c.put(b"k05", b"clone")
+    with lsm.DB.open(root, lsm.DbOptions(), read_only=True) as r:
+        assert r.get(b"k05") == b"first" * 10
+    one_line_error(lsm_(where, "clone", root, dst), 2)  # DST holds a database now
+    cp = lsm_(where, "checkpoint", "create", root, "--json").json()
+    again = lsm_(where, "clone", root, root + "-c2", "--checkpoint", cp["id"])
+    assert again.code == 0 and "clone" in again.out
+    line = one_line_error(lsm_(where, "clone", root, root + "-c3", "--checkpoint", "nope"), 2)
+    assert "no live checkpoint" in line
+    assert names(root + "-c3", "manifest") == []

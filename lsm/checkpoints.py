@@ -79,22 +79,38 @@ def kept_paths(store: ManifestStore, m: Manifest, now: int, versions: dict[int, 
     return out
 
 
-def edit_store(store: DbStore, edit: Callable[[Manifest], Manifest]) -> Manifest:
+def edit_store(store: DbStore, edit: Callable[[Manifest, int], Manifest]) -> tuple[int, Manifest]:
     """Publish edit(newest version) as the next version of a store this process does not own, without
     fencing its writer: a compare-and-swap that reads again and retries when the writer commits first.
     Only edits that change no file of the store's shape may go this way (dropping a checkpoint a clone
     held): the owner's next commit conflicts, reads this version and applies its own edit on top, and
-    the files it deletes before that are the same either way."""
-    from lsm.manifest import ManifestStore  # lsm.manifest imports the storage seam; keep this module light
+    the files it deletes before that are the same either way.
+
+    `edit(m, mid)` is given the newest version and its id, and must return `m` itself when its change is
+    there already: a publication of unknown outcome (or a temporary file a writer's open removed) is
+    retried on the newest version, which may be ours. Returns (id, manifest) of the version the edit
+    was applied to (the base: the same files as the one published)."""
+    import errno
+
+    from lsm.manifest import ManifestStore, PublishUnknownError  # the storage seam; keep this module light
 
     ms = ManifestStore(store)
     for _ in range(100):
         mid, m = ms.latest()
         if m is None:
             raise UnknownCheckpointError(f"{store.root}: no manifest: not an lsm-sim database")
-        new = edit(m)
-        if new is m or ms.try_create(mid + 1, new):
-            return new
+        new = edit(m, mid)
+        if new is m:
+            return mid, m
+        try:
+            if ms.try_create(mid + 1, new):
+                return mid, m
+        except PublishUnknownError:
+            continue
+        except FileNotFoundError as e:
+            if e.errno != errno.ENOENT:
+                raise
+            continue
     raise CheckpointError(f"{store.root}: the manifest kept changing under the checkpoint edit")
 
 

@@ -108,7 +108,13 @@ def _drop(handle: DB | None, store: DbStore, cp_id: str) -> None:
     if handle is not None:
         handle.delete_checkpoint(cp_id)
     else:
-        edit_store(store, lambda m: m.replace(checkpoints=tuple(c for c in m.checkpoints if c.id != cp_id)))
+        edit_store(store, lambda m, _mid: _without(m, cp_id))
+
+
+def _without(m: Manifest, cp_id: str) -> Manifest:
+    """`m` without checkpoint `cp_id` (`m` itself if it has none of that id)."""
+    kept = tuple(c for c in m.checkpoints if c.id != cp_id)
+    return m if len(kept) == len(m.checkpoints) else m.replace(checkpoints=kept)
 
 
 def _fresh(base: Manifest, external: tuple[ExternalDb, ...]) -> Manifest:
@@ -154,7 +160,9 @@ def _hold_again(store: DbStore, cp_id: str, now: int, name: str) -> str:
     a clone (the first clone may release its own hold while the second still reads those SSTs)."""
     new_id = str(uuid.uuid4())
 
-    def edit(m: Manifest) -> Manifest:
+    def edit(m: Manifest, _mid: int) -> Manifest:
+        if any(c.id == new_id for c in m.checkpoints):
+            return m
         old = find(m, cp_id, now, store.root)
         mine = Checkpoint(new_id, old.manifest_id, old.seq, now, name, None)
         return m.replace(checkpoints=live(m, now) + (mine,))
@@ -177,8 +185,7 @@ def release_sources(vs: VersionSet, now: int, store_options: dict | None) -> lis
     done = [x for x in m.external if not needed & set(x.names)]
     for x in done:
         store = open_store(x.root, store_options)
-        edit_store(store, lambda s, cid=x.checkpoint_id: s.replace(
-            checkpoints=tuple(c for c in s.checkpoints if c.id != cid)))
+        edit_store(store, lambda s, _mid, cid=x.checkpoint_id: _without(s, cid))
     if done:
         ids = {x.checkpoint_id for x in done}
         vs.commit(lambda b: b.replace(external=tuple(x for x in b.external if x.checkpoint_id not in ids)), vs.install)

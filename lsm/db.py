@@ -43,6 +43,7 @@ from lsm.engine import Engine
 from lsm.errors import CheckpointError, FencedError
 from lsm.failure import Failure
 from lsm.flusher import Flusher
+from lsm.follower import Follower
 from lsm.ingest import compact_remaps
 from lsm.ingest_job import ingest as run_ingest
 from lsm.memtable import Memtable
@@ -72,35 +73,32 @@ class DB:
     # -- open ------------------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike[str], options: DbOptions | None = None, *, read_only: bool = False,
-             checkpoint: str | None = None) -> DB:
+             checkpoint: str | None = None, follow: bool = False) -> DB:
         """Open (creating if needed) the database at `path` (a directory, or an ``s3://`` / ``memory://``
         URL).
 
         A writable open fences every earlier handle on the path. ``read_only=True`` opens without
         fencing anyone, replays the WAL in memory only, and refuses writes (for tools). With
         ``checkpoint=id`` (read_only only, else CheckpointError) it reads exactly the state that
-        checkpoint named, with no WAL replay (UnknownCheckpointError if it is not live; docs/checkpoints.md).
-        A malformed URL (no bucket or key, an unsupported scheme, ``s3:/b`` with one slash) or endpoint
+        checkpoint named, with no WAL replay (UnknownCheckpointError if it is not live); with ``follow=True``
+        (read_only only) it follows the writer (`refresh`; docs/checkpoints.md). A malformed URL (no bucket or key, an unsupported scheme, ``s3:/b`` with one slash) or endpoint
         raises `ObjectStoreConfigError` before anything is created or sent.
         """
         options = options or DbOptions()
-        if checkpoint is not None and not read_only:
-            raise CheckpointError("a checkpoint is opened with read_only=True: it is a past state")
+        if (checkpoint is not None or follow) and not read_only:
+            raise CheckpointError(f"{'a checkpoint' if checkpoint else 'a following reader'} opens with read_only=True")
+        if checkpoint is not None and follow:
+            raise CheckpointError("a checkpoint is one past state: it cannot be followed")
         path = os.fspath(path)
         # a backend the caller attached (a simulation's) has a scheme of its own: only a user's URL is checked
         path = path if is_attached(path) else check_location(path)
-        return cls(open_store(path, options.object_store_options), options, read_only, checkpoint)
+        return cls(open_store(path, options.object_store_options), options, read_only, checkpoint, follow)
 
-    @staticmethod
-    def clone(src: str | os.PathLike[str] | DB, dst: str | os.PathLike[str], checkpoint: str | None = None,
-              options: DbOptions | None = None) -> DB:
-        """A new writable store at `dst` starting from `src`'s state, or its checkpoint `checkpoint`
-        (`src` a path or an open writable handle; see lsm.clone and docs/checkpoints.md): on an object
-        store no SST is copied, locally they are hard-linked. Returns the clone, open."""
-        return clone(src, dst, checkpoint, options)
+    # lsm.DB.clone(src, dst, checkpoint=None, options=None): a new writable store from src's state (lsm.clone)
+    clone = staticmethod(clone)
 
     def __init__(self, store: DbStore, options: DbOptions, read_only: bool = False,
-                 checkpoint: str | None = None) -> None:
+                 checkpoint: str | None = None, follow: bool = False) -> None:
         """Open the database `store` names (`DB.open` resolves a path to it)."""
         self._closed = True
         self.path = store.root
@@ -141,9 +139,13 @@ class DB:
         engine.on_history_advanced = lambda: compact_remaps(self)
         self._compactor: DbCompactor | None = None
         self._checkpoints = Checkpoints(vs, writer, clock)
+        self._follower = Follower(store, options, vs, writer, timeline, clock, engine) if follow else None
         vs.open_state(mem)
         self._closed = False
         if read_only:
+            if self._follower is not None:
+                self._follower.refresh()
+                self._follower.start()
             return
         try:
             if not mem.is_empty():
@@ -380,6 +382,13 @@ class DB:
         self._reads.check_open()
         return self._checkpoints.list()
 
+    def refresh(self) -> bool:
+        """A following reader (``follow=True``): move to the writer's newest state now; True if it moved."""
+        self._reads.check_open()
+        if self._follower is None:
+            raise CheckpointError(f"{self.path}: refresh() is for a handle opened with follow=True")
+        return self._follower.refresh()
+
     def delete_checkpoint(self, cp_id: str) -> None:
         """Drop checkpoint `cp_id` (UnknownCheckpointError if not live); the files only it kept go."""
         self._checkpoints.delete(cp_id)
@@ -517,23 +526,12 @@ class DB:
         `include_memtables` the unflushed versions in the range. An `lsm.approx.ApproximateSize`."""
         self._reads.check_open()
         check_range(start, end)
-        vs = self._versions
-        st = vs.pin()
-        try:
-            return approximate_size(st, start, end, include_memtables)
-        finally:
-            vs.unpin(st.gen)
+        return self._versions.pinned(lambda st: approximate_size(st, start, end, include_memtables))
 
     def lsm_shape(self) -> dict[str, Any]:
         """The current shape, for tools and tests: memtable rows, immutable memtables, L0 SST names
         (newest first) and each sorted run's SST names (newest run first)."""
-        st = self._versions.state
-        return {
-            "memtable_rows": len(st.mem),
-            "immutable_memtables": len(st.imm),
-            "l0": [e.name for e, _ in st.l0],
-            "runs": [[e.name for e in run.record.ssts] for run in st.runs],
-        }
+        return self._versions.shape()
 
     # -- close -------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -570,6 +568,8 @@ class DB:
         try:
             if self._compactor is not None:
                 self._compactor.stop()
+            if self._follower is not None:
+                self._follower.stop()
         finally:
             self._flusher.stop()
             self._wal.stop_releaser()

@@ -347,6 +347,24 @@ class VersionSet:
             index = st.l0_index if l0 == st.l0 else L0Index()
             self.state = dataclasses.replace(st, imm=imm, l0=l0, runs=runs, gen=st.gen + 1, l0_index=index)
 
+    def follow(self, manifest_id: int, m: Manifest, mem: Memtable, with_state: Callable[[], None]) -> None:
+        """A following reader's move to version `m` (id `manifest_id`) with memtable `mem` of the WAL rows
+        past it (lsm.follower): installed whole, and `with_state()` (its seq) under the same state lock.
+        The files the old state read are retired: this handle deletes nothing (read-only), it closes them
+        once no iterator reads them."""
+        with self.commit_lock:
+            old = {e.name for e in self.manifest.all_ssts()}
+            self.manifest_id, self.manifest = manifest_id, m
+            l0 = tuple((e, self.reader(e.name)) for e in m.l0)
+            runs = self.runs_of(m)
+            with self.lock:
+                st = self.state
+                self.state = State(mem, (), l0, runs, st.gen + 1)
+                with_state()
+        gone = sorted(old - {e.name for e in m.all_ssts()})
+        if gone:
+            self.retire_files(gone)
+
     def swap_memtable(self, new: Memtable) -> None:
         """Freeze the active memtable (it becomes the newest immutable one) and make `new` active."""
         with self.lock:
@@ -366,6 +384,30 @@ class VersionSet:
             value = read()
             self.iter_gens[st.gen] += 1
         return st, value
+
+    def pinned(self, read: Callable[[State], T]) -> T:
+        """`read(state)` of the current state, pinned while it runs."""
+        st = self.pin()
+        try:
+            return read(st)
+        finally:
+            self.unpin(st.gen)
+
+    def pinned_gens(self) -> set[int]:
+        """The state generations some open iterator still reads (a follower keeps their versions)."""
+        with self.lock:
+            return set(self.iter_gens)
+
+    def shape(self) -> dict[str, object]:
+        """The current shape, for tools and tests: memtable rows, immutable memtables, L0 SST names
+        (newest first) and each sorted run's SST names (newest run first)."""
+        st = self.state
+        return {
+            "memtable_rows": len(st.mem),
+            "immutable_memtables": len(st.imm),
+            "l0": [e.name for e, _ in st.l0],
+            "runs": [[e.name for e in run.record.ssts] for run in st.runs],
+        }
 
     def unpin(self, gen: int) -> None:
         """Release a pin taken by `pin` or `pin_with`, then delete what no pin needs any more."""

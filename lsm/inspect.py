@@ -205,6 +205,30 @@ def _misordered_key(path: str, m: Manifest, newer: tuple, older: tuple) -> bytes
     return None
 
 
+def _check_checkpoints(db: DbStore, store: Any, m: Manifest, listed: set[str], rep: CheckReport) -> set[str]:
+    """The SSTs the live checkpoints of `m` keep (docs/checkpoints.md); CheckError if a checkpoint's
+    manifest version or one of its own SSTs is gone. A note counts what only checkpoints keep."""
+    from lsm.checkpoints import external_roots, live
+    from lsm.clock import SystemClock
+
+    kept: set[str] = set()
+    cps = live(m, max(SystemClock().now(), m.clock_watermark))
+    for cp in cps:
+        try:
+            v = store.read(cp.manifest_id)
+        except FileNotFoundError:
+            raise CheckError(f"checkpoint {cp.id} names manifest version {cp.manifest_id}, which is gone") from None
+        outside = external_roots(v)
+        for e in v.all_ssts():
+            if e.name not in outside and e.name not in listed:
+                raise CheckError(f"checkpoint {cp.id}: SST {e.name} of its version {cp.manifest_id} is gone")
+            kept.add(e.name)
+    only = kept - {e.name for e in m.all_ssts()}
+    if cps:
+        rep.notes.append(f"{len(cps)} checkpoint(s) keep {len(only)} SST file(s) the manifest no longer references")
+    return kept
+
+
 def _sst_number(name: str) -> int | None:
     head = name.split("-", 1)[0].split(".", 1)[0]
     return int(head) if head.isdigit() else None
@@ -231,7 +255,9 @@ def _check_once(path: str) -> CheckReport:
     _check_watermarks(m, mpath)
     db = open_store(path)
     sst_dir = db.paths.sst_dir
-    orphans = sorted(n for n in db.storage.list_names(sst_dir) if n.endswith(".sst") and n not in seen)
+    listed = set(db.storage.list_names(sst_dir))
+    seen = seen | _check_checkpoints(db, store, m, listed, rep)
+    orphans = sorted(n for n in listed if n.endswith(".sst") and n not in seen)
     if orphans:
         rep.notes.append(
             f"{len(orphans)} SST file(s) in sst/ not referenced by the manifest (left for garbage "

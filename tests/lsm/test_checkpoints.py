@@ -203,3 +203,25 @@ def test_opening_a_checkpoint_costs_no_more_gets_than_opening_the_store(s3_serve
     assert at_cp <= store, (at_cp, store)
     with lsm.DB.open(root, opts, read_only=True, checkpoint=cp.id) as r:
         assert r.get(b"k0000") == b"v" * 50 and r.get(b"tail") is None
+
+
+def test_check_counts_checkpoint_files_and_finds_them_gone(open_db, db_root):
+    from tests._store import remove
+
+    db = open_db()
+    for i in range(30):
+        db.put(b"k%02d" % i, b"a")
+    db.checkpoint()
+    kept = names(db_root, "sst")
+    for i in range(30):
+        db.put(b"k%02d" % i, b"b")
+    db.flush()
+    db.compact(full=True)
+    db.gc(grace_ms=0)
+    db.close()
+    rep = lsm.inspect.check_database(db_root)
+    assert not any("not referenced" in n for n in rep.notes), rep.notes  # kept, not garbage
+    assert any(f"keep {len(kept)} SST" in n for n in rep.notes), rep.notes
+    remove(db_root, "sst", kept[0])
+    with pytest.raises(lsm.inspect.CheckError, match="checkpoint .* is gone"):
+        lsm.inspect.check_database(db_root)

@@ -5,6 +5,7 @@ once deleted or expired. On every backend (tests/conftest.py: db_root, open_db).
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -225,3 +226,36 @@ def test_check_counts_checkpoint_files_and_finds_them_gone(open_db, db_root):
     remove(db_root, "sst", kept[0])
     with pytest.raises(lsm.inspect.CheckError, match="checkpoint .* is gone"):
         lsm.inspect.check_database(db_root)
+
+
+def test_a_checkpoint_outlives_a_killed_writer(shared_root, monkeypatch):
+    """kill -9 of a writer that keeps writing and flushing after the checkpoint, then recovery, a full
+    compaction and gc with no grace: the checkpoint reads what it named."""
+    import os
+    import signal
+
+    from tests.lsm._lsm_proc import spawn
+
+    # the child imports this checkout's lsm (its script's own directory comes first on its path)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    opts = lsm.DbOptions(background_compaction=False)
+    with lsm.DB.open(shared_root, opts) as db:
+        for i in range(100):
+            db.put(b"00000000-%02d" % (i % 50), b"before-%d" % i)
+        cp = db.checkpoint(name="before the crash")
+        state = list(db.scan())
+    child = spawn("writer", shared_root, 5, 65536)
+    try:
+        for _ in range(300):  # acknowledged batches, some memtable flushes among them
+            assert child.stdout.readline().startswith("A "), child.stderr.read()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)
+        for f in (child.stdin, child.stdout, child.stderr):
+            f.close()
+    with lsm.DB.open(shared_root, opts) as db:  # recovery of the killed writer's WAL
+        assert db.get(b"last") is not None
+        db.compact(full=True)
+        db.gc(grace_ms=0)
+    with lsm.DB.open(shared_root, opts, read_only=True, checkpoint=cp.id) as r:
+        assert list(r.scan()) == state and r.seq == cp.seq

@@ -117,7 +117,7 @@ class DB:
         man = vs.manifest
         self._timeline = timeline = Timeline(man.seq_tracker, man.time_seq, options.time_seq_min_time)
         self._wal = wal = WalManager(store, options, vs, failure, read_only)
-        recovered = wal.recover(man, timeline, replay=checkpoint is None)
+        recovered = wal.recover(man, timeline, replay=checkpoint is None and not follow)  # a follower reads it at once
         mem = recovered.mem
         watermark = max(man.clock_watermark, recovered.max_ts)
         self._clock = clock = MonotonicClock(options.clock, watermark, options.max_clock_skew_ms)

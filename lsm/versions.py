@@ -118,6 +118,7 @@ class VersionSet:
         self._cp_versions: dict[int, Manifest] = {}  # manifest versions checkpoints name (immutable)
         self._external: tuple[object, dict[str, str]] = ((), {})  # (manifest.external, name -> root)
         self._stores: dict[str, Storage] = {}  # root -> backend, for a clone's SSTs in other stores
+        self._unpruned = 0  # versions this handle published since it last pruned old ones
         self.manifest_id, self.manifest = self._recover()
         m = self.manifest
         self.writer_epoch = m.writer_epoch
@@ -284,7 +285,11 @@ class VersionSet:
                 if created:
                     self.manifest_id += 1
                     self.manifest = new
-                    if self.manifest_id % 16 == 0:
+                    self._unpruned += 1
+                    # every 16th id; and a count, since other editors' versions (a follower's checkpoint)
+                    # take ids too and this handle's commits may then miss every 16th
+                    if self.manifest_id % 16 == 0 or self._unpruned >= 32:
+                        self._unpruned = 0
                         try:
                             self.delete_files(self.store.prunable(self.options.manifest_history))
                         except OSError:

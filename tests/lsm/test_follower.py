@@ -194,3 +194,17 @@ def test_a_killed_followers_checkpoint_expires(kind, tmp_path, request):
     w.gc(grace_ms=0)
     assert w.checkpoints() == [] and not kept & set(names(root, "sst"))
     w.close()
+
+
+def test_old_versions_are_pruned_while_a_follower_takes_ids(open_db, db_root, db_options):
+    w = open_db(manifest_history=2, wal_flush_interval_ms=None)
+    w.put(b"first", b"1")
+    w.flush()  # an odd id for the writer's versions from here on: none of them is a multiple of 16
+    with lsm.DB.open(db_root, db_options(), read_only=True, follow=True) as r:
+        for i in range(80):
+            w.put(b"k", b"%d" % i)
+            w.flush()  # one version of the writer's, then one of the follower's checkpoint
+            r.refresh()
+        assert r.get(b"k") == b"79"
+        kept = [n for n in names(db_root, "manifest") if n.endswith(".manifest")]
+    assert len(kept) < 60, len(kept)  # 160 versions were published

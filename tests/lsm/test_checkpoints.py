@@ -228,6 +228,7 @@ def test_check_counts_checkpoint_files_and_finds_them_gone(open_db, db_root):
         lsm.inspect.check_database(db_root)
 
 
+@pytest.mark.slow  # a writer process, SIGKILLed
 def test_a_checkpoint_outlives_a_killed_writer(shared_root, monkeypatch):
     """kill -9 of a writer that keeps writing and flushing after the checkpoint, then recovery, a full
     compaction and gc with no grace: the checkpoint reads what it named."""

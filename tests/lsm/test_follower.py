@@ -169,6 +169,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow  # a follower process, SIGKILLed
 @pytest.mark.parametrize("kind", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_a_killed_followers_checkpoint_expires(kind, tmp_path, request):
     root = str(tmp_path / "db") if kind == "local" else request.getfixturevalue("s3_server").new_url("db")
@@ -196,6 +197,7 @@ def test_a_killed_followers_checkpoint_expires(kind, tmp_path, request):
     w.close()
 
 
+@pytest.mark.slow  # 160 manifest versions
 def test_old_versions_are_pruned_while_a_follower_takes_ids(open_db, db_root, db_options):
     w = open_db(manifest_history=2, wal_flush_interval_ms=None)
     w.put(b"first", b"1")

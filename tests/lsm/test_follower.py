@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -210,3 +211,37 @@ def test_old_versions_are_pruned_while_a_follower_takes_ids(open_db, db_root, db
         assert r.get(b"k") == b"79"
         kept = [n for n in names(db_root, "manifest") if n.endswith(".manifest")]
     assert len(kept) < 60, len(kept)  # 160 versions were published
+
+
+@pytest.mark.slow  # a writer process, SIGKILLed at the end
+def test_a_follower_of_another_process_sees_whole_batches_in_order(shared_root, monkeypatch):
+    """A writer process commits batches (5 keys and `last` = the batch id, one commit each) into a small
+    memtable, so flushes retire WAL segments while the follower reads them: every state the follower
+    shows holds every batch up to its `last` whole, and nothing later."""
+    import signal
+
+    from tests.lsm._lsm_proc import spawn
+
+    lsm.DB.open(shared_root, lsm.DbOptions()).close()
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    child = spawn("writer", shared_root, 5, 16384)
+    r = lsm.DB.open(shared_root, lsm.DbOptions(reader_poll_interval_ms=3_600_000), read_only=True, follow=True)
+    try:
+        seen = []
+        deadline = time.monotonic() + 60
+        while (len(seen) < 8 or seen[-1] < 300) and time.monotonic() < deadline:
+            r.refresh()
+            rows = dict(r.scan())
+            last = int(rows.pop(b"last", b"0"))
+            batches = {int(k.split(b"-")[0]) for k in rows}
+            assert batches == set(range(1, last + 1)), last  # a prefix of whole batches
+            assert all(v.startswith(b"%d:" % int(k.split(b"-")[0])) for k, v in rows.items())
+            assert len(rows) == 5 * last
+            seen.append(last)
+        assert seen == sorted(seen) and seen[-1] >= 300, seen  # it moved on with the writer
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)
+        for f in (child.stdin, child.stdout, child.stderr):
+            f.close()
+        r.close()

@@ -260,3 +260,35 @@ def test_a_checkpoint_outlives_a_killed_writer(shared_root, monkeypatch):
         db.gc(grace_ms=0)
     with lsm.DB.open(shared_root, opts, read_only=True, checkpoint=cp.id) as r:
         assert list(r.scan()) == state and r.seq == cp.seq
+
+
+def test_a_checkpoint_answers_remaps_as_of_itself(open_db, db_root, db_options, tmp_path):
+    from lsm.sources import LogWriter, PartitionedLog
+
+    clock = lsm.ManualClock(1_700_000_000_000)
+    db = open_db(clock)
+    w = LogWriter(str(tmp_path / "log"))
+    try:
+        for i in range(5):
+            w.append(0, b"k%d" % i, b"v%d" % i)
+        w.flush()
+        db.ingest(PartitionedLog(str(tmp_path / "log")), name="events")
+        clock.advance(1000)
+        then = db.remap("events")
+        cp = db.checkpoint()
+        clock.advance(1000)
+        for i in range(5, 9):
+            w.append(0, b"k%d" % i, b"v%d" % i)
+        w.flush()
+        db.ingest(PartitionedLog(str(tmp_path / "log")), name="events")
+        db.flush()
+        db.compact(full=True)
+        db.gc(grace_ms=0)
+        assert db.remap("events").frontier == {0: 9}
+    finally:
+        w.close()
+    with lsm.DB.open(db_root, db_options(clock), read_only=True, checkpoint=cp.id) as r:
+        got = r.remap("events")
+        assert got.frontier == {0: 5} == then.frontier
+        assert got.bindings() == then.bindings()
+        assert r.get(b"k4") == b"v4" and r.get(b"k5") is None

@@ -34,7 +34,23 @@ Payload keys (format_version 1)::
                                     bump one version write different bytes (a create whose response was
                                     lost is decided by reading the object back). Absent (0) before it existed
 
+    checkpoints                     optional [{"id": str, "manifest_id": int, "seq": int, "ts": int,
+                                    "name": str|None, "expires_at": int|None}]; the checkpoints of the
+                                    store (lsm.checkpoints): each names the manifest version it reads,
+                                    whose files nothing deletes while it lives (expires_at, in ms of the
+                                    store's clock; None: until deleted)
+    external                        optional [{"root": str, "checkpoint_id": str, "names": [str]}]; a
+                                    clone's SSTs that live in another store (lsm.clone): `names` are read
+                                    from ``<root>/sst/<name>``, held there by that store's checkpoint
+                                    `checkpoint_id`, and never deleted by this store
+
     sst entry = {"name": str, "info": SsTableInfo as a map}; the file is ``sst/<name>``, names unique
+
+format_version 2 is version 1 with `checkpoints` or `external` present: a manifest with neither is
+written as version 1, byte-identical to one from before the keys existed; a manifest with either is
+version 2, which an lsm-sim that knows nothing of checkpoints refuses (FormatVersionError) rather than
+collect the files a checkpoint keeps or look for a clone's SSTs in its own root. DO NOT CHANGE: stored
+on disk.
 """
 
 from __future__ import annotations
@@ -50,7 +66,8 @@ from formats.errors import CorruptionError, FormatVersionError
 from formats.sst import SsTableInfo
 
 MAGIC = b"LSMM"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest version written (module docstring: 1 when nothing needs 2)
+READABLE_VERSIONS = (1, 2)
 HEADER = struct.Struct(">4sHI")
 CHECK = struct.Struct(">Q")
 
@@ -82,6 +99,34 @@ class SortedRun:
 
 
 @dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A durable checkpoint: the manifest version `manifest_id` as it was at `seq` and time `ts` (ms of
+    the store's clock), kept readable until deleted or, if `expires_at` is set, until the store's clock
+    passes it (lsm.checkpoints). `id` is unique (a UUID); `name` is the user's label, if any."""
+
+    id: str
+    manifest_id: int
+    seq: int
+    ts: int
+    name: str | None = None
+    expires_at: int | None = None
+
+    def live(self, now: int) -> bool:
+        """Whether the checkpoint still holds its state at time `now` (ms)."""
+        return self.expires_at is None or now < self.expires_at
+
+
+@dataclasses.dataclass(frozen=True)
+class ExternalDb:
+    """SSTs a clone reads from the store it was cloned from: `names` in ``<root>/sst/``, kept there by
+    that store's checkpoint `checkpoint_id`."""
+
+    root: str
+    checkpoint_id: str
+    names: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Manifest:
     """One manifest version: epochs, id counters, last seq, WAL replay point, clock watermark, the
     LSM shape (L0 newest first, sorted runs newest first) and the seq<->time maps (see the diagram above)."""
@@ -102,6 +147,13 @@ class Manifest:
     seq_reservations: tuple[tuple[int, int], ...] = ()  # (first, last) of each outstanding bulk load
     bulk_loads: tuple[tuple[int, int], ...] = ()  # (first, last) of each committed bulk load
     writer_nonce: int = 0  # the writable open's own draw (see the diagram above); 0: none
+    checkpoints: tuple[Checkpoint, ...] = ()  # oldest first
+    external: tuple[ExternalDb, ...] = ()  # a clone's SSTs in other stores
+
+    @property
+    def format_version(self) -> int:
+        """The format version this manifest is written in (module docstring)."""
+        return 2 if self.checkpoints or self.external else 1
 
     def replace(self, **kw: Any) -> Manifest:
         """A copy with the given fields changed."""
@@ -134,8 +186,13 @@ def encode(m: Manifest) -> bytes:
             d[key] = [list(r) for r in d[key]]
         else:
             del d[key]
+    for key in ("checkpoints", "external"):  # asdict made maps of them already; names become a list
+        if not d[key]:
+            del d[key]
+    for ext in d.get("external", ()):
+        ext["names"] = list(ext["names"])
     payload = msgpack.packb(d, use_bin_type=True)
-    head = HEADER.pack(MAGIC, FORMAT_VERSION, len(payload))
+    head = HEADER.pack(MAGIC, m.format_version, len(payload))
     body = head + payload
     return body + CHECK.pack(xxhash.xxh3_64_intdigest(body))
 
@@ -154,9 +211,9 @@ def decode(buf: bytes, path: str = "<bytes>") -> Manifest:
     (check,) = CHECK.unpack_from(buf, end)
     if xxhash.xxh3_64_intdigest(buf[:end]) != check:
         raise CorruptionError(path, end, "manifest checksum mismatch")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise FormatVersionError(
-            path, f"manifest format version {version} was written by a newer lsm-sim (this one reads 1)"
+            path, f"manifest format version {version} was written by a newer lsm-sim (this one reads 1 and 2)"
         )
     try:
         d = msgpack.unpackb(buf[HEADER.size : end], raw=False)
@@ -167,6 +224,11 @@ def decode(buf: bytes, path: str = "<bytes>") -> Manifest:
         for key in ("seq_reservations", "bulk_loads"):
             if key in d:
                 d[key] = tuple(_seq_range(r, key) for r in d[key])
+        if "checkpoints" in d:
+            d["checkpoints"] = tuple(_checkpoint(c) for c in d["checkpoints"])
+        if "external" in d:
+            d["external"] = tuple(ExternalDb(str(x["root"]), str(x["checkpoint_id"]), tuple(map(str, x["names"])))
+                                  for x in d["external"])
         names = {f.name for f in dataclasses.fields(Manifest)}
         return Manifest(**{k: v for k, v in d.items() if k in names})
     except Exception as e:
@@ -178,6 +240,14 @@ def _seq_range(r: Any, key: str) -> tuple[int, int]:
     if type(first) is not int or type(last) is not int or not 0 < first <= last:
         raise ValueError(f"{key}: {r!r} is not a seq range")
     return first, last
+
+
+def _checkpoint(c: Any) -> Checkpoint:
+    cp = Checkpoint(**c)
+    ints = (cp.manifest_id, cp.seq, cp.ts) + ((cp.expires_at,) if cp.expires_at is not None else ())
+    if type(cp.id) is not str or any(type(v) is not int for v in ints) or not (cp.name is None or type(cp.name) is str):
+        raise ValueError(f"checkpoint {c!r} is malformed")
+    return cp
 
 
 def _sst(e: dict) -> SstEntry:

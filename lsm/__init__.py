@@ -12,13 +12,16 @@ True
 """
 
 from compaction.spark import SparkJobError
+from formats.manifest import Checkpoint
 from lsm.batch import WriteBatch
 from lsm.clock import Clock, ManualClock, MonotonicClock, SystemClock
 from lsm.db import DB, Entry, ReadOnlyError
 from lsm.errors import (
     BulkLoadConflictError,
+    CheckpointError,
     ClockError,
     ClockRepairError,
+    CloneError,
     ClosedError,
     CompactionError,
     CorruptionError,
@@ -36,6 +39,7 @@ from lsm.errors import (
     SparkMasterUnreachableError,
     SparkStoreError,
     SparkUnavailableError,
+    UnknownCheckpointError,
     UnknownSourceError,
 )
 from lsm.options import NO_TTL, DbOptions, ReadOptions, WriteOptions
@@ -53,6 +57,10 @@ __all__ = [
     "NO_TTL",
     "Clock",
     "BulkLoadConflictError",
+    "Checkpoint",
+    "CheckpointError",
+    "CloneError",
+    "UnknownCheckpointError",
     "ClockError",
     "ClockRepairError",
     "ClosedError",

@@ -31,22 +31,25 @@ from typing import Any
 from compaction.filter import Entry
 from compaction.merge import CompactionStats
 from compaction.purge_lag import PurgeLag
-from formats.manifest import Manifest
+from formats.manifest import Checkpoint, Manifest
 from formats.row import MAX_KEY_LEN, MAX_VALUE_LEN, check_value
 from lsm.approx import ApproximateSize, approximate_size
+from lsm.checkpoints import Checkpoints
 from lsm.clock import MonotonicClock
 from lsm.clock_repair import ClockRepair, RepairSurvey
+from lsm.clone import clone, release_sources
 from lsm.compactor import DbCompactor
 from lsm.engine import Engine
-from lsm.errors import FencedError, NotADatabaseError
+from lsm.errors import CheckpointError, FencedError
 from lsm.failure import Failure
 from lsm.flusher import Flusher
+from lsm.follower import Follower
 from lsm.ingest import compact_remaps
 from lsm.ingest_job import ingest as run_ingest
 from lsm.memtable import Memtable
 from lsm.options import DbOptions, ReadOptions, WriteOptions, check_ttl
 from lsm.readpath import prefix_end
-from lsm.reads import ReadPath
+from lsm.reads import ReadPath, check_range
 from lsm.remap import IngestStats, Remap
 from lsm.remap_store import list_sources, load_remap
 from lsm.seq_tracker import Round
@@ -55,7 +58,7 @@ from lsm.snapshots import SnapshotList
 from lsm.syskeys import SYSTEM_PREFIX, check_user_key
 from lsm.time_travel import TimeTravel
 from lsm.timeline import Timeline, parse_time
-from lsm.versions import Run, State, VersionSet
+from lsm.versions import Run, State, VersionSet, prepare_store
 from lsm.wal_manager import WalManager
 from lsm.write_path import ReadOnlyError, WritePath
 from storage import is_attached
@@ -69,22 +72,33 @@ class DB:
 
     # -- open ------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike[str], options: DbOptions | None = None, *, read_only: bool = False) -> DB:
+    def open(cls, path: str | os.PathLike[str], options: DbOptions | None = None, *, read_only: bool = False,
+             checkpoint: str | None = None, follow: bool = False) -> DB:
         """Open (creating if needed) the database at `path` (a directory, or an ``s3://`` / ``memory://``
         URL).
 
         A writable open fences every earlier handle on the path. ``read_only=True`` opens without
-        fencing anyone, replays the WAL in memory only, and refuses writes (for tools). A malformed URL
-        (no bucket or key, an unsupported scheme, ``s3:/b`` with one slash) or endpoint raises
-        `ObjectStoreConfigError` before anything is created or sent.
+        fencing anyone, replays the WAL in memory only, and refuses writes (for tools). With
+        ``checkpoint=id`` (read_only only, else CheckpointError) it reads exactly the state that
+        checkpoint named, with no WAL replay (UnknownCheckpointError if it is not live); with ``follow=True``
+        (read_only only) it follows the writer (`refresh`; docs/checkpoints.md). A malformed URL (no bucket or key, an unsupported scheme, ``s3:/b`` with one slash) or endpoint
+        raises `ObjectStoreConfigError` before anything is created or sent.
         """
         options = options or DbOptions()
+        if (checkpoint is not None or follow) and not read_only:
+            raise CheckpointError(f"{'a checkpoint' if checkpoint else 'a following reader'} opens with read_only=True")
+        if checkpoint is not None and follow:
+            raise CheckpointError("a checkpoint is one past state: it cannot be followed")
         path = os.fspath(path)
         # a backend the caller attached (a simulation's) has a scheme of its own: only a user's URL is checked
         path = path if is_attached(path) else check_location(path)
-        return cls(open_store(path, options.object_store_options), options, read_only)
+        return cls(open_store(path, options.object_store_options), options, read_only, checkpoint, follow)
 
-    def __init__(self, store: DbStore, options: DbOptions, read_only: bool = False) -> None:
+    # lsm.DB.clone(src, dst, checkpoint=None, options=None): a new writable store from src's state (lsm.clone)
+    clone = staticmethod(clone)
+
+    def __init__(self, store: DbStore, options: DbOptions, read_only: bool = False,
+                 checkpoint: str | None = None, follow: bool = False) -> None:
         """Open the database `store` names (`DB.open` resolves a path to it)."""
         self._closed = True
         self.path = store.root
@@ -95,18 +109,19 @@ class DB:
         # has no use for it
         d = options.object_cache_dir
         store.storage.cache = cache_for(d, options.object_cache_bytes) if d is not None else None
-        _prepare(store, create=not read_only)
+        prepare_store(store, create=not read_only)
         self._failure = failure = Failure(self.path)
-        self._versions = vs = VersionSet(store, options, read_only, lambda: failure.error, failure.fail)
+        self._versions = vs = VersionSet(store, options, read_only, lambda: failure.error, failure.fail, checkpoint)
         if not read_only:
             vs.delete_files(vs.store.stale_tmp())
         man = vs.manifest
         self._timeline = timeline = Timeline(man.seq_tracker, man.time_seq, options.time_seq_min_time)
         self._wal = wal = WalManager(store, options, vs, failure, read_only)
-        recovered = wal.recover(man, timeline)
+        recovered = wal.recover(man, timeline, replay=checkpoint is None and not follow)  # a follower reads it at once
         mem = recovered.mem
         watermark = max(man.clock_watermark, recovered.max_ts)
         self._clock = clock = MonotonicClock(options.clock, watermark, options.max_clock_skew_ms)
+        vs.now = clock.read
         self._writer = writer = WritePath(self.path, options, vs, wal, failure, clock, timeline,
                                           max(man.last_seq, mem.max_seq), watermark, read_only)
         if read_only:
@@ -123,9 +138,14 @@ class DB:
         engine.flusher = flusher
         engine.on_history_advanced = lambda: compact_remaps(self)
         self._compactor: DbCompactor | None = None
+        self._checkpoints = Checkpoints(vs, writer, clock)
+        self._follower = Follower(store, options, vs, writer, timeline, clock, engine) if follow else None
         vs.open_state(mem)
         self._closed = False
         if read_only:
+            if self._follower is not None:
+                self._follower.refresh()
+                self._follower.start()
             return
         try:
             if not mem.is_empty():
@@ -350,6 +370,29 @@ class DB:
         """Forget the time bins (after a clock mishap); committed to the manifest at once."""
         self._time.reset_time_seq()
 
+    # -- checkpoints (lsm.checkpoints) ---------------------------------------------------------------
+    def checkpoint(self, lifetime_ms: int | None = None, name: str | None = None) -> Checkpoint:
+        """Flush, then record a durable checkpoint of this state in the manifest: nothing deletes its
+        files until `delete_checkpoint`, or until the store's clock is `lifetime_ms` past now. Open it
+        with ``DB.open(path, read_only=True, checkpoint=cp.id)``."""
+        return self._checkpoints.create(lifetime_ms, name)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """The live checkpoints of the store, oldest first."""
+        self._reads.check_open()
+        return self._checkpoints.list()
+
+    def refresh(self) -> bool:
+        """A following reader (``follow=True``): move to the writer's newest state now; True if it moved."""
+        self._reads.check_open()
+        if self._follower is None:
+            raise CheckpointError(f"{self.path}: refresh() is for a handle opened with follow=True")
+        return self._follower.refresh()
+
+    def delete_checkpoint(self, cp_id: str) -> None:
+        """Drop checkpoint `cp_id` (UnknownCheckpointError if not live); the files only it kept go."""
+        self._checkpoints.delete(cp_id)
+
     # -- compaction --------------------------------------------------------------------------------
     def compact(self, full: bool = False, executor: str | None = None, *, start: bytes | None = None,
                 end: bytes | None = None) -> CompactionStats:
@@ -367,7 +410,7 @@ class DB:
         self._writer.check_writable()
         if start is None and end is None:
             return self._compactor.compact(full=full, executor=executor)
-        _check_range(start, end)
+        check_range(start, end)
         if full:
             raise ValueError("full=True compacts every key: give it or start/end, not both")
         return self._compactor.compact(executor=executor, key_range=(start, end))
@@ -377,6 +420,8 @@ class DB:
         (DbOptions.gc_grace_ms, by the store's clock): leftovers of failed jobs or crashes. Returns their
         names. A fenced handle raises FencedError and deletes nothing (docs/reliability.md)."""
         self._writer.check_writable()
+        self._checkpoints.drop_expired()
+        release_sources(self._versions, self._clock.read(), self.options.object_store_options)
         return self._compactor.gc(grace_ms)
 
     @property
@@ -480,24 +525,13 @@ class DB:
         indexes (no data block read; block-grained, every stored version counted), and with
         `include_memtables` the unflushed versions in the range. An `lsm.approx.ApproximateSize`."""
         self._reads.check_open()
-        _check_range(start, end)
-        vs = self._versions
-        st = vs.pin()
-        try:
-            return approximate_size(st, start, end, include_memtables)
-        finally:
-            vs.unpin(st.gen)
+        check_range(start, end)
+        return self._versions.pinned(lambda st: approximate_size(st, start, end, include_memtables))
 
     def lsm_shape(self) -> dict[str, Any]:
         """The current shape, for tools and tests: memtable rows, immutable memtables, L0 SST names
         (newest first) and each sorted run's SST names (newest run first)."""
-        st = self._versions.state
-        return {
-            "memtable_rows": len(st.mem),
-            "immutable_memtables": len(st.imm),
-            "l0": [e.name for e, _ in st.l0],
-            "runs": [[e.name for e in run.record.ssts] for run in st.runs],
-        }
+        return self._versions.shape()
 
     # -- close -------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -534,6 +568,8 @@ class DB:
         try:
             if self._compactor is not None:
                 self._compactor.stop()
+            if self._follower is not None:
+                self._follower.stop()
         finally:
             self._flusher.stop()
             self._wal.stop_releaser()
@@ -556,23 +592,6 @@ class DB:
 
     def __repr__(self) -> str:
         return f"DB({self.path!r}, seq={self._writer.seq})"
-
-
-def _check_range(start: bytes | None, end: bytes | None) -> None:
-    """TypeError unless both bounds are bytes or None; ValueError if start is after end."""
-    for name, key in (("start", start), ("end", end)):
-        if key is not None and type(key) is not bytes:
-            raise TypeError(f"{name} must be bytes or None, not {type(key).__name__}")
-    if start is not None and end is not None and start > end:
-        raise ValueError(f"start {start!r} is after end {end!r}")
-
-
-def _prepare(store: DbStore, create: bool) -> None:
-    """Refuse a path that holds no database (or something else), and lay out a new one."""
-    paths = store.paths
-    problem = store.storage.prepare_database(store.root, paths.dirs(), paths.manifest_dir, create)
-    if problem is not None:
-        raise NotADatabaseError(f"{store.root}: {problem}")
 
 
 __all__ = ["DB", "Engine", "Entry", "ReadOnlyError", "Run", "State", "prefix_end"]

@@ -22,6 +22,9 @@ from formats.errors import (
 
 __all__ = [
     "BulkLoadConflictError",
+    "CheckpointError",
+    "UnknownCheckpointError",
+    "CloneError",
     "LsmError",
     "CorruptionError",
     "FormatVersionError",
@@ -129,3 +132,21 @@ class BulkLoadConflictError(LsmError):
     """A bulk load (`DB.ingest(engine="local"|"spark")`) could not take its place in the seq order: a
     compaction merged files from before and after its reserved seqs while it ran. Nothing was committed;
     running the load again resumes from the unchanged frontier."""
+
+
+class CheckpointError(LsmError):
+    """A checkpoint asked for in a way that cannot be served: ``DB.open(checkpoint=...)`` without
+    ``read_only=True``, with ``follow=True``, a lifetime that is not a positive number of ms, a name that
+    is not a string (lsm.checkpoints)."""
+
+
+class UnknownCheckpointError(CheckpointError, KeyError):
+    """A checkpoint id the store does not hold: never taken, deleted, or expired by the store's clock."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown checkpoint"
+
+
+class CloneError(LsmError):
+    """`DB.clone` refused: the destination already holds a database (or is the source), or the source
+    cannot be cloned there (lsm.clone). Nothing was written to the destination."""

@@ -37,6 +37,7 @@ from formats.manifest import Manifest
 from formats.row import RowFeature
 from formats.sst import SstReader
 from formats.wal import WalRecord, decode_segment
+from lsm.checkpoints import sst_path
 from lsm.errors import CorruptionError, LsmError, NotADatabaseError
 from lsm.manifest import ManifestStore
 from lsm.wal_replay import live_segments, read_segments, unflushed
@@ -207,7 +208,8 @@ def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = N
         try:
             for e in man.all_ssts():
                 if e.info.max_seq >= lo and (stop is None or e.info.min_seq < stop):
-                    readers.append(open_sst(db.paths.sst(e.name), storage=db.storage))
+                    p = sst_path(db.paths, man, e.name)  # a clone's SST may be its source's
+                    readers.append(open_sst(p, storage=db.storage if p.startswith(db.root) else None))
             wal = _wal_records(db, man)
             # a flush commits its manifest before retiring the segments it flushed: if the manifest did
             # not move while we read the WAL, no segment we needed was gone

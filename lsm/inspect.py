@@ -40,6 +40,7 @@ from formats.manifest import Manifest, SstEntry
 from formats.sst import SstReader
 from formats.verify import verify_sst
 from formats.wal import ROW_CODEC as WAL_ROW_CODEC
+from lsm.checkpoints import sst_path
 from lsm.syskeys import SYSTEM_PREFIX, is_system
 from storage import path_kind
 from storage.paths import DbStore, open_store
@@ -100,6 +101,11 @@ def latest_manifest(path: str) -> tuple[int, Manifest]:
     if m is None:
         raise NotADatabaseError(f"{path}: no manifest version in {store.dir}: not an lsm-sim database")
     return mid, m
+
+
+def _sst_file(path: str, m: Manifest, name: str) -> str:
+    """The file of SST `name` of manifest `m` of the database at `path` (a clone's may be its source's)."""
+    return sst_path(open_store(path).paths, m, name)
 
 
 def levels(m: Manifest) -> list[tuple[str, tuple[SstEntry, ...]]]:
@@ -170,14 +176,15 @@ def _source_ranges(m: Manifest) -> list[tuple[str, bytes, bytes, int, int, tuple
     return out
 
 
-def _seqs_by_key(path: str, ssts: tuple[SstEntry, ...], lo: bytes, hi: bytes, newest: bool) -> dict[bytes, int]:
+def _seqs_by_key(path: str, m: Manifest, ssts: tuple[SstEntry, ...], lo: bytes, hi: bytes,
+                 newest: bool) -> dict[bytes, int]:
     """Per key in [lo, hi] held by `ssts`: its smallest seq there (newest=True) or its largest."""
     out: dict[bytes, int] = {}
     pick = min if newest else max
     for e in ssts:
         if e.info.last_key < lo or e.info.first_key > hi:
             continue
-        with open_sst(open_store(path).paths.sst(e.name)) as r:
+        with open_sst(_sst_file(path, m, e.name)) as r:
             for row in r.iter(lo):
                 key = row[0]
                 if key > hi:
@@ -187,15 +194,39 @@ def _seqs_by_key(path: str, ssts: tuple[SstEntry, ...], lo: bytes, hi: bytes, ne
     return out
 
 
-def _misordered_key(path: str, newer: tuple, older: tuple) -> bytes | None:
+def _misordered_key(path: str, m: Manifest, newer: tuple, older: tuple) -> bytes | None:
     """A key both sources hold whose version in `newer` (read first) is not newer than every one in
     `older`, or None. Reads the keys of both in their common key range."""
     lo, hi = max(newer[1], older[1]), min(newer[2], older[2])
-    top = _seqs_by_key(path, newer[5], lo, hi, newest=True)
-    for key, seq in _seqs_by_key(path, older[5], lo, hi, newest=False).items():
+    top = _seqs_by_key(path, m, newer[5], lo, hi, newest=True)
+    for key, seq in _seqs_by_key(path, m, older[5], lo, hi, newest=False).items():
         if key in top and not top[key] > seq:
             return key
     return None
+
+
+def _check_checkpoints(db: DbStore, store: Any, m: Manifest, listed: set[str], rep: CheckReport) -> set[str]:
+    """The SSTs the live checkpoints of `m` keep (docs/checkpoints.md); CheckError if a checkpoint's
+    manifest version or one of its own SSTs is gone. A note counts what only checkpoints keep."""
+    from lsm.checkpoints import external_roots, live
+    from lsm.clock import SystemClock
+
+    kept: set[str] = set()
+    cps = live(m, max(SystemClock().now(), m.clock_watermark))
+    for cp in cps:
+        try:
+            v = store.read(cp.manifest_id)
+        except FileNotFoundError:
+            raise CheckError(f"checkpoint {cp.id} names manifest version {cp.manifest_id}, which is gone") from None
+        outside = external_roots(v)
+        for e in v.all_ssts():
+            if e.name not in outside and e.name not in listed:
+                raise CheckError(f"checkpoint {cp.id}: SST {e.name} of its version {cp.manifest_id} is gone")
+            kept.add(e.name)
+    only = kept - {e.name for e in m.all_ssts()}
+    if cps:
+        rep.notes.append(f"{len(cps)} checkpoint(s) keep {len(only)} SST file(s) the manifest no longer references")
+    return kept
 
 
 def _sst_number(name: str) -> int | None:
@@ -224,7 +255,9 @@ def _check_once(path: str) -> CheckReport:
     _check_watermarks(m, mpath)
     db = open_store(path)
     sst_dir = db.paths.sst_dir
-    orphans = sorted(n for n in db.storage.list_names(sst_dir) if n.endswith(".sst") and n not in seen)
+    listed = set(db.storage.list_names(sst_dir))
+    seen = seen | _check_checkpoints(db, store, m, listed, rep)
+    orphans = sorted(n for n in listed if n.endswith(".sst") and n not in seen)
     if orphans:
         rep.notes.append(
             f"{len(orphans)} SST file(s) in sst/ not referenced by the manifest (left for garbage "
@@ -249,7 +282,7 @@ def _check_ssts(path: str, m: Manifest, mpath: str, rep: CheckReport) -> set[str
             if e.name in seen:
                 raise CheckError(f"{mpath}: SST {e.name} is referenced twice")
             seen.add(e.name)
-            p = open_store(path).paths.sst(e.name)
+            p = _sst_file(path, m, e.name)
             try:
                 with open_sst(p) as r:
                     verify_sst(r)
@@ -296,7 +329,7 @@ def _check_shape(m: Manifest, mpath: str, path: str) -> None:
             if (
                 _overlap(newer[1], newer[2], older[1], older[2])
                 and not newer[3] > older[4]
-                and _misordered_key(path, newer, older) is not None
+                and _misordered_key(path, m, newer, older) is not None
             ):
                 raise CheckError(
                     f"{mpath}: {newer[0]} (seq {newer[3]}-{newer[4]}) is read before {older[0]} "
@@ -421,7 +454,7 @@ def space_usage(path: str, now: int | None = None) -> SpaceReport:
         for name, ssts in levels(m):
             src = len(usage)
             usage.append(LevelUsage(name, files=len(ssts), size=sum(e.size for e in ssts)))
-            opened = [open_sst(open_store(path).paths.sst(e.name)) for e in ssts]
+            opened = [open_sst(_sst_file(path, m, e.name)) for e in ssts]
             readers += opened
             if name == "L0":  # overlapping: each SST is a source of its own
                 sources += [_sst_rows(r, src) for r in opened]

@@ -155,6 +155,8 @@ class DbOptions:
     # nothing of an object-store database is written locally unless this names a directory)
     object_cache_dir: str | None = None
     object_cache_bytes: int = 1 << 30
+    # a following reader (DB.open(read_only=True, follow=True)) moves to the writer's newest state this often
+    reader_poll_interval_ms: int = 1000
 
     def __repr__(self) -> str:
         # the dataclass's repr, without the credentials of object_store_options: an options object ends
@@ -223,6 +225,7 @@ class DbOptions:
         _positive("wal_flush_interval_ms", self.wal_flush_interval_ms, allow_none=True)
         _positive("wal_flush_bytes", self.wal_flush_bytes)
         _positive("object_cache_bytes", self.object_cache_bytes)
+        _positive("reader_poll_interval_ms", self.reader_poll_interval_ms)
         if self.object_store_options is not None and not isinstance(self.object_store_options, dict):
             raise TypeError("DbOptions.object_store_options must be a dict of obstore config keys")
         # the WAL's deletion grace is derived from how long one request may take (lsm.wal_object.wal_bound):

@@ -149,4 +149,13 @@ class ReadPath:
         return it
 
 
-__all__ = ["ReadPath"]
+
+def check_range(start: bytes | None, end: bytes | None) -> None:
+    """TypeError unless both bounds are bytes or None; ValueError if start is after end."""
+    for name, key in (("start", start), ("end", end)):
+        if key is not None and type(key) is not bytes:
+            raise TypeError(f"{name} must be bytes or None, not {type(key).__name__}")
+    if start is not None and end is not None and start > end:
+        raise ValueError(f"start {start!r} is after end {end!r}")
+
+__all__ = ["ReadPath", "check_range"]

@@ -78,6 +78,13 @@ class Timeline:
             self.bins.reset()
             self.next_ms = 0
 
+    def reload(self, tracker_bytes: bytes, bins_bytes: bytes, min_time_s: int) -> None:
+        """Replace both maps by a manifest's (a following reader moving to a newer version)."""
+        tracker = SeqTracker.from_bytes(tracker_bytes) if tracker_bytes else SeqTracker()
+        bins = TimeSeq.from_bytes(bins_bytes, min_time=min_time_s) if bins_bytes else TimeSeq(min_time_s)
+        with self._lock:
+            self.tracker, self.bins, self.next_ms = tracker, bins, 0
+
     def reset_bins(self) -> None:
         """Forget every time bin (after a clock mishap); the seq tracker is kept."""
         with self._lock:

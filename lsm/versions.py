@@ -42,12 +42,13 @@ from compaction.merge import OutputSpec
 from formats.manifest import Manifest, SortedRun, SstEntry
 from formats.sst import SstReader
 from lsm.cache import LruCache
+from lsm.checkpoints import external_roots, find, kept_paths
 from lsm.errors import DbFailedError, FencedError, NotADatabaseError
 from lsm.l0_index import L0Index
 from lsm.manifest import FenceToken, ManifestStore, PublishUnknownError
 from lsm.options import DbOptions
 from storage import Storage
-from storage.paths import DbStore
+from storage.paths import DbPaths, DbStore, open_store
 from storage.ssts import open_sst
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class VersionSet:
         read_only: bool,
         failure: Callable[[], BaseException | None],
         fail: Callable[[BaseException, bool | None], DbFailedError],
+        checkpoint: str | None = None,
     ) -> None:
         self.db = store  # the database's files: its backend and their names (storage.paths)
         self.storage = store.storage
@@ -110,6 +112,13 @@ class VersionSet:
         self.token: FenceToken | None = None
         self.token_bytes: object = None  # the mapped WRITER_EPOCH file (checked by each write)
         self.epoch_bytes = b""  # our epoch as WRITER_EPOCH holds it
+        # the store's clock, by which checkpoints expire (the DB sets its MonotonicClock's read)
+        self.now: Callable[[], int] = options.clock.now
+        self.checkpoint = checkpoint  # the checkpoint id a read-only handle reads, if any
+        self._cp_versions: dict[int, Manifest] = {}  # manifest versions checkpoints name (immutable)
+        self._external: tuple[object, dict[str, str]] = ((), {})  # (manifest.external, name -> root)
+        self._stores: dict[str, Storage] = {}  # root -> backend, for a clone's SSTs in other stores
+        self._unpruned = 0  # versions this handle published since it last pruned old ones
         self.manifest_id, self.manifest = self._recover()
         m = self.manifest
         self.writer_epoch = m.writer_epoch
@@ -146,6 +155,9 @@ class VersionSet:
                 try_create(1, Manifest())
                 continue
             if self.read_only:
+                if self.checkpoint is not None:  # the version it names, not the newest
+                    cp = find(man, self.checkpoint, self.now(), self.path)
+                    return cp.manifest_id, self.store.read(cp.manifest_id)
                 return mid, man
             # the nonce makes this opener's version its own: two openers bump one version to the same
             # epochs, and an object store decides a create whose response was lost by reading the object
@@ -187,8 +199,31 @@ class VersionSet:
 
     # -- file ids and outputs -------------------------------------------------------------------------
     def sst_path(self, name: str) -> str:
-        """The path of SST file `name`."""
-        return self.db.paths.sst(name)
+        """The path of SST file `name`: in this store, or for a clone's SST kept by its source, there
+        (lsm.checkpoints.sst_path)."""
+        root = self._external_root(name)
+        return self.db.paths.sst(name) if root is None else DbPaths(root).sst(name)
+
+    def _external_root(self, name: str) -> str | None:
+        ext = self.manifest.external
+        if not ext:
+            return None
+        have, roots = self._external
+        if have is not ext:
+            roots = external_roots(self.manifest)
+            self._external = (ext, roots)
+        return roots.get(name)
+
+    def storage_of(self, name: str) -> Storage:
+        """The backend SST `name` is read from (this store's, or a clone's source's)."""
+        root = self._external_root(name)
+        if root is None:
+            return self.storage
+        st = self._stores.get(root)
+        if st is None:
+            st = self._stores[root] = open_store(root, self.db.options).storage
+            st.cache = self.storage.cache
+        return st
 
     def alloc_ids(self, n: int = 1) -> int:
         """Reserve `n` consecutive file ids; return the first."""
@@ -250,7 +285,11 @@ class VersionSet:
                 if created:
                     self.manifest_id += 1
                     self.manifest = new
-                    if self.manifest_id % 16 == 0:
+                    self._unpruned += 1
+                    # every 16th id; and a count, since other editors' versions (a follower's checkpoint)
+                    # take ids too and this handle's commits may then miss every 16th
+                    if self.manifest_id % 16 == 0 or self._unpruned >= 32:
+                        self._unpruned = 0
                         try:
                             self.delete_files(self.store.prunable(self.options.manifest_history))
                         except OSError:
@@ -290,7 +329,7 @@ class VersionSet:
         """The cached reader of SST `name` (opened on first use)."""
         r = self.readers.get(name)
         if r is None:
-            r = open_sst(self.sst_path(name), storage=self.storage, cache=self._cache if self.options.block_cache_bytes else None)
+            r = open_sst(self.sst_path(name), storage=self.storage_of(name), cache=self._cache if self.options.block_cache_bytes else None)
             self.readers[name] = r
         return r
 
@@ -313,6 +352,24 @@ class VersionSet:
             index = st.l0_index if l0 == st.l0 else L0Index()
             self.state = dataclasses.replace(st, imm=imm, l0=l0, runs=runs, gen=st.gen + 1, l0_index=index)
 
+    def follow(self, manifest_id: int, m: Manifest, mem: Memtable, with_state: Callable[[], None]) -> None:
+        """A following reader's move to version `m` (id `manifest_id`) with memtable `mem` of the WAL rows
+        past it (lsm.follower): installed whole, and `with_state()` (its seq) under the same state lock.
+        The files the old state read are retired: this handle deletes nothing (read-only), it closes them
+        once no iterator reads them."""
+        with self.commit_lock:
+            old = {e.name for e in self.manifest.all_ssts()}
+            self.manifest_id, self.manifest = manifest_id, m
+            l0 = tuple((e, self.reader(e.name)) for e in m.l0)
+            runs = self.runs_of(m)
+            with self.lock:
+                st = self.state
+                self.state = State(mem, (), l0, runs, st.gen + 1)
+                with_state()
+        gone = sorted(old - {e.name for e in m.all_ssts()})
+        if gone:
+            self.retire_files(gone)
+
     def swap_memtable(self, new: Memtable) -> None:
         """Freeze the active memtable (it becomes the newest immutable one) and make `new` active."""
         with self.lock:
@@ -332,6 +389,30 @@ class VersionSet:
             value = read()
             self.iter_gens[st.gen] += 1
         return st, value
+
+    def pinned(self, read: Callable[[State], T]) -> T:
+        """`read(state)` of the current state, pinned while it runs."""
+        st = self.pin()
+        try:
+            return read(st)
+        finally:
+            self.unpin(st.gen)
+
+    def pinned_gens(self) -> set[int]:
+        """The state generations some open iterator still reads (a follower keeps their versions)."""
+        with self.lock:
+            return set(self.iter_gens)
+
+    def shape(self) -> dict[str, object]:
+        """The current shape, for tools and tests: memtable rows, immutable memtables, L0 SST names
+        (newest first) and each sorted run's SST names (newest run first)."""
+        st = self.state
+        return {
+            "memtable_rows": len(st.mem),
+            "immutable_memtables": len(st.imm),
+            "l0": [e.name for e, _ in st.l0],
+            "runs": [[e.name for e in run.record.ssts] for run in st.runs],
+        }
 
     def unpin(self, gen: int) -> None:
         """Release a pin taken by `pin` or `pin_with`, then delete what no pin needs any more."""
@@ -390,6 +471,10 @@ class VersionSet:
             self.mark_fenced()
         return not fenced
 
+    def kept_paths(self) -> set[str]:
+        """The paths the live checkpoints of the current manifest keep (lsm.checkpoints.kept_paths)."""
+        return kept_paths(self.store, self.manifest, self.now(), self._cp_versions)
+
     def delete_files(self, paths: list[str], *, strict: bool = False) -> list[str]:
         """THE place every file of the store is deleted (docs/reliability.md, "One rule for deleting"):
         retired SSTs, outputs of failed jobs, garbage, obsolete WAL segments and objects, old manifest
@@ -398,9 +483,23 @@ class VersionSet:
         writes any file, so a listing that shows one of its files is followed by a check that sees it).
         A fenced handle deletes nothing: `strict` (a gc the user asked for) raises FencedError, anything
         else leaves the files to the owner's gc. Returns the paths deleted; one that cannot be is left for
-        the next gc."""
+        the next gc.
+
+        Nothing outside this store's root is ever deleted (a clone's SSTs its source keeps), nor what a
+        live checkpoint keeps (its manifest version and every SST that names: `kept_paths`); a
+        checkpoint version that cannot be read keeps everything."""
+        own = os.path.join(self.path, "")
+        paths = [p for p in paths if p.startswith(own)]
         if not paths:
             return []
+        if self.manifest.checkpoints:
+            try:
+                kept = self.kept_paths()
+            except OSError:
+                return []
+            paths = [p for p in paths if p not in kept]
+            if not paths:
+                return []
         if not self.owns_store():
             if strict:
                 raise FencedError(
@@ -424,8 +523,10 @@ class VersionSet:
         storage = self.storage
         listing = storage.list_mtimes(self.sst_dir)
         cutoff = storage.now() - grace_ms / 1000
-        with self.commit_lock:  # the manifest and the open readers as of one commit
+        with self.commit_lock:  # the manifest, its checkpoints and the open readers as of one commit
             live = {e.name for e in self.manifest.all_ssts()} | set(self.readers)
+            kept = self.kept_paths() if self.manifest.checkpoints else set()
+        live |= {os.path.basename(p) for p in kept if p.startswith(os.path.join(self.sst_dir, ""))}
         names = sorted(n for n, mtime in listing.items() if n.endswith(".sst") and n not in live and mtime <= cutoff)
         removed = self.delete_files([self.sst_path(n) for n in names], strict=True)
         if removed:
@@ -464,4 +565,12 @@ def max_sst_number(storage: Storage, sst_dir: str) -> int:
     return best
 
 
-__all__ = ["Run", "State", "VersionSet", "max_sst_number", "may_be_published"]
+
+def prepare_store(store: DbStore, create: bool) -> None:
+    """Refuse a path that holds no database (or something else), and lay out a new one."""
+    paths = store.paths
+    problem = store.storage.prepare_database(store.root, paths.dirs(), paths.manifest_dir, create)
+    if problem is not None:
+        raise NotADatabaseError(f"{store.root}: {problem}")
+
+__all__ = ["Run", "State", "VersionSet", "max_sst_number", "may_be_published", "prepare_store"]

@@ -65,11 +65,14 @@ class WalManager:
         self.abandoned = False  # dropped as after a crash: nothing is written, nothing reported
 
     # -- open ------------------------------------------------------------------------------------------
-    def recover(self, manifest: Manifest, timeline: Timeline) -> Recovered:
-        """Replay the unflushed records into a memtable (and the seq<->time maps). A writable open on an
+    def recover(self, manifest: Manifest, timeline: Timeline, replay: bool = True) -> Recovered:
+        """Replay the unflushed records into a memtable (and the seq<->time maps); nothing with `replay`
+        False (a checkpoint: its version is the whole state, lsm.checkpoints). A writable open on an
         object store first claims the next WAL id, fencing the writer before it; on a directory it reads
         each segment under the exclusive flock, waiting out an append whose fence check passed before
         the open published its epoch."""
+        if not replay:
+            return Recovered(Memtable(manifest.wal_replay_from - 1), 0, manifest.wal_replay_from - 1)
         segments = live_segments(self.store, manifest.wal_replay_from)
         if not self.segments and not self.read_only:
             segments = self._claim(manifest, segments)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tools import read_options, render
 from tools.cmd_manifest import purge_lag_text
-from tools.common import db_dir
+from tools.common import db_dir, latest_manifest
 
 if TYPE_CHECKING:  # the engine is imported where it is used (see tools.cmd_manifest)
     from lsm.db import Entry
@@ -283,15 +283,18 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # -- du ---------------------------------------------------------------------------------------------------
 def cmd_du(args: argparse.Namespace) -> int:
+    from lsm.checkpoints import checkpoint_usage
     from lsm.inspect import CATEGORIES, space_usage, stored_files
     from storage.paths import open_store
 
     read_options.warn_deprecated(args)
     # the database's store, resolved once: on an object store its own client, so the request counters
     # hold exactly what du asked (a directory counts none)
-    store = open_store(args.path).storage
+    db = open_store(args.path)
+    store = db.storage
     rep = space_usage(db_dir(args.path), args.expiry_at)
     levels = [x.to_dict() for x in [*rep.levels, rep.total]]
+    kept = checkpoint_usage(db, latest_manifest(args.path)[1], rep.at)
     objects: dict[str, dict[str, int]] = {}
     if store.root is not None:  # what an object store bills: its objects by kind
         objects = {k: {"objects": n, "bytes": b} for k, (n, b) in stored_files(args.path).items()}
@@ -302,6 +305,7 @@ def cmd_du(args: argparse.Namespace) -> int:
             "levels": levels[:-1],
             "total": levels[-1],
             "purge_lag": rep.purge_lag,
+            "checkpoints": kept,
         }
         if store.root is not None:
             out.update(objects=objects, requests=store.stats())
@@ -320,6 +324,9 @@ def cmd_du(args: argparse.Namespace) -> int:
     render.print_text(f"expiry judged at {render.rfc3339(rep.at)} ({rep.at})")
     render.print_text(render.table(("level", "files", "size", *(f"{c} (rows)" for c in CATEGORIES)), cells))
     render.print_text(f"purge lag: {purge_lag_text(rep.purge_lag)}")
+    if kept["checkpoints"]:
+        render.print_text(f"kept only by {render.plural(kept['checkpoints'], 'checkpoint')}: "
+                          f"{render.plural(kept['files'], 'file')}, {hb(kept['bytes'])}")
     if store.root is not None:
         _print_objects(objects, store.stats())
     return 0

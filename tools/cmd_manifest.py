@@ -68,6 +68,8 @@ def manifest_json(mid: int | None, path: str, m: Manifest, mode: str) -> dict[st
             d["runs"] = [{"id": r.id, "ssts": [entry_json(e, mode) for e in r.ssts]} for r in m.runs]
         elif f.name in BYTES_FIELDS:
             d[f.name + "_size"] = len(v)
+        elif f.name in ("checkpoints", "external"):
+            d[f.name] = [dataclasses.asdict(x) for x in v]
         else:
             d[f.name] = v
             if f.name == "clock_watermark":
@@ -205,7 +207,22 @@ def cmd_show(args: argparse.Namespace) -> int:
             "\n"
             + render.table(("level", "sst", "size", "rows", "first_key", "last_key", "seq", "max_ts"), cells)
         )
+    _print_checkpoints(m)
     return 0
+
+
+def _print_checkpoints(m: Manifest) -> None:
+    """The version's checkpoint records (live or expired: a version is shown as stored) and, for a clone,
+    the stores its external SSTs live in (docs/checkpoints.md)."""
+    from tools.cmd_checkpoint import HEADERS, checkpoint_cells
+
+    if m.checkpoints:
+        rows = [checkpoint_cells(cp) for cp in m.checkpoints]
+        render.print_text(f"\ncheckpoints: {len(rows)}\n" + render.table(HEADERS, rows))
+    if m.external:
+        rows = [(x.root, x.checkpoint_id, len(x.names)) for x in m.external]
+        render.print_text("\nexternal SSTs (a clone's, read from its source)\n"
+                          + render.table(("root", "held by checkpoint", "ssts"), rows))
 
 
 # -- list ---------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tools.cmd_log",
     "tools.cmd_simulate",
     "tools.cmd_s3",
+    "tools.cmd_checkpoint",
 )
 
 # the parsed arguments that name a database, a file or a directory; an ingest's SOURCE is one unless a

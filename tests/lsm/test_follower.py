@@ -238,7 +238,9 @@ def test_a_follower_of_another_process_sees_whole_batches_in_order(shared_root, 
             assert all(v.startswith(b"%d:" % int(k.split(b"-")[0])) for k, v in rows.items())
             assert len(rows) == 5 * last
             seen.append(last)
-        assert seen == sorted(seen) and seen[-1] >= 300, seen  # it moved on with the writer
+        # it moved on with the writer: in order, through several states (how far in 60 s depends on the
+        # machine: 300 batches are a few seconds on a quiet one, and a loaded one ran 49 on S3)
+        assert seen == sorted(seen) and len(set(seen)) >= 3, seen
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=10)

@@ -13,7 +13,8 @@ clone, when none is given) and publishes it as the first manifest version of `ds
   outputs in its own root, and the deletion rule never deletes a file outside that root. A clone of a
   clone holds a checkpoint of its own on every store its SSTs come from.
 
-A checkpoint held for a clone is released by the clone's `gc()` once none of the SSTs it keeps is named
+A clone of a checkpoint the caller names holds one of its own naming the same version (the caller may
+delete theirs, or let it expire, while the clone reads on). A checkpoint held for a clone is released by the clone's `gc()` once none of the SSTs it keeps is named
 by the clone's manifest or the clone's own checkpoints (`release_sources`): a compare-and-swap edit of
 the source's manifest that fences nobody (`lsm.checkpoints.edit_store`). Neither store sees the other's
 later writes: they share only files that neither ever changes.
@@ -65,6 +66,8 @@ def clone(src: str | os.PathLike[str] | DB, dst: str | os.PathLike[str], checkpo
     prepare_store(dst_store, create=True)  # a place that holds something else is refused before the source is touched
     src_store = handle.store if handle is not None else open_store(src_root, options.object_store_options)
     taken = checkpoint is None
+    link = src_store.storage.local and dst_store.storage.local
+    held = None  # a checkpoint of the clone's own, naming the caller's checkpoint's version
     if checkpoint is None:
         cp = _take(handle, src_root, options, f"clone {dst_root}")
     else:
@@ -72,7 +75,11 @@ def clone(src: str | os.PathLike[str] | DB, dst: str | os.PathLike[str], checkpo
         if latest is None:
             raise NotADatabaseError(f"{src_root}: no manifest: not an lsm-sim database")
         cp = find(latest, checkpoint, options.clock.now(), src_root)
-    link = src_store.storage.local and dst_store.storage.local
+        if not link:
+            # the caller's checkpoint is the caller's to delete (or to let expire), and the clone's gc
+            # releases the hold it references: so the clone references a hold of its own
+            held = _hold_again(src_store, cp.id, options.clock.now(), f"clone {dst_root}")
+            cp = dataclasses.replace(cp, id=held)
     published = False
     try:
         base = ManifestStore(src_store).read(cp.manifest_id)
@@ -85,6 +92,8 @@ def clone(src: str | os.PathLike[str] | DB, dst: str | os.PathLike[str], checkpo
         # holds nothing
         if taken and (link or not published):
             _drop(handle, src_store, cp.id)
+        elif held is not None and not published:
+            _drop(None, src_store, held)
     return DB.open(dst_root, options)
 
 

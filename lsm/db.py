@@ -140,7 +140,7 @@ class DB:
         self._compactor: DbCompactor | None = None
         self._checkpoints = Checkpoints(vs, writer, clock)
         self._follower = Follower(store, options, vs, writer, timeline, clock, engine) if follow else None
-        vs.open_state(mem)
+        vs.open_state(mem, files=not follow)
         self._closed = False
         if read_only:
             if self._follower is not None:

@@ -172,9 +172,14 @@ class VersionSet:
                 return mid + 1, bumped
         raise FencedError(f"{self.path}: could not open: the manifest keeps changing under us")
 
-    def open_state(self, mem: Memtable) -> State:
-        """Build the first read-path `State` over the recovered manifest, with memtable `mem`."""
+    def open_state(self, mem: Memtable, files: bool = True) -> State:
+        """Build the first read-path `State` over the recovered manifest, with memtable `mem`; with
+        `files=False` a state of no SST (a follower's, until its first refresh installs the version its
+        checkpoint protects: the version read at open is not protected, its SSTs may be gone already)."""
         m = self.manifest
+        if not files:
+            self.state = State(mem, (), (), (), 0)
+            return self.state
         self.state = State(mem, (), tuple((e, self.reader(e.name)) for e in m.l0), self.runs_of(m), 0)
         return self.state
 

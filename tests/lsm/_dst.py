@@ -34,6 +34,7 @@ from lsm.sources import LogWriter, PartitionedLog
 from storage import attach, detach
 from storage.objstore import ObjectStorage
 from storage.simstore import Faults, SimClient, SimTime, SimWorld
+from tests.lsm._dst_checkpoints import Checkpointing
 
 # what the simulated network does to requests (storage.simstore.Faults): a few percent fail or lose
 # their response, and one in fifty is held in flight for seconds, landing after later requests
@@ -41,8 +42,13 @@ FAULTS = Faults(fail=0.03, lost=0.02, hold=0.02, hold_s=(5.0, 25.0), latency_s=(
 # the client side of the same network: retries within 5 s, a request may take up to 30 s
 STORE_OPTIONS = {"max_retries": 4, "retry_timeout_ms": 5000, "timeout": "30s"}
 KEYS = [b"k%02d" % i for i in range(40)]
+OPS = ["put", "delete", "batch", "flush_wal", "flush", "compact", "gc", "ingest", "read"]
+WEIGHTS = [40, 8, 10, 6, 8, 6, 6, 6, 10]
 LOG_PARTITIONS, LOG_RECORDS = 2, 60
 SOURCE = "src"
+# the share of seeds that also take checkpoints, clone and follow (tests/lsm/_dst_checkpoints.py); drawn
+# from a generator of its own, so the other seeds run exactly as before
+CHECKPOINT_SEEDS = 0.25
 
 
 @dataclasses.dataclass
@@ -105,6 +111,7 @@ class Run:
         self.log: list[str] = []
         self.owner, self.owner_epoch = "", 0
         self.log_dir = log_dir
+        self.cpx = Checkpointing(self) if random.Random(seed * 31 + 7).random() < CHECKPOINT_SEEDS else None
         self.opts = lsm.DbOptions(
             clock=SimClock(self.world), max_clock_skew_ms=None, memtable_bytes=1024, background_flush=False,
             background_compaction=False, compaction_process=False, flush_process=False,
@@ -115,6 +122,9 @@ class Run:
 
     def count(self, what: str) -> None:
         self.events[what] = self.events.get(what, 0) + 1
+
+    def clock_ms(self) -> int:
+        return int(self.world.now() * 1000)
 
     def note(self, actor: str, what: str) -> None:
         """A line of the run's log (what each actor did and was told), for reading a failing seed."""
@@ -133,13 +143,13 @@ class Run:
         if epoch > self.owner_epoch:  # the newest writable open (by its epoch): its files are the live ones
             self.owner, self.owner_epoch = name, epoch
         acked: list[Write] = []  # this handle's acknowledged writes, in order
+        ops, weights = OPS, WEIGHTS
+        if self.cpx is not None:
+            ops, weights = OPS + ["checkpoint", "delete_checkpoint"], WEIGHTS + [5, 2]
         for _ in range(nops):
             self.world.sleep(rng.uniform(0.0, 1.5))
             self.ops += 1
-            op = rng.choices(
-                ["put", "delete", "batch", "flush_wal", "flush", "compact", "gc", "ingest", "read"],
-                [40, 8, 10, 6, 8, 6, 6, 6, 10],
-            )[0]
+            op = rng.choices(ops, weights)[0]
             self.count(op)
             self.note(name, op)
             try:
@@ -159,6 +169,10 @@ class Run:
                     stats = db.ingest(PartitionedLog(self.log_dir), name=SOURCE, max_records=rng.randint(1, 12),
                                       batch_records=rng.randint(1, 5))
                     self.ingests.append(dict(stats.frontier))
+                elif op == "checkpoint":
+                    self.cpx.take(db, name, acked)
+                elif op == "delete_checkpoint":
+                    self.cpx.delete(db, name)
                 else:
                     self._read(db, name)
             except FencedError as e:
@@ -272,6 +286,11 @@ class Run:
         for i, at in enumerate(starts):
             self.world.spawn(f"w{i + 1}", lambda i=i: self.writer(f"w{i + 1}", per), at=at)
         self.world.spawn("r1", lambda: self.reader("r1"), at=rng.uniform(1.0, 40.0))
+        if self.cpx is not None:
+            cpx, more = self.cpx, random.Random(self.seed * 31 + 8)
+            self.world.spawn("c1", lambda: cpx.reader("c1"), at=more.uniform(5.0, 30.0))
+            self.world.spawn("k1", lambda: cpx.cloner("k1"), at=more.uniform(5.0, 30.0))
+            self.world.spawn("f1", lambda: cpx.following("f1"), at=more.uniform(0.0, 30.0))
         self.world.run()
         stuck = self.world.stuck()
         if stuck:
@@ -292,6 +311,8 @@ class Run:
         try:
             self._check_rows(db)
             self._check_ingest(db)
+            if self.cpx is not None:
+                self.cpx.check(db)
             try:
                 lsm.inspect.check_database(self.root)
             except Exception as e:  # noqa: BLE001
@@ -350,6 +371,8 @@ class Run:
     def close(self) -> None:
         for db in self.handles:
             abandon(db)
+        if self.cpx is not None:
+            self.cpx.close()
         detach(self.root)
 
 

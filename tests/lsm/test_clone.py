@@ -89,7 +89,41 @@ def test_clone_of_a_checkpoint_by_id(open_db, db_root, new_root, db_options):
     with lsm.DB.clone(db_root, new_root("c"), checkpoint=cp.id, options=db_options()) as c:
         assert c.get(b"k") == b"then" and c.seq == cp.seq
     with lsm.DB.open(db_root, db_options(), read_only=True) as r:
-        assert [x.id for x in r.checkpoints()] == [cp.id]  # the user's checkpoint, left as it was
+        assert cp.id in [x.id for x in r.checkpoints()]  # the user's checkpoint, left as it was
+
+
+def test_a_clone_of_a_checkpoint_outlives_the_checkpoint(open_db, db_root, new_root, db_options):
+    """The caller's checkpoint is the caller's: deleting it leaves the clone whole, and the clone's gc
+    letting go of what it held leaves the checkpoint (the deterministic simulation found both)."""
+    src = open_db()
+    for i in range(30):
+        src.put(b"k%02d" % i, b"then")
+    cp = src.checkpoint()
+    clone = lsm.DB.clone(src, new_root("c"), checkpoint=cp.id, options=db_options())
+    src.delete_checkpoint(cp.id)
+    for i in range(30):
+        src.put(b"k%02d" % i, b"now")
+    src.flush()
+    src.compact(full=True)
+    src.gc(grace_ms=0)
+    assert [v for _k, v in clone.scan()] == [b"then"] * 30
+    first = [x.checkpoint_id for x in clone.manifest.external]  # its own hold (none with hard links)
+    clone.close()
+    with lsm.DB.open(clone.path, db_options()) as c:
+        assert [v for _k, v in c.scan()] == [b"then"] * 30
+    keep = src.checkpoint(name="the user's")
+    with lsm.DB.clone(src, new_root("c2"), checkpoint=keep.id, options=db_options()) as c:
+        for i in range(30):
+            c.put(b"k%02d" % i, b"mine")
+        c.flush()
+        c.compact(full=True)  # nothing of the source's is read any more: the clone lets go of its hold
+        c.gc(grace_ms=0)
+        assert c.manifest.external == ()
+    src.put(b"poke", b"1")
+    src.flush()  # the writer's next commit reads the version the clone's release published
+    assert [x.id for x in src.checkpoints()] == first + [keep.id]  # the second clone let go of its own only
+    with lsm.DB.open(db_root, db_options(), read_only=True, checkpoint=keep.id) as r:
+        assert [v for _k, v in r.scan()] == [b"now"] * 30
 
 
 def test_the_source_checkpoint_is_released_when_the_clone_no_longer_reads_it(open_db, db_root, new_root,

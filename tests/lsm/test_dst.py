@@ -1,5 +1,6 @@
 """The deterministic simulation (tests/lsm/_dst.py over storage/simstore.py): many seeds of writers,
-fencing, flushes, compactions, gc, ingest and readers on a faulty simulated object store, against a model.
+fencing, flushes, compactions, gc, ingest and readers on a faulty simulated object store, against a model;
+in a quarter of the seeds also checkpoints, clones and a following reader (tests/lsm/_dst_checkpoints.py).
 
 ``LSM_SIM_SEEDS=N`` runs N seeds instead of the default 200; ``LSM_SIM_SEED=S`` runs seed S alone. A
 failing seed is printed with what it broke and how to run it again; it reproduces exactly.
@@ -41,7 +42,9 @@ def test_every_seed_keeps_every_acknowledged_write_and_shows_no_fenced_one():
         for k, v in r.events.items():
             events[k] = events.get(k, 0) + v
     if ONE is None and SEEDS >= 100:
-        for op in ("put", "delete", "batch", "flush", "compact", "gc", "ingest", "fenced", "abandoned"):
+        for op in ("put", "delete", "batch", "flush", "compact", "gc", "ingest", "fenced", "abandoned",
+                   "checkpoint", "checkpoint deleted", "checkpoint read", "clone", "clone gc", "clone compact",
+                   "follower moved"):
             assert events.get(op, 0) > 0, (op, events)
 
 
@@ -67,7 +70,8 @@ def test_faults_are_injected_and_requests_land_out_of_order():
     assert out_of_order > 0
 
 
-@pytest.mark.parametrize("rule", ["gc ignores the fence", "WAL grace ignores the request bound"])
+@pytest.mark.parametrize("rule", ["gc ignores the fence", "WAL grace ignores the request bound",
+                                  "gc ignores checkpoints"])
 def test_the_simulation_finds_the_defects_it_was_built_for(rule, monkeypatch):
     """Put back the rule each defect broke and the simulation finds a failing seed within a bounded
     search: it can see what it guards against."""
@@ -76,6 +80,9 @@ def test_the_simulation_finds_the_defects_it_was_built_for(rule, monkeypatch):
 
         monkeypatch.setattr(VersionSet, "owns_store", lambda self: True)
         expect = ("does not open", "live file is gone", "FileNotFoundError")
+    elif rule == "gc ignores checkpoints":
+        monkeypatch.setattr("lsm.versions.kept_paths", lambda *a: set())
+        expect = ("checkpoint", "clone", "follower")
     else:
         from lsm.wal_object import WalBound
 

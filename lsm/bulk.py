@@ -184,10 +184,14 @@ def spark_runner(session: Any, master: str | None, stores: list[Any] | None = No
 
 def source_locations(source: Any) -> list[str]:
     """The object-store URLs a bulk load's tasks read `source` from: a `PartitionedLog` on an object store
-    (its segments), none for a local one or another source (which reads wherever it reads)."""
+    (its segments), a `DatabaseLog` of a database on one (its manifest and SSTs), none for a local one or
+    another source (which reads wherever it reads)."""
+    from lsm.sources import DatabaseLog
     from lsm.sources.object_log import ObjectLog
     from storage import storage_for
 
+    if isinstance(source, DatabaseLog):
+        return [source.path] if storage_for(source.path).root is not None else []
     is_remote = isinstance(source, ObjectLog) and storage_for(source.directory).root is not None
     return [source.directory] if is_remote else []
 

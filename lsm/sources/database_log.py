@@ -22,7 +22,7 @@ within what the upstream retains (`DbOptions.history_retention`, or snapshots, o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from formats.manifest import Manifest
 from lsm.errors import HistoryUnavailableError
@@ -41,16 +41,17 @@ class DatabaseLog:
         self.path = os.fspath(path)
         self.name = self.path
         self.at = at
-        self._tail = WalTail(self.path)  # NotADatabaseError if there is no database at `path`
         self._pinned: Manifest | None = None
+        self._tail: WalTail | None = WalTail(self.path)  # NotADatabaseError if there is no database at `path`
 
     def __repr__(self) -> str:
         return f"DatabaseLog({self.path!r})" if self.at is None else f"DatabaseLog({self.path!r}, at={self.at})"
 
-    def __reduce__(self) -> tuple[type[DatabaseLog], tuple[str, int | None]]:
-        # a copy (a bulk task's own, a Spark task's unpickled one) opens its own tail: the tail may hold
-        # an object-store client, which neither pickles nor copies
-        return DatabaseLog, (self.path, self.at)
+    def __reduce__(self) -> tuple[Callable[[str, int | None], DatabaseLog], tuple[str, int | None]]:
+        # a copy (a bulk task's own, a Spark task's unpickled one) opens its own tail, when first used:
+        # the tail may hold an object-store client, which neither pickles nor copies, and a Spark
+        # executor registers the job's stores only after it unpickled the task
+        return _copy, (self.path, self.at)
 
     def _version(self) -> Manifest:
         """The manifest version `at` (read once: a version never changes)."""
@@ -70,6 +71,8 @@ class DatabaseLog:
         if self.at is not None:  # what version `at` holds in SSTs
             m = self._version()
             return stable_seq(m.seq_reservations, m.last_seq) + 1
+        if self._tail is None:
+            self._tail = WalTail(self.path)
         return self._tail.stable_seq() + 1
 
     def floor(self) -> int:
@@ -99,6 +102,16 @@ class DatabaseLog:
                 if not is_system(key)
             ]
         )
+
+
+def _copy(path: str, at: int | None) -> DatabaseLog:
+    """A `DatabaseLog` of `path` that touches the store only when used (its `__reduce__`)."""
+    log = DatabaseLog.__new__(DatabaseLog)
+    log.path = log.name = path
+    log.at = at
+    log._pinned = None
+    log._tail = None
+    return log
 
 
 __all__ = ["DatabaseLog"]

@@ -126,3 +126,18 @@ def test_a_log_at_a_version_reads_that_version_alone(open_db, new_root) -> None:
     assert pickle.loads(pickle.dumps(log)).at == cp.manifest_id
     with pytest.raises(lsm.LsmError, match="manifest version 999 is gone"):
         DatabaseLog(up_root, at=999).end(0)
+
+
+@OBJECT
+def test_a_replica_past_the_upstreams_last_flush_loads_nothing_and_keeps_its_frontier(open_db, new_root) -> None:
+    up_root = new_root("up")
+    up = open_db(path=up_root, history_retention=FAR)
+    up.put(b"a", b"1")
+    up.flush()
+    up.put(b"b", b"2")  # in the WAL only: a streaming ingest reads it, a held load's version has it not
+    up.flush_wal()
+    db = open_db(path=new_root("replica"))
+    first = db.ingest(DatabaseLog(up_root), name="primary", batch_records=10**9).frontier
+    assert first == {0: up.manifest.last_seq + 2}
+    assert db.ingest(DatabaseLog(up_root), name="primary", engine="local").records == 0
+    assert db.remap("primary").bindings()[-1].frontier == first and dict(db.scan()) == {b"a": b"1", b"b": b"2"}

@@ -184,10 +184,14 @@ def spark_runner(session: Any, master: str | None, stores: list[Any] | None = No
 
 def source_locations(source: Any) -> list[str]:
     """The object-store URLs a bulk load's tasks read `source` from: a `PartitionedLog` on an object store
-    (its segments), none for a local one or another source (which reads wherever it reads)."""
+    (its segments), a `DatabaseLog` of a database on one (its manifest and SSTs), none for a local one or
+    another source (which reads wherever it reads)."""
+    from lsm.sources import DatabaseLog
     from lsm.sources.object_log import ObjectLog
     from storage import storage_for
 
+    if isinstance(source, DatabaseLog):
+        return [source.path] if storage_for(source.path).root is not None else []
     is_remote = isinstance(source, ObjectLog) and storage_for(source.directory).root is not None
     return [source.directory] if is_remote else []
 
@@ -268,18 +272,39 @@ class BulkLoad(IngestJob):
             self.runner = local_runner(tasks, self.engine.versions.delete_files)
         self.tasks = tasks
         self._reserve: Callable[[int], tuple[int, int]] | None = None
+        self._unheld: Source | None = None  # the source as given, while the load reads a held copy
 
     def end_of(self, partition: int) -> int:
         """A `BatchSource` (a `PartitionedLog`) is planned from its record headers (`plan_end`); the
-        tasks verify the payloads they read."""
-        return self.source.plan_end(partition) if isinstance(self.source, BatchSource) else self.source.end(partition)
+        tasks verify the payloads they read. A held `DatabaseLog` ends where its checkpoint's version
+        does, unless an earlier ingest already read past that (from the upstream's WAL): then the newest
+        state decides whether the source went backwards, and this load takes nothing new."""
+        if isinstance(self.source, BatchSource):
+            return self.source.plan_end(partition)
+        end = self.source.end(partition)
+        done = self.frontier.get(partition, 0)
+        if self._unheld is not None and end < done:
+            return min(done, self._unheld.end(partition))
+        return end
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
-        """The load's seq reservation, given up unless the load commits it."""
-        with _reservation(self.engine) as reserve:
-            self._reserve = reserve
-            yield
+        """The load's seq reservation, given up unless the load commits it; and for a `DatabaseLog` on
+        an object store, a checkpoint on the upstream that its tasks read through, deleted at the end
+        (`lsm.sources.database_hold`)."""
+        from lsm.sources.database_hold import held, needs_hold
+
+        with contextlib.ExitStack() as stack:
+            if needs_hold(self.source):
+                self._unheld = self.source
+                self.source = stack.enter_context(held(self.source))
+            try:
+                with _reservation(self.engine) as reserve:
+                    self._reserve = reserve
+                    yield
+            finally:
+                if self._unheld is not None:
+                    self.source, self._unheld = self._unheld, None
 
     def plan(self) -> Iterator[Unit]:
         """One unit: every partition's new offsets cut into slices, over seqs reserved for them; none

@@ -158,6 +158,16 @@ def latest_manifest(path: str | os.PathLike[str]) -> Manifest:
     return _latest(ManifestStore(db), db.root)[1]
 
 
+def read_version(path: str | os.PathLike[str], manifest_id: int) -> Manifest:
+    """Manifest version `manifest_id` of the database at `path`; LsmError if it is gone (pruned: nothing
+    kept it, such as a checkpoint naming it)."""
+    path = os.fspath(path)
+    try:
+        return ManifestStore(_require_db(path)).read(manifest_id)
+    except FileNotFoundError:
+        raise LsmError(f"{path}: manifest version {manifest_id} is gone (its checkpoint expired or was deleted)") from None
+
+
 def _require_db(path: str) -> DbStore:
     """The store of `path`; NotADatabaseError unless it has a manifest directory (on an object store:
     manifest objects)."""
@@ -194,22 +204,42 @@ def _wal_records(db: DbStore, man: Manifest) -> list[WalRecord]:
         raise _Changed from None
 
 
-def open_view(path: str | os.PathLike[str], start: int = 0, stop: int | None = None) -> HistoryView:
+def _open_readers(db: DbStore, man: Manifest, lo: int, stop: int | None) -> list[SstReader]:
+    readers: list[SstReader] = []
+    try:
+        for e in man.all_ssts():
+            if e.info.max_seq >= lo and (stop is None or e.info.min_seq < stop):
+                p = sst_path(db.paths, man, e.name)  # a clone's SST may be its source's
+                readers.append(open_sst(p, storage=db.storage if p.startswith(db.root) else None))
+    except BaseException:
+        for r in readers:
+            r.close()
+        raise
+    return readers
+
+
+def open_view(
+    path: str | os.PathLike[str], start: int = 0, stop: int | None = None, at: int | None = None
+) -> HistoryView:
     """A consistent `HistoryView` of the database at `path` (which another process may be writing), for
     reading the versions with start <= seq < stop: only the SSTs whose seqs overlap that range are
-    opened (a follower reading the newest commits opens the newest SSTs, if any)."""
+    opened (a follower reading the newest commits opens the newest SSTs, if any).
+
+    `at`: the view of manifest version `at` alone (no WAL), which a checkpoint holds: what a bulk load's
+    tasks read (`lsm.sources.database_hold`), so that the writer's gc cannot delete an SST they read."""
     path = os.fspath(path)
     db = _require_db(path)
     store = ManifestStore(db)
+    if at is not None:
+        man = read_version(path, at)
+        lo = load_start(man, start)
+        return HistoryView(path, at, man, _open_readers(db, man, lo, stop), [], (lo, stop))
     for _ in range(ATTEMPTS):
         mid, man = _latest(store, path)
         lo = load_start(man, start)  # a start inside a bulk load reads the whole load (one commit)
         readers: list[SstReader] = []
         try:
-            for e in man.all_ssts():
-                if e.info.max_seq >= lo and (stop is None or e.info.min_seq < stop):
-                    p = sst_path(db.paths, man, e.name)  # a clone's SST may be its source's
-                    readers.append(open_sst(p, storage=db.storage if p.startswith(db.root) else None))
+            readers = _open_readers(db, man, lo, stop)
             wal = _wal_records(db, man)
             # a flush commits its manifest before retiring the segments it flushed: if the manifest did
             # not move while we read the WAL, no segment we needed was gone
@@ -281,4 +311,4 @@ class WalTail:
         return ident, pos, top
 
 
-__all__ = ["HistoryView", "WalTail", "history_floor", "latest_manifest", "load_start", "open_view", "stable_seq"]
+__all__ = ["HistoryView", "WalTail", "history_floor", "latest_manifest", "load_start", "open_view", "read_version", "stable_seq"]

@@ -22,10 +22,11 @@ within what the upstream retains (`DbOptions.history_retention`, or snapshots, o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+from formats.manifest import Manifest
 from lsm.errors import HistoryUnavailableError
-from lsm.history import WalTail, history_floor, latest_manifest, open_view
+from lsm.history import WalTail, history_floor, latest_manifest, open_view, read_version, stable_seq
 from lsm.sources.protocol import SourceRecord, check_range, make_record
 from lsm.syskeys import is_system
 
@@ -34,18 +35,29 @@ class DatabaseLog:
     """A `Source` over the committed history of the lsm-sim database at `path` (never opened for writing;
     its writer is not fenced). Not thread-safe: give each consumer its own instance."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], at: int | None = None) -> None:
+        """`at`: read only manifest version `at` of the upstream (its SSTs, no WAL), which a checkpoint
+        holds: a bulk load's tasks read such a copy (`lsm.sources.database_hold`). None: the newest state."""
         self.path = os.fspath(path)
         self.name = self.path
-        self._tail = WalTail(self.path)  # NotADatabaseError if there is no database at `path`
+        self.at = at
+        self._pinned: Manifest | None = None
+        self._tail: WalTail | None = WalTail(self.path)  # NotADatabaseError if there is no database at `path`
 
     def __repr__(self) -> str:
-        return f"DatabaseLog({self.path!r})"
+        return f"DatabaseLog({self.path!r})" if self.at is None else f"DatabaseLog({self.path!r}, at={self.at})"
 
-    def __reduce__(self) -> tuple[type[DatabaseLog], tuple[str]]:
-        # a copy (a bulk task's own, a Spark task's unpickled one) opens its own tail: the tail may hold
-        # an object-store client, which neither pickles nor copies
-        return DatabaseLog, (self.path,)
+    def __reduce__(self) -> tuple[Callable[[str, int | None], DatabaseLog], tuple[str, int | None]]:
+        # a copy (a bulk task's own, a Spark task's unpickled one) opens its own tail, when first used:
+        # the tail may hold an object-store client, which neither pickles nor copies, and a Spark
+        # executor registers the job's stores only after it unpickled the task
+        return _copy, (self.path, self.at)
+
+    def _version(self) -> Manifest:
+        """The manifest version `at` (read once: a version never changes)."""
+        if self._pinned is None:
+            self._pinned = read_version(self.path, self.at)
+        return self._pinned
 
     def partitions(self) -> list[int]:
         """Always ``[0]``: a database's seqs are one sequence."""
@@ -56,11 +68,16 @@ class DatabaseLog:
         check_range(partition, 0, None)
         if partition != 0:
             return 0
+        if self.at is not None:  # what version `at` holds in SSTs
+            m = self._version()
+            return stable_seq(m.seq_reservations, m.last_seq) + 1
+        if self._tail is None:
+            self._tail = WalTail(self.path)
         return self._tail.stable_seq() + 1
 
     def floor(self) -> int:
         """The upstream's history floor: reads must start above it (0: the whole history is there)."""
-        return history_floor(latest_manifest(self.path))
+        return history_floor(latest_manifest(self.path) if self.at is None else self._version())
 
     def read(self, partition: int, start: int, stop: int | None = None) -> Iterator[SourceRecord]:
         """Records of the upstream commits with start <= seq < stop (stop None: up to the stable seq), in
@@ -69,7 +86,7 @@ class DatabaseLog:
         check_range(partition, start, stop)
         if partition != 0 or (stop is not None and stop <= start):
             return iter(())
-        with open_view(self.path, start, stop) as view:
+        with open_view(self.path, start, stop, at=self.at) as view:
             lo = view.seqs[0]  # `start`, or the first seq of the bulk load holding it
             if view.floor > 0 and lo <= view.floor and start <= view.last_seq:
                 raise HistoryUnavailableError(
@@ -85,6 +102,16 @@ class DatabaseLog:
                 if not is_system(key)
             ]
         )
+
+
+def _copy(path: str, at: int | None) -> DatabaseLog:
+    """A `DatabaseLog` of `path` that touches the store only when used (its `__reduce__`)."""
+    log = DatabaseLog.__new__(DatabaseLog)
+    log.path = log.name = path
+    log.at = at
+    log._pinned = None
+    log._tail = None
+    return log
 
 
 __all__ = ["DatabaseLog"]

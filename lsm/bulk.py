@@ -18,9 +18,11 @@ Driver, in order:
    clock at the reservation. Seqs are a function of the plan, so a retried task writes the same rows.
 4. The tasks (lsm.bulk_task), on Spark executors or in threads of this process: each reads its slice from
    the files, resolves it and writes sorted SSTs under attempt-unique names, returning metadata only.
-   On an object-store database they write by URL, and a `PartitionedLog` on an object store they read by
-   URL, with the stores registered on the executor from the task closure, which holds no credential
-   (`compaction.spark_stores`): the executors share no directory with the driver.
+   On an object-store database they write by URL, and a `PartitionedLog` or a `DatabaseLog` on an object
+   store they read by URL, with the stores registered on the executor from the task closure, which holds
+   no credential (`compaction.spark_stores`): the executors share no directory with the driver. A
+   `DatabaseLog` on an object store is read at the manifest version of a checkpoint the driver holds on
+   it for the load (lsm.sources.database_hold), so the upstream's gc removes no input under a task.
 5. Transactions. The tasks do not write records that carry a ``tx``; they return them, and the driver
    passes them, in (partition, offset) order, through the source's transactions exactly as streaming
    ingest does with one batch (lsm.ingest_tx): what completes is written at the binding's seq, what

@@ -107,7 +107,7 @@ def edit_store(store: DbStore, edit: Callable[[Manifest, int], Manifest]) -> tup
                 return mid, m
         except PublishUnknownError:
             continue
-        except FileNotFoundError as e:
+        except OSError as e:  # fileio's FileOpError carries ENOENT without being a FileNotFoundError
             if e.errno != errno.ENOENT:
                 raise
             continue

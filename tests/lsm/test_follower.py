@@ -274,3 +274,34 @@ def test_a_follower_of_another_process_sees_whole_batches_in_order(shared_root, 
         for f in (child.stdin, child.stdout, child.stderr):
             f.close()
         r.close()
+
+
+def test_a_follower_whose_temporary_manifest_an_opener_removed_publishes_again(tmp_path, monkeypatch, db_options):
+    """A directory: a writable open removes the manifest's temporary files (`stale_tmp`), a follower's
+    in-flight checkpoint edit's among them, and the follower's link then fails with ENOENT (fileio's
+    FileOpError, not a FileNotFoundError). The edit is retried on the newest version instead of failing
+    the refresh (a writer process opening beside a follower failed it in a full run)."""
+    from formats import fileio
+
+    path = str(tmp_path / "db")
+    w = lsm.DB.open(path, db_options())
+    w.put(b"a", b"1")
+    w.flush()
+    r = lsm.DB.open(path, db_options(), read_only=True, follow=True)
+    try:
+        w.put(b"a", b"2")
+        w.flush()
+        real, removed = fileio.link, []
+
+        def link(src: str, dst: str) -> None:
+            if not removed and "/manifest/" in dst:
+                os.remove(src)  # what a writable open's stale_tmp does to a commit in flight
+                removed.append(src)
+            real(src, dst)
+
+        monkeypatch.setattr(fileio, "link", link)
+        assert r.refresh() is True
+        assert removed and r.get(b"a") == b"2"
+    finally:
+        r.close()
+        w.close()

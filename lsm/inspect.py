@@ -43,7 +43,7 @@ from formats.wal import ROW_CODEC as WAL_ROW_CODEC
 from lsm.checkpoints import sst_path
 from lsm.syskeys import SYSTEM_PREFIX, is_system
 from storage import path_kind
-from storage.paths import DbStore, open_store
+from storage.paths import DbPaths, DbStore, open_store
 from storage.ssts import open_sst
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def latest_manifest(path: str) -> tuple[int, Manifest]:
 
 def _sst_file(path: str, m: Manifest, name: str) -> str:
     """The file of SST `name` of manifest `m` of the database at `path` (a clone's may be its source's)."""
-    return sst_path(open_store(path).paths, m, name)
+    return sst_path(DbPaths(path), m, name)  # naming only: no backend to resolve for each SST
 
 
 def levels(m: Manifest) -> list[tuple[str, tuple[SstEntry, ...]]]:

@@ -32,6 +32,7 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,41 +61,30 @@ def rel(p: Path) -> str:
     return p.relative_to(ROOT).as_posix()
 
 
-def backend_tests() -> list[str]:
+def _lines_matching(pattern: re.Pattern[str], skip: Callable[[str], bool]) -> list[str]:
+    """`file:line` of every code line (comments cut) in the counted packages that `pattern` finds,
+    leaving out the files `skip` names."""
     hits = []
     for f in py_files("lsm", "compaction", "tools"):
         r = rel(f)
-        if STORAGE_FILES.match(r) or r.startswith("tools/cli"):
+        if skip(r):
             continue
         for i, line in enumerate(f.read_text().splitlines(), 1):
-            code = line.split("#", 1)[0]
-            if BACKEND_TEST.search(code):
+            if pattern.search(line.split("#", 1)[0]):
                 hits.append(f"{r}:{i}")
     return hits
+
+
+def backend_tests() -> list[str]:
+    return _lines_matching(BACKEND_TEST, lambda r: bool(STORAGE_FILES.match(r)) or r.startswith("tools/cli"))
 
 
 def capability_queries() -> list[str]:
-    hits = []
-    for f in py_files("lsm", "compaction", "tools"):
-        r = rel(f)
-        if STORAGE_FILES.match(r):
-            continue
-        for i, line in enumerate(f.read_text().splitlines(), 1):
-            if CAPABILITY.search(line.split("#", 1)[0]):
-                hits.append(f"{r}:{i}")
-    return hits
+    return _lines_matching(CAPABILITY, lambda r: bool(STORAGE_FILES.match(r)))
 
 
 def hand_built_paths() -> list[str]:
-    hits = []
-    for f in py_files("lsm", "compaction", "tools"):
-        r = rel(f)
-        if r == NAMING_FILE or STORAGE_FILES.match(r):
-            continue
-        for i, line in enumerate(f.read_text().splitlines(), 1):
-            if HAND_PATH.search(line.split("#", 1)[0]):
-                hits.append(f"{r}:{i}")
-    return hits
+    return _lines_matching(HAND_PATH, lambda r: r == NAMING_FILE or bool(STORAGE_FILES.match(r)))
 
 
 def _defined_private(tree: ast.AST) -> set[str]:

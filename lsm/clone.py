@@ -66,7 +66,7 @@ def clone(src: str | os.PathLike[str] | DB, dst: str | os.PathLike[str], checkpo
     prepare_store(dst_store, create=True)  # a place that holds something else is refused before the source is touched
     src_store = handle.store if handle is not None else open_store(src_root, options.object_store_options)
     taken = checkpoint is None
-    link = src_store.storage.local and dst_store.storage.local
+    link = src_store.storage.hard_links and dst_store.storage.hard_links
     held = None  # a checkpoint of the clone's own, naming the caller's checkpoint's version
     if checkpoint is None:
         cp = _take(handle, src_root, options, f"clone {dst_root}")

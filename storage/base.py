@@ -62,6 +62,9 @@ class Storage:
     # whether writing a file is an upload worth overlapping with the work that makes the next one
     # (compaction.output uploads each finished SST in a background thread)
     uploads: bool = False
+    # whether a file of one store can be hard-linked into another of the same kind (a directory): a
+    # clone then links the source's SSTs instead of referencing them (lsm.clone)
+    hard_links: bool = True
     # the clocks this backend's files age by and its retries wait by (a simulation's, or the host's)
     clock: RealTime = REAL_TIME
     cache: Any = None  # a local disk cache of what it serves (storage.objcache), where that helps

@@ -131,6 +131,7 @@ class ObjectStorage(Storage):
     """The files of URLs under `root` as objects (module docstring)."""
 
     local = False
+    hard_links = False
     appends = False  # an object is written once, whole
     uploads = True
 
